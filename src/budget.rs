@@ -1,0 +1,460 @@
+//! PodDisruptionBudget arithmetic, mirroring upstream Kubernetes exactly:
+//! `intstr.GetScaledValueFromIntOrPercent`, the disruption controller's
+//! `getExpectedPodCount` / `updatePdbStatus`, and `metav1.LabelSelectorAsSelector`
+//! as the eviction subresource (`eviction.go`) uses it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetError {
+    #[error(
+        "invalid int-or-percent {0:?}: want a non-negative integer or a percentage like \"25%\""
+    )]
+    IntOrPercent(String),
+    #[error("invalid label selector: {0}")]
+    Selector(String),
+}
+
+/// A non-negative integer or percentage (`3`, `25%`), as in PDBs and `maxSurge`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntOrPercent {
+    Int(i32),
+    Percent(i32),
+}
+
+impl IntOrPercent {
+    /// Kubernetes accepts an int, or a string ending in `%`; any other string is an error.
+    pub fn from_k8s(v: &IntOrString) -> Result<Self, BudgetError> {
+        match v {
+            IntOrString::Int(i) => Ok(IntOrPercent::Int(*i)),
+            IntOrString::String(s) => match s.strip_suffix('%') {
+                Some(num) => num
+                    .parse::<i32>()
+                    .map(IntOrPercent::Percent)
+                    .map_err(|_| BudgetError::IntOrPercent(s.clone())),
+                None => Err(BudgetError::IntOrPercent(s.clone())),
+            },
+        }
+    }
+
+    /// `GetScaledValueFromIntOrPercent`: an int is taken as is; a percentage of
+    /// `total` is rounded up or down.
+    pub fn scaled(self, total: i32, round_up: bool) -> i32 {
+        match self {
+            IntOrPercent::Int(i) => i,
+            IntOrPercent::Percent(p) => {
+                let product = i64::from(p) * i64::from(total);
+                let v = if round_up {
+                    product.div_euclid(100) + i64::from(product.rem_euclid(100) != 0)
+                } else {
+                    product.div_euclid(100)
+                };
+                v.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+            }
+        }
+    }
+}
+
+impl FromStr for IntOrPercent {
+    type Err = BudgetError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let (num, percent) = match t.strip_suffix('%') {
+            Some(n) => (n, true),
+            None => (t, false),
+        };
+        let v: i32 = num
+            .parse()
+            .map_err(|_| BudgetError::IntOrPercent(s.to_string()))?;
+        if v < 0 {
+            return Err(BudgetError::IntOrPercent(s.to_string()));
+        }
+        Ok(if percent {
+            IntOrPercent::Percent(v)
+        } else {
+            IntOrPercent::Int(v)
+        })
+    }
+}
+
+impl fmt::Display for IntOrPercent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IntOrPercent::Int(i) => write!(f, "{i}"),
+            IntOrPercent::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+/// The budget rule of a PDB spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    MinAvailable(IntOrPercent),
+    MaxUnavailable(IntOrPercent),
+    /// Neither field set: the controller computes expected = desired = 0.
+    None,
+}
+
+impl Rule {
+    pub fn from_spec(spec: &PodDisruptionBudgetSpec) -> Result<Self, BudgetError> {
+        // maxUnavailable is checked first, as the disruption controller does.
+        if let Some(m) = &spec.max_unavailable {
+            return Ok(Rule::MaxUnavailable(IntOrPercent::from_k8s(m)?));
+        }
+        if let Some(m) = &spec.min_available {
+            return Ok(Rule::MinAvailable(IntOrPercent::from_k8s(m)?));
+        }
+        Ok(Rule::None)
+    }
+
+    /// True when the expected count comes from the controllers' scale
+    /// (`getExpectedScale`) rather than from the number of selected pods.
+    pub fn uses_scale(self) -> bool {
+        matches!(
+            self,
+            Rule::MaxUnavailable(_) | Rule::MinAvailable(IntOrPercent::Percent(_))
+        )
+    }
+
+    /// `getExpectedPodCount`: returns `(expectedCount, desiredHealthy)`.
+    /// `pod_count` is the number of selected pods, `scale` the sum of the
+    /// owning controllers' replicas.
+    pub fn expected_and_desired(self, pod_count: i32, scale: i32) -> (i32, i32) {
+        match self {
+            Rule::MaxUnavailable(m) => {
+                let desired = scale - m.scaled(scale, true);
+                (scale, desired.max(0))
+            }
+            Rule::MinAvailable(IntOrPercent::Int(n)) => (pod_count, n),
+            Rule::MinAvailable(p @ IntOrPercent::Percent(_)) => (scale, p.scaled(scale, true)),
+            Rule::None => (0, 0),
+        }
+    }
+}
+
+/// `updatePdbStatus`: disruptions allowed from current and desired healthy.
+pub fn disruptions_allowed(current_healthy: i32, desired_healthy: i32, expected: i32) -> i32 {
+    let allowed = current_healthy - desired_healthy;
+    if expected <= 0 || allowed <= 0 {
+        0
+    } else {
+        allowed
+    }
+}
+
+/// A compiled label selector (`metav1.LabelSelectorAsSelector`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    /// A nil selector: matches nothing.
+    Nothing,
+    /// `{}` or requirements that are all empty: `Empty()` is true.
+    Everything,
+    Requirements(Vec<Requirement>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requirement {
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+impl Requirement {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
+            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
+            Requirement::Exists(k) => labels.contains_key(k),
+            Requirement::DoesNotExist(k) => !labels.contains_key(k),
+        }
+    }
+}
+
+impl Selector {
+    pub fn compile(sel: Option<&LabelSelector>) -> Result<Self, BudgetError> {
+        let Some(sel) = sel else {
+            return Ok(Selector::Nothing);
+        };
+        let mut reqs = Vec::new();
+        for (k, v) in sel.match_labels.iter().flatten() {
+            reqs.push(Requirement::In(k.clone(), vec![v.clone()]));
+        }
+        for e in sel.match_expressions.iter().flatten() {
+            let values = e.values.clone().unwrap_or_default();
+            let req = match e.operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => {
+                    return Err(BudgetError::Selector(format!(
+                        "{}: operator {} needs values",
+                        e.key, e.operator
+                    )))
+                }
+                "In" => Requirement::In(e.key.clone(), values),
+                "NotIn" => Requirement::NotIn(e.key.clone(), values),
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    return Err(BudgetError::Selector(format!(
+                        "{}: operator {} takes no values",
+                        e.key, e.operator
+                    )))
+                }
+                "Exists" => Requirement::Exists(e.key.clone()),
+                "DoesNotExist" => Requirement::DoesNotExist(e.key.clone()),
+                other => {
+                    return Err(BudgetError::Selector(format!(
+                        "{}: unknown operator {other:?}",
+                        e.key
+                    )))
+                }
+            };
+            reqs.push(req);
+        }
+        Ok(if reqs.is_empty() {
+            Selector::Everything
+        } else {
+            Selector::Requirements(reqs)
+        })
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            Selector::Nothing => false,
+            Selector::Everything => true,
+            Selector::Requirements(r) => r.iter().all(|r| r.matches(labels)),
+        }
+    }
+
+    /// The eviction subresource's test: an invalid, nil or empty selector
+    /// protects nothing ("it should match nothing, not everything").
+    pub fn selects_for_eviction(&self, labels: &BTreeMap<String, String>) -> bool {
+        matches!(self, Selector::Requirements(_)) && self.matches(labels)
+    }
+}
+
+/// Does this PDB selector protect pods with these labels, the way `eviction.go` decides?
+pub fn pdb_selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
+    Selector::compile(selector).is_ok_and(|s| s.selects_for_eviction(labels))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use proptest::prelude::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
+        LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: if values.is_empty() {
+                None
+            } else {
+                Some(values.iter().map(|v| v.to_string()).collect())
+            },
+        }
+    }
+
+    #[test]
+    fn scaled_values_round_like_kubernetes() {
+        // (value, total, roundUp, want), from intstr's own test table.
+        let cases = [
+            ("10%", 5, true, 1),
+            ("10%", 5, false, 0),
+            ("50%", 5, true, 3),
+            ("50%", 5, false, 2),
+            ("100%", 3, true, 3),
+            ("0%", 7, true, 0),
+            ("25%", 4, true, 1),
+            ("25%", 3, true, 1),
+            ("25%", 10, true, 3),
+            ("80%", 3, true, 3),
+            ("3", 100, true, 3),
+        ];
+        for (v, total, up, want) in cases {
+            let iop: IntOrPercent = v.parse().unwrap();
+            assert_eq!(iop.scaled(total, up), want, "{v} of {total} up={up}");
+        }
+    }
+
+    #[test]
+    fn k8s_int_or_string_rejects_non_percent_strings() {
+        assert_eq!(
+            IntOrPercent::from_k8s(&IntOrString::String("5".into())),
+            Err(BudgetError::IntOrPercent("5".into()))
+        );
+        assert_eq!(
+            IntOrPercent::from_k8s(&IntOrString::String("30%".into())),
+            Ok(IntOrPercent::Percent(30))
+        );
+        assert_eq!(
+            IntOrPercent::from_k8s(&IntOrString::Int(2)),
+            Ok(IntOrPercent::Int(2))
+        );
+        assert!("abc".parse::<IntOrPercent>().is_err());
+        assert!("-1".parse::<IntOrPercent>().is_err());
+        assert!("%".parse::<IntOrPercent>().is_err());
+    }
+
+    /// The examples of "Specifying a Disruption Budget for your Application"
+    /// (kubernetes.io): a StatefulSet/Deployment of scale 7 (or 3).
+    #[test]
+    fn documentation_examples() {
+        // minAvailable 5 with 7 pods: 2 disruptions when all healthy.
+        let r = Rule::MinAvailable(IntOrPercent::Int(5));
+        let (exp, des) = r.expected_and_desired(7, 7);
+        assert_eq!((exp, des), (7, 5));
+        assert_eq!(disruptions_allowed(7, des, exp), 2);
+        // minAvailable 30% of 7 → 3 (rounded up), 4 allowed.
+        let r = Rule::MinAvailable(IntOrPercent::Percent(30));
+        let (exp, des) = r.expected_and_desired(7, 7);
+        assert_eq!((exp, des), (7, 3));
+        assert_eq!(disruptions_allowed(7, des, exp), 4);
+        // maxUnavailable 30% of 7 → 3 (rounded up) unavailable, desired 4.
+        let r = Rule::MaxUnavailable(IntOrPercent::Percent(30));
+        assert_eq!(r.expected_and_desired(7, 7), (7, 4));
+        // maxUnavailable 1 of 3 → desired 2: one disruption at a time.
+        let r = Rule::MaxUnavailable(IntOrPercent::Int(1));
+        let (exp, des) = r.expected_and_desired(3, 3);
+        assert_eq!(disruptions_allowed(3, des, exp), 1);
+        // minAvailable 100% blocks every voluntary disruption.
+        let r = Rule::MinAvailable(IntOrPercent::Percent(100));
+        let (exp, des) = r.expected_and_desired(3, 3);
+        assert_eq!(disruptions_allowed(3, des, exp), 0);
+        // maxUnavailable 0 likewise.
+        let r = Rule::MaxUnavailable(IntOrPercent::Int(0));
+        let (exp, des) = r.expected_and_desired(3, 3);
+        assert_eq!(disruptions_allowed(3, des, exp), 0);
+        // maxUnavailable larger than the scale: desired clamps at 0.
+        let r = Rule::MaxUnavailable(IntOrPercent::Int(10));
+        assert_eq!(r.expected_and_desired(3, 3), (3, 0));
+        // Expected 0 (no pods) allows nothing.
+        let r = Rule::MinAvailable(IntOrPercent::Int(0));
+        assert_eq!(disruptions_allowed(0, 0, r.expected_and_desired(0, 0).0), 0);
+        // Neither field.
+        assert_eq!(Rule::None.expected_and_desired(3, 3), (0, 0));
+    }
+
+    #[test]
+    fn rule_from_spec_prefers_max_unavailable() {
+        let spec = PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::String("10%".into())),
+            min_available: Some(IntOrString::Int(1)),
+            ..Default::default()
+        };
+        assert_eq!(
+            Rule::from_spec(&spec),
+            Ok(Rule::MaxUnavailable(IntOrPercent::Percent(10)))
+        );
+        assert!(Rule::MaxUnavailable(IntOrPercent::Int(1)).uses_scale());
+        assert!(Rule::MinAvailable(IntOrPercent::Percent(1)).uses_scale());
+        assert!(!Rule::MinAvailable(IntOrPercent::Int(1)).uses_scale());
+    }
+
+    #[test]
+    fn selector_operators() {
+        let l = labels(&[("app", "web"), ("tier", "front")]);
+        let sel = |ml: &[(&str, &str)], ex: Vec<LabelSelectorRequirement>| LabelSelector {
+            match_labels: if ml.is_empty() {
+                None
+            } else {
+                Some(labels(ml))
+            },
+            match_expressions: if ex.is_empty() { None } else { Some(ex) },
+        };
+        let cases: Vec<(LabelSelector, bool)> = vec![
+            (sel(&[("app", "web")], vec![]), true),
+            (sel(&[("app", "db")], vec![]), false),
+            (sel(&[], vec![expr("app", "In", &["web", "api"])]), true),
+            (sel(&[], vec![expr("app", "In", &["api"])]), false),
+            (sel(&[], vec![expr("app", "NotIn", &["api"])]), true),
+            (sel(&[], vec![expr("app", "NotIn", &["web"])]), false),
+            (sel(&[], vec![expr("missing", "NotIn", &["x"])]), true),
+            (sel(&[], vec![expr("tier", "Exists", &[])]), true),
+            (sel(&[], vec![expr("missing", "Exists", &[])]), false),
+            (sel(&[], vec![expr("missing", "DoesNotExist", &[])]), true),
+            (sel(&[], vec![expr("app", "DoesNotExist", &[])]), false),
+            (
+                sel(&[("app", "web")], vec![expr("tier", "In", &["back"])]),
+                false,
+            ),
+        ];
+        for (s, want) in cases {
+            assert_eq!(pdb_selects(Some(&s), &l), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn eviction_semantics_of_nil_empty_and_invalid_selectors() {
+        let l = labels(&[("app", "web")]);
+        assert!(!pdb_selects(None, &l));
+        assert!(!pdb_selects(Some(&LabelSelector::default()), &l));
+        assert_eq!(
+            Selector::compile(Some(&LabelSelector::default())),
+            Ok(Selector::Everything)
+        );
+        let bad = LabelSelector {
+            match_expressions: Some(vec![expr("app", "In", &[])]),
+            ..Default::default()
+        };
+        assert!(Selector::compile(Some(&bad)).is_err());
+        assert!(!pdb_selects(Some(&bad), &l));
+        let bad = LabelSelector {
+            match_expressions: Some(vec![expr("app", "Exists", &["x"])]),
+            ..Default::default()
+        };
+        assert!(!pdb_selects(Some(&bad), &l));
+        let bad = LabelSelector {
+            match_expressions: Some(vec![expr("app", "Gt", &["1"])]),
+            ..Default::default()
+        };
+        assert!(!pdb_selects(Some(&bad), &l));
+    }
+
+    proptest! {
+        #[test]
+        fn percent_rounding_brackets_the_exact_value(p in 0i32..=100, total in 0i32..10_000) {
+            let up = IntOrPercent::Percent(p).scaled(total, true);
+            let down = IntOrPercent::Percent(p).scaled(total, false);
+            let exact = f64::from(p) * f64::from(total) / 100.0;
+            prop_assert_eq!(up, exact.ceil() as i32);
+            prop_assert_eq!(down, exact.floor() as i32);
+            prop_assert!(up - down <= 1);
+        }
+
+        #[test]
+        fn desired_never_exceeds_bounds(m in 0i32..200, scale in 0i32..500, pct in any::<bool>()) {
+            let v = if pct { IntOrPercent::Percent(m.min(100)) } else { IntOrPercent::Int(m) };
+            let (exp, des) = Rule::MaxUnavailable(v).expected_and_desired(scale, scale);
+            prop_assert!(des >= 0 && des <= exp);
+            let allowed = disruptions_allowed(scale, des, exp);
+            prop_assert!(allowed >= 0 && allowed <= scale);
+        }
+
+        #[test]
+        fn int_or_percent_roundtrips(v in 0i32..100_000, pct in any::<bool>()) {
+            let x = if pct { IntOrPercent::Percent(v) } else { IntOrPercent::Int(v) };
+            prop_assert_eq!(x.to_string().parse::<IntOrPercent>(), Ok(x));
+        }
+
+        #[test]
+        fn match_labels_equal_in_requirements(k in "[a-z]{1,5}", v in "[a-z]{1,5}", other in "[a-z]{1,5}") {
+            let l = labels(&[(k.as_str(), v.as_str())]);
+            let ml = LabelSelector { match_labels: Some(labels(&[(k.as_str(), other.as_str())])), ..Default::default() };
+            let ex = LabelSelector { match_expressions: Some(vec![expr(&k, "In", &[other.as_str()])]), ..Default::default() };
+            prop_assert_eq!(pdb_selects(Some(&ml), &l), pdb_selects(Some(&ex), &l));
+            prop_assert_eq!(pdb_selects(Some(&ml), &l), v == other);
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! Settings of behaviour.md section 1: environment variables with the same
+//! names as flags. A bad value stops start-up with a message that names the
+//! setting and the value (clap prints `invalid value 'x' for '--cooldown <COOLDOWN>'`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, ValueEnum};
+
+use crate::budget::IntOrPercent;
+
+/// Go's `strconv.ParseBool`, which the AKS extension uses for these settings.
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!("{s:?} is not a boolean (true or false)")),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration like 5s or 2m: {e}"))
+}
+
+fn parse_int_or_percent(s: &str) -> Result<IntOrPercent, String> {
+    s.parse::<IntOrPercent>().map_err(|e| e.to_string())
+}
+
+/// A comma-separated list of namespace names.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NamespaceList(pub Vec<String>);
+
+impl NamespaceList {
+    pub fn contains(&self, ns: &str) -> bool {
+        self.0.iter().any(|n| n == ns)
+    }
+}
+
+fn parse_namespaces(s: &str) -> Result<NamespaceList, String> {
+    Ok(NamespaceList(
+        s.split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect(),
+    ))
+}
+
+/// What the product does (shared by `serve` and the controllers).
+#[derive(Args, Debug, Clone)]
+pub struct Behaviour {
+    /// Create owned PDBs for in-scope Deployments that have none.
+    #[arg(long, env = "PDB_CREATE", value_name = "PDB_CREATE", default_value = "false",
+          value_parser = parse_bool, action = ArgAction::Set)]
+    pub pdb_create: bool,
+
+    /// Namespaces are in scope unless annotated `enable: "false"`.
+    #[arg(long, env = "ENABLED_BY_DEFAULT", value_name = "ENABLED_BY_DEFAULT", default_value = "false",
+          value_parser = parse_bool, action = ArgAction::Set)]
+    pub enabled_by_default: bool,
+
+    /// Comma-separated namespaces in scope when ENABLED_BY_DEFAULT is false.
+    #[arg(long, env = "ACTIONED_NAMESPACES", value_name = "ACTIONED_NAMESPACES",
+          default_value = "kube-system", value_parser = parse_namespaces)]
+    pub actioned_namespaces: NamespaceList,
+
+    /// Surge used where a Deployment's maxSurge is 0 (Recreate or explicit 0): int or percent.
+    #[arg(long, env = "ZERO_SURGE_OVERRIDE", value_name = "ZERO_SURGE_OVERRIDE",
+          value_parser = parse_int_or_percent, allow_hyphen_values = true)]
+    pub zero_surge_override: Option<IntOrPercent>,
+
+    /// Time after the last signal before a surge is scaled back.
+    #[arg(long, env = "COOLDOWN", value_name = "COOLDOWN", default_value = "60s",
+          value_parser = parse_duration)]
+    pub cooldown: Duration,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Behaviour {
+            pdb_create: false,
+            enabled_by_default: false,
+            actioned_namespaces: NamespaceList(vec!["kube-system".into()]),
+            zero_surge_override: None,
+            cooldown: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The HTTPS server.
+#[derive(Args, Debug, Clone)]
+pub struct ServeOpts {
+    #[command(flatten)]
+    pub behaviour: Behaviour,
+
+    /// Address to listen on (HTTPS only).
+    #[arg(long, env = "LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+
+    /// PEM serving certificate chain; re-read when it changes.
+    #[arg(long, env = "TLS_CERT_FILE")]
+    pub tls_cert_file: PathBuf,
+
+    /// PEM private key; re-read when it changes.
+    #[arg(long, env = "TLS_KEY_FILE")]
+    pub tls_key_file: PathBuf,
+
+    /// When set, clients must present a certificate signed by this CA.
+    #[arg(long, env = "CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// Largest request body accepted; larger ones get 413.
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 3 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Time limit for one request, TLS handshake and headers included.
+    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// How often certificate files are checked for changes.
+    #[arg(long, env = "CERT_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub cert_reload_interval: Duration,
+
+    /// Run the controllers only while holding this Lease (several replicas).
+    #[arg(long, env = "LEADER_ELECTION", default_value = "true", value_parser = parse_bool,
+          action = ArgAction::Set)]
+    pub leader_election: bool,
+
+    /// Namespace of the Lease and of this process (the downward API's POD_NAMESPACE).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "eviction-autoscaler")]
+    pub namespace: String,
+
+    /// Identity in the Lease (the downward API's POD_NAME).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        b: Behaviour,
+    }
+
+    fn parse(args: &[&str]) -> Result<Behaviour, String> {
+        let mut v = vec!["x"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v)
+            .map(|c| c.b)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let b = parse(&[]).unwrap();
+        assert!(!b.pdb_create);
+        assert!(!b.enabled_by_default);
+        assert_eq!(b.actioned_namespaces.0, vec!["kube-system"]);
+        assert_eq!(b.zero_surge_override, None);
+        assert_eq!(b.cooldown, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn values_parse() {
+        let b = parse(&[
+            "--pdb-create",
+            "true",
+            "--enabled-by-default",
+            "1",
+            "--actioned-namespaces",
+            "a, b,,c",
+            "--zero-surge-override",
+            "50%",
+            "--cooldown",
+            "2m",
+        ])
+        .unwrap();
+        assert!(b.pdb_create && b.enabled_by_default);
+        assert_eq!(b.actioned_namespaces.0, vec!["a", "b", "c"]);
+        assert_eq!(b.zero_surge_override, Some(IntOrPercent::Percent(50)));
+        assert_eq!(b.cooldown, Duration::from_secs(120));
+        let b = parse(&["--zero-surge-override", "2", "--cooldown", "5s"]).unwrap();
+        assert_eq!(b.zero_surge_override, Some(IntOrPercent::Int(2)));
+        assert_eq!(b.cooldown, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn bad_values_name_the_setting_and_value() {
+        for (args, setting, value) in [
+            (["--pdb-create", "maybe"], "PDB_CREATE", "maybe"),
+            (["--enabled-by-default", "yes"], "ENABLED_BY_DEFAULT", "yes"),
+            (["--cooldown", "soon"], "COOLDOWN", "soon"),
+            (["--zero-surge-override", "-3"], "ZERO_SURGE_OVERRIDE", "-3"),
+            (
+                ["--zero-surge-override", "lots%"],
+                "ZERO_SURGE_OVERRIDE",
+                "lots%",
+            ),
+        ] {
+            let err = parse(&args).unwrap_err();
+            assert!(
+                err.contains(setting) && err.contains(value),
+                "{args:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn go_booleans() {
+        for t in ["1", "t", "T", "true", "TRUE", "True"] {
+            assert_eq!(parse_bool(t), Ok(true));
+        }
+        for f in ["0", "f", "F", "false", "FALSE", "False"] {
+            assert_eq!(parse_bool(f), Ok(false));
+        }
+        assert!(parse_bool("yes").is_err());
+        assert!(parse_bool("").is_err());
+    }
+}

@@ -1,0 +1,17 @@
+//! eviction-autoscaler: owned PodDisruptionBudgets for Deployments, and a
+//! surge of replicas when a budget blocks a node drain.
+//! The contract is `shared/spec/behaviour.md`; module docs cite its sections.
+
+pub mod budget;
+pub mod cache;
+pub mod certs;
+pub mod config;
+pub mod crd;
+pub mod metrics;
+pub mod names;
+pub mod pdb;
+pub mod run;
+pub mod scope;
+pub mod server;
+pub mod tls;
+pub mod webhook;

@@ -1,0 +1,305 @@
+//! Owned PDBs (behaviour.md section 3): what we create for a Deployment and
+//! the pure checks around it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::budget::pdb_selects;
+use crate::cache::owned_by_us;
+use crate::names;
+
+/// The Deployment's pod-template labels (what PDB selectors are matched against).
+pub fn template_labels(dep: &Deployment) -> BTreeMap<String, String> {
+    dep.spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default()
+}
+
+/// PDBs in the Deployment's namespace that select its pods.
+pub fn matching_pdbs<'a>(
+    dep: &Deployment,
+    pdbs: &'a [Arc<PodDisruptionBudget>],
+) -> Vec<&'a Arc<PodDisruptionBudget>> {
+    let labels = template_labels(dep);
+    pdbs.iter()
+        .filter(|p| p.metadata.namespace == dep.metadata.namespace)
+        .filter(|p| pdb_selects(p.spec.as_ref().and_then(|s| s.selector.as_ref()), &labels))
+        .collect()
+}
+
+/// The HPA targeting this Deployment, if any.
+pub fn hpa_for<'a>(
+    dep: &Deployment,
+    hpas: &'a [Arc<HorizontalPodAutoscaler>],
+) -> Option<&'a Arc<HorizontalPodAutoscaler>> {
+    let name = dep.metadata.name.as_deref()?;
+    hpas.iter().find(|h| {
+        h.metadata.namespace == dep.metadata.namespace
+            && h.spec.as_ref().is_some_and(|s| {
+                s.scale_target_ref.kind == "Deployment" && s.scale_target_ref.name == name
+            })
+    })
+}
+
+/// Replicas not counting our own surge: the persisted baseline when a surge
+/// marker is present, else `spec.replicas` (default 1).
+pub fn baseline_replicas(dep: &Deployment) -> i32 {
+    let marker = dep
+        .metadata
+        .annotations
+        .as_ref()
+        .filter(|a| a.contains_key(names::SURGE_REPLICAS))
+        .and_then(|a| a.get(names::ORIGINAL_MIN_REPLICAS))
+        .and_then(|v| v.trim().parse::<i32>().ok());
+    marker.unwrap_or_else(|| dep.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1))
+}
+
+/// The floor the PDB keeps: the autoscaler minimum (its persisted baseline
+/// while we surge it) when one targets the Deployment, else the replicas.
+pub fn min_available_for(dep: &Deployment, hpa: Option<&HorizontalPodAutoscaler>) -> i32 {
+    match hpa {
+        Some(h) => {
+            let ann = h.metadata.annotations.as_ref();
+            let surged = ann.is_some_and(|a| a.contains_key(names::SURGE_REPLICAS));
+            let original = ann
+                .and_then(|a| a.get(names::ORIGINAL_MIN_REPLICAS))
+                .and_then(|v| v.trim().parse::<i32>().ok());
+            match (surged, original) {
+                (true, Some(o)) => o,
+                _ => h.spec.as_ref().and_then(|s| s.min_replicas).unwrap_or(1),
+            }
+        }
+        None => baseline_replicas(dep),
+    }
+}
+
+pub fn owner_reference(dep: &Deployment) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        name: dep.metadata.name.clone()?,
+        uid: dep.metadata.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+/// The PDB we own for a Deployment. Without a UID (admission time) it has no
+/// ownerReference yet; the reconciler adds it once the Deployment exists.
+pub fn owned_pdb(dep: &Deployment, min_available: i32) -> PodDisruptionBudget {
+    let name = dep.metadata.name.clone().unwrap_or_default();
+    PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: dep.metadata.namespace.clone(),
+            annotations: Some(
+                [
+                    (
+                        names::OWNED_BY.to_string(),
+                        names::OWNED_BY_VALUE.to_string(),
+                    ),
+                    (names::TARGET.to_string(), name),
+                ]
+                .into(),
+            ),
+            owner_references: owner_reference(dep).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            selector: dep.spec.as_ref().map(|s| s.selector.clone()),
+            min_available: Some(IntOrString::Int(min_available)),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// What to do for a Deployment at admission time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreatePlan {
+    Create(Box<PodDisruptionBudget>),
+    Skip(&'static str),
+}
+
+pub fn plan_for_new_deployment(
+    dep: &Deployment,
+    pdb_create: bool,
+    in_scope: bool,
+    pdbs: &[Arc<PodDisruptionBudget>],
+    hpas: &[Arc<HorizontalPodAutoscaler>],
+) -> CreatePlan {
+    if !pdb_create {
+        return CreatePlan::Skip("PDB_CREATE is off");
+    }
+    if !in_scope {
+        return CreatePlan::Skip("namespace not in scope");
+    }
+    if crate::scope::deployment_opted_out(dep.metadata.annotations.as_ref()) {
+        return CreatePlan::Skip("deployment opted out");
+    }
+    if dep.metadata.name.is_none() {
+        // generateName: the name is not known at admission; the reconciler creates it.
+        return CreatePlan::Skip("deployment has no name yet");
+    }
+    if !matching_pdbs(dep, pdbs).is_empty() {
+        return CreatePlan::Skip("a PDB already selects its pods");
+    }
+    let min = min_available_for(dep, hpa_for(dep, hpas).map(|h| h.as_ref()));
+    CreatePlan::Create(Box::new(owned_pdb(dep, min)))
+}
+
+/// Is an existing PDB of this name ours and for this Deployment?
+pub fn is_ours_for(pdb: &PodDisruptionBudget, dep: &Deployment) -> bool {
+    owned_by_us(&pdb.metadata)
+        && pdb.spec.as_ref().and_then(|s| s.selector.as_ref())
+            == dep.spec.as_ref().map(|s| &s.selector)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::DeploymentSpec;
+    use k8s_openapi::api::autoscaling::v2::{
+        CrossVersionObjectReference, HorizontalPodAutoscalerSpec,
+    };
+    use k8s_openapi::api::core::v1::PodTemplateSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+    pub fn dep(name: &str, replicas: i32) -> Deployment {
+        let labels: BTreeMap<String, String> = [("app".to_string(), name.to_string())].into();
+        Deployment {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            spec: Some(DeploymentSpec {
+                replicas: Some(replicas),
+                selector: LabelSelector {
+                    match_labels: Some(labels.clone()),
+                    match_expressions: Some(vec![LabelSelectorRequirement {
+                        key: "tier".into(),
+                        operator: "NotIn".into(),
+                        values: Some(vec!["batch".into()]),
+                    }]),
+                },
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        ..Default::default()
+                    }),
+                    spec: None,
+                },
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn hpa(target: &str, min: i32) -> HorizontalPodAutoscaler {
+        HorizontalPodAutoscaler {
+            metadata: ObjectMeta {
+                name: Some("h".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            spec: Some(HorizontalPodAutoscalerSpec {
+                min_replicas: Some(min),
+                max_replicas: 10,
+                scale_target_ref: CrossVersionObjectReference {
+                    api_version: Some("apps/v1".into()),
+                    kind: "Deployment".into(),
+                    name: target.into(),
+                },
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn owned_pdb_copies_the_whole_selector_and_owner() {
+        let mut d = dep("web", 3);
+        let p = owned_pdb(&d, 3);
+        assert_eq!(p.metadata.name.as_deref(), Some("web"));
+        assert!(p.metadata.owner_references.is_none(), "no uid yet");
+        let sel = p.spec.as_ref().unwrap().selector.as_ref().unwrap();
+        assert_eq!(sel, &d.spec.as_ref().unwrap().selector);
+        assert!(sel.match_expressions.is_some());
+        assert_eq!(p.spec.unwrap().min_available, Some(IntOrString::Int(3)));
+        assert!(owned_by_us(&p.metadata));
+        d.metadata.uid = Some("u-1".into());
+        let o = owned_pdb(&d, 3).metadata.owner_references.unwrap();
+        assert_eq!(o[0].uid, "u-1");
+        assert_eq!(
+            (o[0].controller, o[0].block_owner_deletion),
+            (Some(true), Some(true))
+        );
+    }
+
+    #[test]
+    fn plan_rows() {
+        let d = dep("web", 3);
+        let none: Vec<Arc<PodDisruptionBudget>> = vec![];
+        let no_hpa: Vec<Arc<HorizontalPodAutoscaler>> = vec![];
+        assert_eq!(
+            plan_for_new_deployment(&d, false, true, &none, &no_hpa),
+            CreatePlan::Skip("PDB_CREATE is off")
+        );
+        assert_eq!(
+            plan_for_new_deployment(&d, true, false, &none, &no_hpa),
+            CreatePlan::Skip("namespace not in scope")
+        );
+        let mut opted = d.clone();
+        opted.metadata.annotations =
+            Some([(names::PDB_CREATE.to_string(), "false".to_string())].into());
+        assert_eq!(
+            plan_for_new_deployment(&opted, true, true, &none, &no_hpa),
+            CreatePlan::Skip("deployment opted out")
+        );
+        let existing = vec![Arc::new(owned_pdb(&d, 1))];
+        assert_eq!(
+            plan_for_new_deployment(&d, true, true, &existing, &no_hpa),
+            CreatePlan::Skip("a PDB already selects its pods")
+        );
+        match plan_for_new_deployment(&d, true, true, &none, &no_hpa) {
+            CreatePlan::Create(p) => {
+                assert_eq!(p.spec.unwrap().min_available, Some(IntOrString::Int(3)))
+            }
+            other => panic!("{other:?}"),
+        }
+        let hpas = vec![Arc::new(hpa("web", 2))];
+        match plan_for_new_deployment(&d, true, true, &none, &hpas) {
+            CreatePlan::Create(p) => {
+                assert_eq!(p.spec.unwrap().min_available, Some(IntOrString::Int(2)))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn baseline_ignores_our_surge() {
+        let mut d = dep("web", 6);
+        assert_eq!(baseline_replicas(&d), 6);
+        d.metadata.annotations = Some(
+            [
+                (names::SURGE_REPLICAS.to_string(), "6".to_string()),
+                (names::ORIGINAL_MIN_REPLICAS.to_string(), "3".to_string()),
+            ]
+            .into(),
+        );
+        assert_eq!(baseline_replicas(&d), 3);
+        let mut h = hpa("web", 5);
+        h.metadata.annotations = d.metadata.annotations.clone();
+        assert_eq!(min_available_for(&d, Some(&h)), 3);
+        assert_eq!(min_available_for(&d, Some(&hpa("web", 5))), 5);
+    }
+}

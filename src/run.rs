@@ -1,0 +1,107 @@
+//! `eviction-autoscaler serve`: wires the caches, webhooks and server together.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::config::{LogFormat, ServeOpts};
+use crate::metrics::Metrics;
+use crate::server::{self, AppState};
+use crate::tls::{self, ReloadingCert};
+use crate::webhook::Webhooks;
+use crate::{cache, tls::TlsError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    #[error("Kubernetes client configuration: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Serve(#[from] server::ServeError),
+}
+
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // A second init (tests) is harmless: keep the first subscriber.
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = tokio::signal::ctrl_c() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
+    // Certificates first: a bad file is a start-up error, not a later surprise.
+    let cert = ReloadingCert::load(&opts.tls_cert_file, &opts.tls_key_file)?;
+    let tls_config = Arc::new(tls::server_config(
+        cert.clone(),
+        opts.client_ca_file.as_deref(),
+    )?);
+    let client = kube::Client::try_default().await?;
+    let behaviour = Arc::new(opts.behaviour.clone());
+    tracing::info!(?behaviour, listen = %opts.listen, "starting");
+
+    let mut tasks = JoinSet::new();
+    tasks.spawn(cert.clone().watch(opts.cert_reload_interval));
+    let cache = cache::start(client.clone(), behaviour.clone(), &mut tasks);
+    let metrics = Arc::new(Metrics::new());
+    let (signals, mut signal_rx) = mpsc::channel(1024);
+    // Blocked evictions are queued here for the surge worker.
+    tasks.spawn(async move {
+        while let Some(s) = signal_rx.recv().await {
+            tracing::debug!(?s, "surge signal received");
+        }
+    });
+
+    let webhooks = Arc::new(Webhooks {
+        cache,
+        client,
+        metrics: metrics.clone(),
+        signals,
+        write_timeout: Duration::from_secs(5),
+    });
+    let app = server::router(
+        AppState { webhooks, metrics },
+        opts.max_body_bytes,
+        opts.request_timeout,
+    );
+    let listener = server::bind(opts.listen).await?;
+    tracing::info!(listen = %opts.listen, "serving HTTPS");
+    server::serve(
+        listener,
+        tls_config,
+        app,
+        opts.request_timeout,
+        shutdown_signal(),
+    )
+    .await;
+    tracing::info!("shutting down");
+    tasks.abort_all();
+    Ok(())
+}

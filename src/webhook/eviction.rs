@@ -1,0 +1,548 @@
+//! The eviction decision (behaviour.md section 4), a pure function over a
+//! cache snapshot that mirrors `pkg/registry/core/pod/storage/eviction.go`.
+//! Safety rule: never deny an eviction that the apiserver would allow. Only
+//! where the apiserver itself would answer 429 for the budget may we deny.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use crate::budget::pdb_selects;
+use crate::cache::{Cache, SlimPod};
+use crate::names;
+
+/// What the decision reads: implemented by the watch caches, and by plain
+/// vectors in tests.
+pub trait EvictionView {
+    fn synced(&self) -> bool;
+    fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>>;
+    fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>>;
+    fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>>;
+    fn namespace_in_scope(&self, ns: &str) -> bool;
+}
+
+impl EvictionView for Cache {
+    fn synced(&self) -> bool {
+        Cache::synced(self)
+    }
+    fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
+        Cache::pod(self, ns, name)
+    }
+    fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>> {
+        Cache::pdbs_in(self, ns)
+    }
+    fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>> {
+        Cache::owning_deployment(self, pod)
+    }
+    fn namespace_in_scope(&self, ns: &str) -> bool {
+        Cache::namespace_in_scope(self, ns)
+    }
+}
+
+/// Why an eviction is let through; also the `decision` metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllowReason {
+    NotSynced,
+    PodNotFound,
+    BudgetIgnored,
+    NoPdb,
+    SeveralPdbs,
+    UnhealthyPodPolicy,
+    BudgetAllows,
+    /// The PDB status is older than its spec, or negative: the apiserver answers itself.
+    BudgetNotSettled,
+    NotADeployment,
+    OutOfScope,
+}
+
+impl AllowReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AllowReason::NotSynced => "not_synced",
+            AllowReason::PodNotFound => "pod_not_found",
+            AllowReason::BudgetIgnored => "budget_ignored",
+            AllowReason::NoPdb => "no_pdb",
+            AllowReason::SeveralPdbs => "several_pdbs",
+            AllowReason::UnhealthyPodPolicy => "unhealthy_pod_policy",
+            AllowReason::BudgetAllows => "budget_allows",
+            AllowReason::BudgetNotSettled => "budget_not_settled",
+            AllowReason::NotADeployment => "not_a_deployment",
+            AllowReason::OutOfScope => "out_of_scope",
+        }
+    }
+}
+
+/// A budget blocks the eviction of a pod of an in-scope Deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    pub namespace: String,
+    pub pod: String,
+    pub pdb: String,
+    pub deployment: String,
+    pub desired_healthy: i32,
+    pub current_healthy: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow {
+        reason: AllowReason,
+        warning: Option<String>,
+    },
+    Block(Blocked),
+}
+
+fn allow(reason: AllowReason) -> Decision {
+    Decision::Allow {
+        reason,
+        warning: None,
+    }
+}
+
+pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
+    if !view.synced() {
+        return allow(AllowReason::NotSynced);
+    }
+    let Some(pod) = view.pod(ns, pod_name) else {
+        return allow(AllowReason::PodNotFound);
+    };
+    if pod.budget_ignored() {
+        return allow(AllowReason::BudgetIgnored);
+    }
+    let labels = pod.labels();
+    let mut pdbs: Vec<_> = view
+        .pdbs_in(ns)
+        .into_iter()
+        .filter(|p| pdb_selects(p.spec.as_ref().and_then(|s| s.selector.as_ref()), labels))
+        .collect();
+    let pdb = match pdbs.len() {
+        0 => return allow(AllowReason::NoPdb),
+        1 => pdbs.remove(0),
+        _ => {
+            let mut found: Vec<&str> = pdbs
+                .iter()
+                .filter_map(|p| p.metadata.name.as_deref())
+                .collect();
+            found.sort_unstable();
+            return Decision::Allow {
+                reason: AllowReason::SeveralPdbs,
+                warning: Some(format!(
+                    "pod {ns}/{pod_name} is selected by more than one PodDisruptionBudget ({}); \
+                     the eviction subresource does not support that",
+                    found.join(", ")
+                )),
+            };
+        }
+    };
+    let status = pdb.status.clone().unwrap_or_default();
+    if !pod.is_ready() {
+        let policy = pdb
+            .spec
+            .as_ref()
+            .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref());
+        // AlwaysAllow lets unready pods go; the default (IfHealthyBudget, or
+        // unset) only while the budget is met and not trivially zero.
+        let healthy_budget =
+            status.current_healthy >= status.desired_healthy && status.desired_healthy > 0;
+        if policy == Some("AlwaysAllow") || healthy_budget {
+            return allow(AllowReason::UnhealthyPodPolicy);
+        }
+    }
+    if status.observed_generation.unwrap_or(0) < pdb.metadata.generation.unwrap_or(0)
+        || status.disruptions_allowed < 0
+    {
+        return allow(AllowReason::BudgetNotSettled);
+    }
+    if status.disruptions_allowed > 0 {
+        return allow(AllowReason::BudgetAllows);
+    }
+    let Some(dep) = view.owning_deployment(&pod) else {
+        return allow(AllowReason::NotADeployment);
+    };
+    if !view.namespace_in_scope(ns) {
+        return allow(AllowReason::OutOfScope);
+    }
+    Decision::Block(Blocked {
+        namespace: ns.to_string(),
+        pod: pod_name.to_string(),
+        pdb: pdb.metadata.name.clone().unwrap_or_default(),
+        deployment: dep.metadata.name.clone().unwrap_or_default(),
+        desired_healthy: status.desired_healthy,
+        current_healthy: status.current_healthy,
+    })
+}
+
+/// What the surge worker is doing for a Deployment, for the 429 message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SurgeState {
+    /// A surge is in place: replicas from `from` to `to`.
+    Active { from: i32, to: i32 },
+    /// The signal was recorded; the worker will size the surge.
+    Requested,
+    /// No surge can let the pod go.
+    Impossible(String),
+}
+
+/// Reads the surge markers on a Deployment (`evictionSurgeReplicas` holds
+/// the surged count, `original-min-replicas` the baseline).
+pub fn surge_state_from_markers(dep: &Deployment) -> SurgeState {
+    let ann = dep.metadata.annotations.as_ref();
+    let get = |k: &str| {
+        ann.and_then(|a| a.get(k))
+            .and_then(|v| v.trim().parse::<i32>().ok())
+    };
+    match (
+        get(names::ORIGINAL_MIN_REPLICAS),
+        get(names::SURGE_REPLICAS),
+    ) {
+        (Some(from), Some(to)) => SurgeState::Active { from, to },
+        _ => SurgeState::Requested,
+    }
+}
+
+/// The message of the 429: the apiserver's own words first, so tools that
+/// match on them keep working, then what the product is doing about it.
+pub fn blocked_message(b: &Blocked, surge: &SurgeState) -> String {
+    let what = match surge {
+        SurgeState::Active { from, to } => format!(
+            "eviction-autoscaler is surging Deployment {} from {from} to {to} replicas; retry shortly.",
+            b.deployment
+        ),
+        SurgeState::Requested => format!(
+            "eviction-autoscaler has asked for a surge of Deployment {}; retry shortly.",
+            b.deployment
+        ),
+        SurgeState::Impossible(why) => format!(
+            "eviction-autoscaler cannot surge Deployment {}: {why}",
+            b.deployment
+        ),
+    };
+    format!(
+        "{} The disruption budget {} needs {} healthy pods and has {} currently. {what}",
+        names::APISERVER_PDB_MESSAGE,
+        b.pdb,
+        b.desired_healthy,
+        b.current_healthy
+    )
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::cache::{SlimCondition, SlimPodSpec, SlimPodStatus};
+    use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+    use std::collections::BTreeMap;
+
+    #[derive(Default)]
+    pub struct Fixture {
+        pub synced: bool,
+        pub pods: Vec<SlimPod>,
+        pub pdbs: Vec<PodDisruptionBudget>,
+        pub deployment_of: BTreeMap<String, Deployment>,
+        pub in_scope: bool,
+    }
+
+    impl EvictionView for Fixture {
+        fn synced(&self) -> bool {
+            self.synced
+        }
+        fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
+            self.pods
+                .iter()
+                .find(|p| {
+                    p.metadata.namespace.as_deref() == Some(ns)
+                        && p.metadata.name.as_deref() == Some(name)
+                })
+                .cloned()
+                .map(Arc::new)
+        }
+        fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>> {
+            self.pdbs
+                .iter()
+                .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+                .cloned()
+                .map(Arc::new)
+                .collect()
+        }
+        fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>> {
+            let name = pod.metadata.name.clone()?;
+            self.deployment_of.get(&name).cloned().map(Arc::new)
+        }
+        fn namespace_in_scope(&self, _ns: &str) -> bool {
+            self.in_scope
+        }
+    }
+
+    fn labels() -> BTreeMap<String, String> {
+        [("app".to_string(), "web".to_string())].into()
+    }
+
+    pub fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
+        SlimPod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                labels: Some(labels()),
+                ..Default::default()
+            },
+            spec: SlimPodSpec {
+                node_name: Some("n1".into()),
+            },
+            status: SlimPodStatus {
+                phase: Some(phase.into()),
+                conditions: vec![SlimCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                }],
+            },
+        }
+    }
+
+    pub fn pdb(name: &str, allowed: i32, desired: i32, current: i32) -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                generation: Some(1),
+                ..Default::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                selector: Some(LabelSelector {
+                    match_labels: Some(labels()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            status: Some(PodDisruptionBudgetStatus {
+                disruptions_allowed: allowed,
+                desired_healthy: desired,
+                current_healthy: current,
+                expected_pods: current,
+                observed_generation: Some(1),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn deployment() -> Deployment {
+        Deployment {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn base() -> Fixture {
+        Fixture {
+            synced: true,
+            pods: vec![pod("p", "Running", true)],
+            pdbs: vec![pdb("web", 0, 3, 3)],
+            deployment_of: [("p".to_string(), deployment())].into(),
+            in_scope: true,
+        }
+    }
+
+    fn reason(d: Decision) -> Option<AllowReason> {
+        match d {
+            Decision::Allow { reason, .. } => Some(reason),
+            Decision::Block(_) => None,
+        }
+    }
+
+    #[test]
+    fn blocked_when_budget_exhausted_in_scope() {
+        let d = decide(&base(), "ns", "p");
+        assert_eq!(
+            d,
+            Decision::Block(Blocked {
+                namespace: "ns".into(),
+                pod: "p".into(),
+                pdb: "web".into(),
+                deployment: "web".into(),
+                desired_healthy: 3,
+                current_healthy: 3,
+            })
+        );
+    }
+
+    #[test]
+    fn every_allow_row_of_section_4() {
+        type Tweak = fn(&mut Fixture);
+        let rows: Vec<(&str, Tweak, AllowReason)> = vec![
+            (
+                "caches not synced",
+                |f| f.synced = false,
+                AllowReason::NotSynced,
+            ),
+            (
+                "pod not in cache",
+                |f| f.pods.clear(),
+                AllowReason::PodNotFound,
+            ),
+            (
+                "terminating",
+                |f| f.pods[0].metadata.deletion_timestamp = Some(Time(Default::default())),
+                AllowReason::BudgetIgnored,
+            ),
+            (
+                "pending",
+                |f| f.pods[0] = pod("p", "Pending", false),
+                AllowReason::BudgetIgnored,
+            ),
+            (
+                "succeeded",
+                |f| f.pods[0] = pod("p", "Succeeded", false),
+                AllowReason::BudgetIgnored,
+            ),
+            (
+                "failed",
+                |f| f.pods[0] = pod("p", "Failed", false),
+                AllowReason::BudgetIgnored,
+            ),
+            ("no pdb", |f| f.pdbs.clear(), AllowReason::NoPdb),
+            (
+                "pdb in another namespace",
+                |f| f.pdbs[0].metadata.namespace = Some("other".into()),
+                AllowReason::NoPdb,
+            ),
+            (
+                "empty selector protects nothing",
+                |f| f.pdbs[0].spec.as_mut().unwrap().selector = Some(LabelSelector::default()),
+                AllowReason::NoPdb,
+            ),
+            (
+                "several pdbs",
+                |f| f.pdbs.push(pdb("other", 0, 3, 3)),
+                AllowReason::SeveralPdbs,
+            ),
+            (
+                "unready, AlwaysAllow",
+                |f| {
+                    f.pods[0] = pod("p", "Running", false);
+                    f.pdbs[0] = pdb("web", 0, 3, 2);
+                    f.pdbs[0]
+                        .spec
+                        .as_mut()
+                        .unwrap()
+                        .unhealthy_pod_eviction_policy = Some("AlwaysAllow".into());
+                },
+                AllowReason::UnhealthyPodPolicy,
+            ),
+            (
+                "unready, default policy, healthy budget",
+                |f| {
+                    f.pods[0] = pod("p", "Running", false);
+                    f.pdbs[0] = pdb("web", 0, 3, 3);
+                },
+                AllowReason::UnhealthyPodPolicy,
+            ),
+            (
+                "unready, IfHealthyBudget, healthy budget",
+                |f| {
+                    f.pods[0] = pod("p", "Running", false);
+                    f.pdbs[0] = pdb("web", 0, 2, 3);
+                    f.pdbs[0]
+                        .spec
+                        .as_mut()
+                        .unwrap()
+                        .unhealthy_pod_eviction_policy = Some("IfHealthyBudget".into());
+                },
+                AllowReason::UnhealthyPodPolicy,
+            ),
+            (
+                "budget allows",
+                |f| f.pdbs[0] = pdb("web", 1, 2, 3),
+                AllowReason::BudgetAllows,
+            ),
+            (
+                "pdb status stale",
+                |f| f.pdbs[0].metadata.generation = Some(2),
+                AllowReason::BudgetNotSettled,
+            ),
+            (
+                "negative disruptions",
+                |f| f.pdbs[0] = pdb("web", -1, 3, 3),
+                AllowReason::BudgetNotSettled,
+            ),
+            (
+                "not a deployment",
+                |f| f.deployment_of.clear(),
+                AllowReason::NotADeployment,
+            ),
+            (
+                "out of scope",
+                |f| f.in_scope = false,
+                AllowReason::OutOfScope,
+            ),
+        ];
+        for (name, tweak, want) in rows {
+            let mut f = base();
+            tweak(&mut f);
+            assert_eq!(reason(decide(&f, "ns", "p")), Some(want), "{name}");
+        }
+    }
+
+    #[test]
+    fn unready_pod_is_blocked_when_budget_is_not_healthy() {
+        // IfHealthyBudget with currentHealthy < desiredHealthy: the apiserver
+        // goes on to checkAndDecrement, which answers 429.
+        let mut f = base();
+        f.pods[0] = pod("p", "Running", false);
+        f.pdbs[0] = pdb("web", 0, 3, 2);
+        assert!(matches!(decide(&f, "ns", "p"), Decision::Block(_)));
+        // desiredHealthy 0 is not a "healthy budget" either.
+        f.pdbs[0] = pdb("web", 0, 0, 0);
+        assert!(matches!(decide(&f, "ns", "p"), Decision::Block(_)));
+    }
+
+    #[test]
+    fn several_pdbs_warning_names_them() {
+        let mut f = base();
+        f.pdbs.push(pdb("b-other", 0, 3, 3));
+        match decide(&f, "ns", "p") {
+            Decision::Allow {
+                warning: Some(w), ..
+            } => assert!(w.contains("b-other, web"), "{w}"),
+            d => panic!("unexpected {d:?}"),
+        }
+    }
+
+    #[test]
+    fn message_starts_with_the_apiservers_words() {
+        let b = Blocked {
+            namespace: "ns".into(),
+            pod: "p".into(),
+            pdb: "web-pdb".into(),
+            deployment: "web".into(),
+            desired_healthy: 3,
+            current_healthy: 3,
+        };
+        let m = blocked_message(&b, &SurgeState::Active { from: 3, to: 6 });
+        assert!(m.starts_with(names::APISERVER_PDB_MESSAGE));
+        assert!(m.contains("web-pdb") && m.contains("Deployment web") && m.contains("from 3 to 6"));
+        let m = blocked_message(&b, &SurgeState::Impossible("maxUnavailable is 0".into()));
+        assert!(m.contains("cannot surge") && m.contains("maxUnavailable is 0"));
+    }
+
+    #[test]
+    fn surge_markers_are_read() {
+        let mut d = deployment();
+        assert_eq!(surge_state_from_markers(&d), SurgeState::Requested);
+        d.metadata.annotations = Some(
+            [
+                (names::ORIGINAL_MIN_REPLICAS.to_string(), "3".to_string()),
+                (names::SURGE_REPLICAS.to_string(), "6".to_string()),
+            ]
+            .into(),
+        );
+        assert_eq!(
+            surge_state_from_markers(&d),
+            SurgeState::Active { from: 3, to: 6 }
+        );
+    }
+}

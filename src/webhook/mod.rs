@@ -1,0 +1,448 @@
+//! Admission webhooks: the AdmissionReview codec and the two handlers.
+//! Decisions are pure (`eviction::decide`, `pdb::plan_for_new_deployment`);
+//! this module does the parsing, the I/O and the answer.
+
+pub mod eviction;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::PostParams;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
+use kube::core::DynamicObject;
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+
+use crate::cache::Cache;
+use crate::metrics::{AdmissionLabels, Metrics, WebhookLabel};
+use crate::names;
+use crate::pdb::{self, CreatePlan};
+use eviction::{Blocked, Decision, SurgeState};
+
+/// A blocked eviction, handed to the surge worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signal {
+    pub namespace: String,
+    pub deployment: String,
+    pub pdb: String,
+    pub pod: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("request body is not an AdmissionReview: {0}")]
+    Parse(#[from] serde_json::Error),
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+    #[error("unsupported AdmissionReview apiVersion {0:?}; want admission.k8s.io/v1")]
+    Version(String),
+}
+
+/// Parses an AdmissionReview v1 (any object kind).
+pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
+    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
+    if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
+        return Err(ReviewError::Version(format!(
+            "{}/{}",
+            review.types.api_version, review.types.kind
+        )));
+    }
+    review.request.ok_or(ReviewError::NoRequest)
+}
+
+/// What the HTTP layer sends back: the review and the code for metrics.
+pub struct Answer {
+    pub review: AdmissionReview<DynamicObject>,
+    pub decision: &'static str,
+    pub code: u16,
+}
+
+/// kube's `into_review` copies the request's type meta, which the request
+/// itself never carries on the wire; the apiserver needs it set.
+trait IntoReviewV1 {
+    fn into_review_v1(self) -> AdmissionReview<DynamicObject>;
+}
+
+impl IntoReviewV1 for AdmissionResponse {
+    fn into_review_v1(self) -> AdmissionReview<DynamicObject> {
+        let mut review = self.into_review();
+        review.types = kube::core::TypeMeta {
+            api_version: "admission.k8s.io/v1".into(),
+            kind: "AdmissionReview".into(),
+        };
+        review
+    }
+}
+
+fn allowed(req: &AdmissionRequest<DynamicObject>, warning: Option<String>) -> AdmissionResponse {
+    let mut resp = AdmissionResponse::from(req);
+    resp.warnings = warning.map(|w| vec![w]);
+    resp
+}
+
+/// The 429 the apiserver would give, with our message (behaviour.md 4.5).
+pub fn deny_too_many_requests(
+    req: &AdmissionRequest<DynamicObject>,
+    b: &Blocked,
+    surge: &SurgeState,
+) -> AdmissionResponse {
+    let message = eviction::blocked_message(b, surge);
+    let mut resp = AdmissionResponse::from(req);
+    resp.allowed = false;
+    resp.result.status = Some(StatusSummary::Failure);
+    resp.result.code = 429;
+    resp.result.reason = "TooManyRequests".into();
+    resp.result.message = message;
+    resp.result.details = Some(StatusDetails {
+        name: b.pod.clone(),
+        kind: "pods".into(),
+        causes: vec![StatusCause {
+            reason: names::DISRUPTION_BUDGET_CAUSE.into(),
+            message: format!(
+                "The disruption budget {} needs {} healthy pods and has {} currently",
+                b.pdb, b.desired_healthy, b.current_healthy
+            ),
+            field: String::new(),
+        }],
+        group: String::new(),
+        uid: String::new(),
+        retry_after_seconds: 0,
+    });
+    resp
+}
+
+pub struct Webhooks {
+    pub cache: Cache,
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub signals: mpsc::Sender<Signal>,
+    /// Limit for the API write the mutating webhook makes.
+    pub write_timeout: Duration,
+}
+
+impl Webhooks {
+    fn observe(&self, webhook: &'static str, started: Instant, decision: &'static str, code: u16) {
+        self.metrics
+            .admission_requests
+            .get_or_create(&AdmissionLabels {
+                webhook,
+                decision,
+                code,
+            })
+            .inc();
+        self.metrics
+            .admission_duration
+            .get_or_create(&WebhookLabel { webhook })
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    pub fn evictions(&self, req: AdmissionRequest<DynamicObject>) -> Answer {
+        let started = Instant::now();
+        let answer = self.evictions_inner(&req);
+        self.observe("evictions", started, answer.decision, answer.code);
+        answer
+    }
+
+    fn evictions_inner(&self, req: &AdmissionRequest<DynamicObject>) -> Answer {
+        let handled = req.resource.resource == "pods"
+            && req.sub_resource.as_deref() == Some("eviction")
+            && matches!(req.operation, Operation::Create);
+        let Some(ns) = req.namespace.as_deref().filter(|_| handled) else {
+            return Answer {
+                review: allowed(
+                    req,
+                    Some(format!(
+                        "eviction-autoscaler: {} {}/{} is not handled by this webhook",
+                        operation_name(&req.operation),
+                        req.resource.resource,
+                        req.sub_resource.as_deref().unwrap_or("")
+                    )),
+                )
+                .into_review_v1(),
+                decision: "not_handled",
+                code: 200,
+            };
+        };
+        match eviction::decide(&self.cache, ns, &req.name) {
+            Decision::Allow { reason, warning } => {
+                tracing::debug!(namespace = ns, pod = %req.name, reason = reason.as_str(), "eviction allowed");
+                Answer {
+                    review: allowed(req, warning).into_review_v1(),
+                    decision: reason.as_str(),
+                    code: 200,
+                }
+            }
+            Decision::Block(b) => {
+                let surge = self
+                    .cache
+                    .deployment(ns, &b.deployment)
+                    .map(|d| eviction::surge_state_from_markers(&d))
+                    .unwrap_or(SurgeState::Requested);
+                if !req.dry_run {
+                    self.metrics.blocked_evictions.inc();
+                    let signal = Signal {
+                        namespace: b.namespace.clone(),
+                        deployment: b.deployment.clone(),
+                        pdb: b.pdb.clone(),
+                        pod: b.pod.clone(),
+                    };
+                    // Never wait on the admission path: a full queue already
+                    // holds a wake-up for the worker.
+                    if let Err(e) = self.signals.try_send(signal) {
+                        tracing::debug!(error = %e, "surge signal not queued");
+                    }
+                }
+                tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb, deployment = %b.deployment,
+                    dry_run = req.dry_run, "eviction blocked by budget; answered 429");
+                Answer {
+                    review: deny_too_many_requests(req, &b, &surge).into_review_v1(),
+                    decision: "blocked",
+                    code: 429,
+                }
+            }
+        }
+    }
+
+    pub async fn deployments(&self, req: AdmissionRequest<DynamicObject>) -> Answer {
+        let started = Instant::now();
+        let answer = self.deployments_inner(&req).await;
+        self.observe("deployments", started, answer.decision, answer.code);
+        answer
+    }
+
+    async fn deployments_inner(&self, req: &AdmissionRequest<DynamicObject>) -> Answer {
+        let skip = |decision: &'static str, warning: Option<String>| Answer {
+            review: allowed(req, warning).into_review_v1(),
+            decision,
+            code: 200,
+        };
+        let is_deployment = req.kind.group == "apps" && req.kind.kind == "Deployment";
+        if !is_deployment || !matches!(req.operation, Operation::Create) {
+            return skip(
+                "not_handled",
+                Some(format!(
+                    "eviction-autoscaler: {} {} is not handled by this webhook",
+                    operation_name(&req.operation),
+                    req.kind.kind
+                )),
+            );
+        }
+        let dep: Deployment = match req.object.as_ref().map(|o| o.clone().try_parse()) {
+            Some(Ok(d)) => d,
+            Some(Err(e)) => {
+                return skip(
+                    "not_handled",
+                    Some(format!(
+                        "eviction-autoscaler: cannot read the Deployment: {e}"
+                    )),
+                )
+            }
+            None => return skip("not_handled", None),
+        };
+        let mut dep = dep;
+        // The object carries the namespace only sometimes; the request always does.
+        if dep.metadata.namespace.is_none() {
+            dep.metadata.namespace = req.namespace.clone();
+        }
+        let ns = dep.metadata.namespace.clone().unwrap_or_default();
+        if !self.cache.synced() {
+            // The reconciler creates the PDB once caches are synced.
+            return skip("not_synced", None);
+        }
+        let pdbs = self.cache.pdbs_in(&ns);
+        let hpas = self.cache.hpas.state();
+        let plan = pdb::plan_for_new_deployment(
+            &dep,
+            self.cache.behaviour.pdb_create,
+            self.cache.namespace_in_scope(&ns),
+            &pdbs,
+            &hpas,
+        );
+        let CreatePlan::Create(want) = plan else {
+            return skip("skipped", None);
+        };
+        if req.dry_run {
+            return skip("dry_run", None);
+        }
+        let name = want.metadata.name.clone().unwrap_or_default();
+        match self.create_pdb(&ns, &want, &dep).await {
+            Ok(()) => {
+                tracing::info!(namespace = %ns, pdb = %name, "created PDB at admission");
+                let patched = annotation_patch(&dep, names::PDB_ANNOTATION, &name)
+                    .map_err(|e| e.to_string())
+                    .and_then(|op| {
+                        allowed(req, None)
+                            .with_patch(json_patch::Patch(vec![op]))
+                            .map_err(|e| e.to_string())
+                    });
+                match patched {
+                    Ok(r) => Answer {
+                        review: r.into_review_v1(),
+                        decision: "pdb_created",
+                        code: 200,
+                    },
+                    Err(e) => skip("error", Some(format!("eviction-autoscaler: {e}"))),
+                }
+            }
+            Err(e) => {
+                // Never reject a Deployment: the reconciler retries later.
+                tracing::warn!(namespace = %ns, pdb = %name, error = %e, "PDB not created at admission");
+                skip("error", None)
+            }
+        }
+    }
+
+    async fn create_pdb(
+        &self,
+        ns: &str,
+        want: &PodDisruptionBudget,
+        dep: &Deployment,
+    ) -> Result<(), kube::Error> {
+        let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), ns);
+        let pp = PostParams {
+            field_manager: Some(names::MANAGER.into()),
+            ..Default::default()
+        };
+        let create = tokio::time::timeout(self.write_timeout, api.create(&pp, want)).await;
+        match create {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
+                // Ours from an earlier attempt (retried admission) is fine.
+                let name = want.metadata.name.as_deref().unwrap_or_default();
+                let existing = api.get(name).await?;
+                if pdb::is_ours_for(&existing, dep) {
+                    Ok(())
+                } else {
+                    Err(kube::Error::Api(s))
+                }
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(kube::Error::Service(
+                format!("PDB create timed out after {:?}", self.write_timeout).into(),
+            )),
+        }
+    }
+}
+
+fn operation_name(op: &Operation) -> &'static str {
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+/// A JSON patch operation that sets one annotation (creating the map if absent).
+pub fn annotation_patch(
+    dep: &Deployment,
+    key: &str,
+    value: &str,
+) -> Result<json_patch::PatchOperation, serde_json::Error> {
+    // RFC 6901 escaping: `~` then `/`.
+    let escaped = key.replace('~', "~0").replace('/', "~1");
+    let op = if dep.metadata.annotations.is_some() {
+        serde_json::json!({"op": "add", "path": format!("/metadata/annotations/{escaped}"), "value": value})
+    } else {
+        serde_json::json!({"op": "add", "path": "/metadata/annotations", "value": { key: value }})
+    };
+    serde_json::from_value(op)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVICTION: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"705ab4f5-6393-11e8-b7cc-42010a800002","kind":{"group":"policy","version":"v1","kind":"Eviction"},"resource":{"group":"","version":"v1","resource":"pods"},"subResource":"eviction","requestKind":{"group":"policy","version":"v1","kind":"Eviction"},"requestResource":{"group":"","version":"v1","resource":"pods"},"requestSubResource":"eviction","name":"web-1","namespace":"ns","operation":"CREATE","userInfo":{"username":"admin"},"object":{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"web-1","namespace":"ns"}},"oldObject":null,"dryRun":false,"options":{"apiVersion":"meta.k8s.io/v1","kind":"CreateOptions"}}}"#;
+
+    #[test]
+    fn parses_an_eviction_review() {
+        let req = parse_review(EVICTION.as_bytes()).unwrap();
+        assert_eq!(req.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
+        assert_eq!(req.name, "web-1");
+        assert_eq!(req.sub_resource.as_deref(), Some("eviction"));
+        // v1beta1 Eviction objects (older clients) parse the same way.
+        let beta = EVICTION
+            .replace(
+                r#""version":"v1","kind":"Eviction""#,
+                r#""version":"v1beta1","kind":"Eviction""#,
+            )
+            .replace(
+                r#""apiVersion":"policy/v1""#,
+                r#""apiVersion":"policy/v1beta1""#,
+            );
+        assert_eq!(parse_review(beta.as_bytes()).unwrap().name, "web-1");
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_review() {
+        assert!(matches!(
+            parse_review(b"garbage"),
+            Err(ReviewError::Parse(_))
+        ));
+        assert!(matches!(parse_review(b"{}"), Err(ReviewError::Parse(_))));
+        assert!(matches!(
+            parse_review(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#),
+            Err(ReviewError::NoRequest)
+        ));
+        let v1beta1 = EVICTION.replace("admission.k8s.io/v1", "admission.k8s.io/v1beta1");
+        assert!(matches!(
+            parse_review(v1beta1.as_bytes()),
+            Err(ReviewError::Version(_))
+        ));
+    }
+
+    #[test]
+    fn denial_is_a_429_with_a_disruption_budget_cause() {
+        let req = parse_review(EVICTION.as_bytes()).unwrap();
+        let b = Blocked {
+            namespace: "ns".into(),
+            pod: "web-1".into(),
+            pdb: "web".into(),
+            deployment: "web".into(),
+            desired_healthy: 3,
+            current_healthy: 3,
+        };
+        let review = deny_too_many_requests(&req, &b, &SurgeState::Active { from: 3, to: 4 })
+            .into_review_v1();
+        let v = serde_json::to_value(&review).unwrap();
+        let r = &v["response"];
+        assert_eq!(r["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+        assert_eq!(r["allowed"], false);
+        assert_eq!(r["status"]["code"], 429);
+        assert_eq!(r["status"]["reason"], "TooManyRequests");
+        assert_eq!(
+            r["status"]["details"]["causes"][0]["reason"],
+            "DisruptionBudget"
+        );
+        let msg = r["status"]["message"].as_str().unwrap();
+        assert!(msg.starts_with(names::APISERVER_PDB_MESSAGE), "{msg}");
+        assert!(msg.contains("from 3 to 4"), "{msg}");
+        assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(v["kind"], "AdmissionReview");
+    }
+
+    #[test]
+    fn annotation_patch_applies() {
+        let mut d = crate::pdb::tests::dep("web", 3);
+        let mut doc = serde_json::to_value(&d).unwrap();
+        json_patch::patch(
+            &mut doc,
+            &[annotation_patch(&d, names::PDB_ANNOTATION, "web").unwrap()],
+        )
+        .unwrap();
+        assert_eq!(doc["metadata"]["annotations"][names::PDB_ANNOTATION], "web");
+        d.metadata.annotations = Some([("a/b~c".to_string(), "x".to_string())].into());
+        let mut doc = serde_json::to_value(&d).unwrap();
+        json_patch::patch(
+            &mut doc,
+            &[annotation_patch(&d, names::PDB_ANNOTATION, "web").unwrap()],
+        )
+        .unwrap();
+        assert_eq!(doc["metadata"]["annotations"][names::PDB_ANNOTATION], "web");
+        assert_eq!(doc["metadata"]["annotations"]["a/b~c"], "x");
+    }
+}
