@@ -87,8 +87,11 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         write_timeout: Duration::from_secs(5),
     });
     let app = server::router(
-        AppState { webhooks, metrics },
-        opts.max_body_bytes,
+        AppState {
+            webhooks,
+            metrics,
+            max_body: opts.max_body_bytes,
+        },
         opts.request_timeout,
     );
     let listener = server::bind(opts.listen).await?;

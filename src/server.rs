@@ -5,14 +5,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures::StreamExt;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -29,6 +29,8 @@ use crate::webhook::{parse_review, Answer, ReviewError, Webhooks};
 pub struct AppState {
     pub webhooks: Arc<Webhooks>,
     pub metrics: Arc<Metrics>,
+    /// Largest request body accepted.
+    pub max_body: usize,
 }
 
 fn json_error(code: StatusCode, message: impl Into<String>) -> Response {
@@ -41,41 +43,66 @@ fn answer(a: Answer) -> Response {
 
 /// Input the server cannot handle: too large, unreadable, not a review.
 enum BadInput {
-    Body(BytesRejection),
+    TooLarge(usize),
+    Unreadable(String),
     Review(ReviewError),
 }
 
 impl IntoResponse for BadInput {
     fn into_response(self) -> Response {
         match self {
-            BadInput::Body(rej) => json_error(rej.status(), rej.body_text()),
+            BadInput::TooLarge(max) => json_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body is larger than the limit of {max} bytes"),
+            ),
+            BadInput::Unreadable(e) => json_error(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the request body: {e}"),
+            ),
             BadInput::Review(e) => json_error(StatusCode::BAD_REQUEST, e.to_string()),
         }
     }
 }
 
-fn read_review(
-    body: Result<Bytes, BytesRejection>,
+/// Reads at most `max` bytes. Past that the rest is read and dropped rather
+/// than buffered, so that HTTP/2 clients get the 413 instead of a reset
+/// stream; the request timeout bounds how long that can take.
+async fn read_limited(body: Body, max: usize) -> Result<Bytes, BadInput> {
+    let mut stream = body.into_data_stream();
+    let mut buf = Vec::new();
+    let mut too_large = false;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| BadInput::Unreadable(e.to_string()))?;
+        if too_large || buf.len() + chunk.len() > max {
+            too_large = true;
+            buf = Vec::new();
+            continue;
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    if too_large {
+        return Err(BadInput::TooLarge(max));
+    }
+    Ok(Bytes::from(buf))
+}
+
+async fn read_review(
+    s: &AppState,
+    body: Body,
 ) -> Result<AdmissionRequest<DynamicObject>, BadInput> {
-    let body = body.map_err(BadInput::Body)?;
+    let body = read_limited(body, s.max_body).await?;
     parse_review(&body).map_err(BadInput::Review)
 }
 
-async fn validate_evictions(
-    State(s): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    match read_review(body) {
+async fn validate_evictions(State(s): State<AppState>, body: Body) -> Response {
+    match read_review(&s, body).await {
         Ok(req) => answer(s.webhooks.evictions(req)),
         Err(e) => e.into_response(),
     }
 }
 
-async fn mutate_deployments(
-    State(s): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    match read_review(body) {
+async fn mutate_deployments(State(s): State<AppState>, body: Body) -> Response {
+    match read_review(&s, body).await {
         Ok(req) => answer(s.webhooks.deployments(req).await),
         Err(e) => e.into_response(),
     }
@@ -100,7 +127,7 @@ async fn metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
-pub fn router(state: AppState, max_body: usize, request_timeout: Duration) -> Router {
+pub fn router(state: AppState, request_timeout: Duration) -> Router {
     Router::new()
         .route("/validate/evictions", post(validate_evictions))
         .route("/mutate/deployments", post(mutate_deployments))
@@ -108,7 +135,8 @@ pub fn router(state: AppState, max_body: usize, request_timeout: Duration) -> Ro
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such endpoint") })
-        .layer(DefaultBodyLimit::max(max_body))
+        // Bodies are limited by read_limited, per handler.
+        .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(
             move |req: Request, next: Next| async move {
                 match tokio::time::timeout(request_timeout, next.run(req)).await {
