@@ -13,5 +13,6 @@ pub mod pdb;
 pub mod run;
 pub mod scope;
 pub mod server;
+pub mod surge;
 pub mod tls;
 pub mod webhook;

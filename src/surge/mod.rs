@@ -1,0 +1,3 @@
+//! Surge on blocked evictions and cordons (behaviour.md sections 5 and 6).
+
+pub mod plan;

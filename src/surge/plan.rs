@@ -1,0 +1,1 @@
+//! The surge planner (pure).
