@@ -1,0 +1,417 @@
+//! Harness for the end-to-end tests: the local control plane of
+//! tests/cluster/up.sh, the server started by tests/e2e/deploy-local.sh, and
+//! helpers to make workloads, drain nodes with the real kubectl and watch.
+//! A missing cluster is a loud failure, never a skip.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Container, Namespace, Pod, PodSpec, PodTemplateSpec, ServiceAccount,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn cluster_dir() -> PathBuf {
+    std::env::var_os("CLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".cluster"))
+}
+
+/// KEY=VALUE pairs of `$CLUSTER_DIR/env` (`export KEY=VALUE` lines).
+fn cluster_env() -> &'static BTreeMap<String, String> {
+    static ENV: OnceLock<BTreeMap<String, String>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let path = cluster_dir().join("env");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "end-to-end tests need the local control plane, but {} is unreadable ({e}). \
+                 Run `make cluster-up` (or `make test`, which brings it up).",
+                path.display()
+            )
+        });
+        let mut env = BTreeMap::new();
+        for line in text.lines() {
+            let line = line.trim().trim_start_matches("export ").trim();
+            if let Some((k, v)) = line.split_once('=') {
+                let v = v.trim().trim_matches('"').trim_matches('\'');
+                // PATH lines extend the current PATH.
+                let v = v.replace("$PATH", &std::env::var("PATH").unwrap_or_default());
+                let v = v.replace("${PATH}", &std::env::var("PATH").unwrap_or_default());
+                env.insert(k.to_string(), v);
+            }
+        }
+        env
+    })
+}
+
+/// Starts the server once per test process (tests/e2e/deploy-local.sh).
+fn deployed() -> &'static WebhookInfo {
+    static INFO: OnceLock<WebhookInfo> = OnceLock::new();
+    INFO.get_or_init(|| {
+        let _ = cluster_env();
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_eviction-autoscaler"));
+        let out = Command::new(repo().join("tests/e2e/deploy-local.sh"))
+            .arg("start")
+            .env("CLUSTER_DIR", cluster_dir())
+            .env("EA_BIN", &bin)
+            .output()
+            .expect("run deploy-local.sh");
+        assert!(
+            out.status.success(),
+            "deploy-local.sh failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let state = cluster_dir().join("webhook");
+        let port = std::fs::read_to_string(state.join("port"))
+            .expect("port file")
+            .trim()
+            .parse()
+            .expect("port");
+        WebhookInfo { state, port }
+    })
+}
+
+pub struct WebhookInfo {
+    pub state: PathBuf,
+    pub port: u16,
+}
+
+impl WebhookInfo {
+    pub fn get() -> &'static WebhookInfo {
+        deployed()
+    }
+
+    /// The server's /metrics text, fetched with curl over its TLS.
+    pub fn metrics(&self) -> String {
+        let out = Command::new("curl")
+            .args(["-fsS", "--cacert"])
+            .arg(self.state.join("ca.crt"))
+            .arg(format!("https://127.0.0.1:{}/metrics", self.port))
+            .output()
+            .expect("curl");
+        assert!(
+            out.status.success(),
+            "metrics: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// Sum of the samples of one metric whose labels contain all of `labels`.
+    pub fn metric_sum(&self, name: &str, labels: &[&str]) -> f64 {
+        self.metrics()
+            .lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter(|l| labels.iter().all(|x| l.contains(x)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.state.join("server.log")).unwrap_or_default()
+    }
+}
+
+pub async fn client() -> Client {
+    let _ = deployed();
+    let path = cluster_dir().join("kubeconfig");
+    let kc = Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}; run `make cluster-up`", path.display()));
+    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
+    Client::try_from(cfg).expect("client")
+}
+
+/// Runs the cluster's kubectl with the admin kubeconfig.
+pub fn kubectl(args: &[&str]) -> Output {
+    let env = cluster_env();
+    let mut cmd = Command::new("kubectl");
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run kubectl")
+}
+
+pub fn kubectl_ok(args: &[&str]) -> String {
+    let out = kubectl(args);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// Polls `f` until it returns Some, or fails the test after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Tests that cordon or drain nodes run one at a time: a cordon is cluster-wide.
+pub static NODES: LazyLock<tokio::sync::Mutex<()>> = LazyLock::new(|| tokio::sync::Mutex::new(()));
+
+/// A namespace of its own per test, in scope (annotated enable: "true"),
+/// deleted when the test ends.
+pub struct TestNs {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestNs {
+    pub async fn new(prefix: &str) -> TestNs {
+        Self::with_annotations(prefix, &[("eviction-autoscaler.azure.com/enable", "true")]).await
+    }
+
+    pub async fn with_annotations(prefix: &str, annotations: &[(&str, &str)]) -> TestNs {
+        let client = client().await;
+        let name = format!("{prefix}-{}", std::process::id() % 100_000);
+        let api: Api<Namespace> = Api::all(client.clone());
+        // A leftover from an aborted run: wait for it to go.
+        let _ = api.delete(&name, &DeleteParams::default()).await;
+        wait_for("old namespace gone", Duration::from_secs(60), || async {
+            api.get_opt(&name)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+        let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        wait_for(
+            "default ServiceAccount",
+            Duration::from_secs(30),
+            || async { sa.get_opt("default").await.ok().flatten().map(|_| ()) },
+        )
+        .await;
+        TestNs { name, client }
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        // Keep the namespace of a failed test for a look; delete it otherwise.
+        if !std::thread::panicking() {
+            let _ = kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
+        }
+    }
+}
+
+pub fn labels(app: &str) -> BTreeMap<String, String> {
+    [("app".to_string(), app.to_string())].into()
+}
+
+/// A Deployment of `replicas` pods that prefer `node` (so a drain of that node
+/// displaces all of them, while they can still be rescheduled elsewhere).
+pub fn deployment(name: &str, replicas: i32, prefer_node: Option<&str>) -> Deployment {
+    let affinity = prefer_node.map(|n| {
+        serde_json::from_value(serde_json::json!({
+            "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "preference": {"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [n]}]}}]}
+        }))
+        .expect("affinity")
+    });
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(labels(name)),
+                ..Default::default()
+            },
+            strategy: Some(DeploymentStrategy::default()),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(name)),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "app".into(),
+                        image: Some("registry.local/app:1".into()),
+                        ..Default::default()
+                    }],
+                    affinity,
+                    termination_grace_period_seconds: Some(0),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+pub async fn ready_pods(ns: &TestNs, app: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = ns.api();
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    list.into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .collect()
+}
+
+pub async fn wait_ready(ns: &TestNs, app: &str, n: usize) -> Vec<Pod> {
+    wait_for(
+        &format!("{n} ready pods of {app}"),
+        Duration::from_secs(60),
+        || async {
+            let p = ready_pods(ns, app).await;
+            (p.len() == n).then_some(p)
+        },
+    )
+    .await
+}
+
+pub async fn wait_pdb<F>(ns: &TestNs, name: &str, what: &str, f: F) -> PodDisruptionBudget
+where
+    F: Fn(&PodDisruptionBudget) -> bool,
+{
+    let api: Api<PodDisruptionBudget> = ns.api();
+    let f = &f;
+    wait_for(what, Duration::from_secs(60), || {
+        let api = api.clone();
+        async move { api.get_opt(name).await.ok().flatten().filter(|p| f(p)) }
+    })
+    .await
+}
+
+/// Records the fewest Ready pods seen while a drain runs; the availability
+/// watcher of every drain test.
+pub struct AvailabilityWatcher {
+    min_seen: Arc<Mutex<Option<usize>>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl AvailabilityWatcher {
+    pub fn start(ns: &TestNs, app: &str) -> AvailabilityWatcher {
+        let min_seen = Arc::new(Mutex::new(None));
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let pods: Api<Pod> = ns.api();
+        let sel = format!("app={app}");
+        let m = min_seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(list) = pods.list(&ListParams::default().labels(&sel)).await {
+                    let ready = list
+                        .items
+                        .iter()
+                        .filter(|p| {
+                            p.status
+                                .as_ref()
+                                .and_then(|s| s.conditions.as_ref())
+                                .is_some_and(|c| {
+                                    c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                                })
+                        })
+                        .count();
+                    if let Ok(mut g) = m.lock() {
+                        *g = Some(g.map_or(ready, |v: usize| v.min(ready)));
+                    }
+                }
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        });
+        AvailabilityWatcher {
+            min_seen,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops watching; returns the fewest Ready pods observed.
+    pub async fn finish(self) -> usize {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        let v = *self.min_seen.lock().expect("watcher lock");
+        v.expect("the watcher saw no pod list at all")
+    }
+}
+
+/// Which node each pod runs on.
+pub fn nodes_of(pods: &[Pod]) -> Vec<String> {
+    pods.iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect()
+}
+
+pub fn uncordon(node: &str) {
+    let _ = kubectl(&["uncordon", node]);
+}
+
+pub fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}
