@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -12,14 +13,17 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::Behaviour;
+use crate::crd::EvictionAutoScaler;
 use crate::names;
 use crate::scope;
 
@@ -130,6 +134,11 @@ pub struct Cache {
     pub namespaces: Store<Namespace>,
     pub nodes: Store<Node>,
     pub hpas: Store<HorizontalPodAutoscaler>,
+    pub eas: Store<EvictionAutoScaler>,
+    /// KEDA ScaledObjects, once the KEDA CRD is seen (it may be installed later).
+    pub keda: Arc<RwLock<Option<Store<DynamicObject>>>>,
+    /// Bumped on every watch event: wakes the controllers.
+    pub changed: watch::Receiver<u64>,
     synced: Arc<AtomicBool>,
     pub behaviour: Arc<Behaviour>,
 }
@@ -164,6 +173,16 @@ impl Cache {
         (dep.metadata.uid.as_deref() == Some(dep_ref.uid.as_str())).then_some(dep)
     }
 
+    /// The ScaledObjects in a namespace (empty while KEDA is not installed).
+    pub fn scaled_objects_in(&self, ns: &str) -> Vec<Arc<DynamicObject>> {
+        self.keda
+            .read()
+            .ok()
+            .and_then(|g| g.clone())
+            .map(|s| s.state_filter(|o| o.metadata.namespace.as_deref() == Some(ns)))
+            .unwrap_or_default()
+    }
+
     pub fn namespace_in_scope(&self, ns: &str) -> bool {
         let nso = self.namespaces.get(&ObjectRef::new(ns));
         let ann = nso.as_ref().and_then(|n| n.metadata.annotations.as_ref());
@@ -175,39 +194,50 @@ impl Cache {
 /// (empty) and reports `synced()` once every store has had its initial list.
 pub fn start(client: Client, behaviour: Arc<Behaviour>, tasks: &mut JoinSet<()>) -> Cache {
     let cfg = watcher::Config::default();
-    let pods = reflect::<SlimPod>(Api::all(client.clone()), cfg.clone(), tasks, |p| {
+    let (tx, changed) = watch::channel(0u64);
+    let tx = &tx;
+    let pods = reflect::<SlimPod>(Api::all(client.clone()), cfg.clone(), tasks, tx, |p| {
         strip_meta(&mut p.metadata);
         p.metadata.annotations = None;
         p.metadata.generate_name = None;
     });
-    let pdbs = reflect::<PodDisruptionBudget>(Api::all(client.clone()), cfg.clone(), tasks, |p| {
-        strip_meta(&mut p.metadata)
-    });
-    let deployments = reflect::<Deployment>(Api::all(client.clone()), cfg.clone(), tasks, |d| {
-        strip_meta(&mut d.metadata);
-        if let Some(spec) = d.spec.as_mut() {
-            // Pod template labels matter (PDB selectors); containers do not.
-            spec.template.spec = None;
-        }
-    });
-    let replicasets = reflect::<ReplicaSet>(Api::all(client.clone()), cfg.clone(), tasks, |r| {
-        strip_meta(&mut r.metadata);
-        r.metadata.annotations = None;
-        r.spec = None;
-        r.status = None;
-    });
-    let namespaces = reflect::<Namespace>(Api::all(client.clone()), cfg.clone(), tasks, |n| {
+    let pdbs =
+        reflect::<PodDisruptionBudget>(Api::all(client.clone()), cfg.clone(), tasks, tx, |p| {
+            strip_meta(&mut p.metadata)
+        });
+    let deployments =
+        reflect::<Deployment>(Api::all(client.clone()), cfg.clone(), tasks, tx, |d| {
+            strip_meta(&mut d.metadata);
+            if let Some(spec) = d.spec.as_mut() {
+                // Pod template labels matter (PDB selectors); containers do not.
+                spec.template.spec = None;
+            }
+        });
+    let replicasets =
+        reflect::<ReplicaSet>(Api::all(client.clone()), cfg.clone(), tasks, tx, |r| {
+            strip_meta(&mut r.metadata);
+            r.metadata.annotations = None;
+            r.spec = None;
+            r.status = None;
+        });
+    let namespaces = reflect::<Namespace>(Api::all(client.clone()), cfg.clone(), tasks, tx, |n| {
         strip_meta(&mut n.metadata)
     });
-    let nodes = reflect::<Node>(Api::all(client.clone()), cfg.clone(), tasks, |n| {
+    let nodes = reflect::<Node>(Api::all(client.clone()), cfg.clone(), tasks, tx, |n| {
         strip_meta(&mut n.metadata);
         n.metadata.annotations = None;
         n.status = None;
     });
-    let hpas = reflect::<HorizontalPodAutoscaler>(Api::all(client), cfg, tasks, |h| {
-        strip_meta(&mut h.metadata);
-        h.status = None;
+    let hpas =
+        reflect::<HorizontalPodAutoscaler>(Api::all(client.clone()), cfg.clone(), tasks, tx, |h| {
+            strip_meta(&mut h.metadata);
+            h.status = None;
+        });
+    let eas = reflect::<EvictionAutoScaler>(Api::all(client.clone()), cfg, tasks, tx, |e| {
+        strip_meta(&mut e.metadata)
     });
+    let keda = Arc::new(RwLock::new(None));
+    tasks.spawn(watch_keda_when_installed(client, keda.clone(), tx.clone()));
 
     let synced = Arc::new(AtomicBool::new(false));
     let cache = Cache {
@@ -218,6 +248,9 @@ pub fn start(client: Client, behaviour: Arc<Behaviour>, tasks: &mut JoinSet<()>)
         namespaces,
         nodes,
         hpas,
+        eas,
+        keda,
+        changed,
         synced: synced.clone(),
         behaviour,
     };
@@ -234,7 +267,8 @@ pub fn start(client: Client, behaviour: Arc<Behaviour>, tasks: &mut JoinSet<()>)
             c.nodes.wait_until_ready(),
             c.hpas.wait_until_ready(),
         );
-        match futures::future::try_join(all, rest).await {
+        let crs = c.eas.wait_until_ready();
+        match futures::future::try_join3(all, rest, crs).await {
             Ok(_) => {
                 synced.store(true, Ordering::Release);
                 tracing::info!("watch caches synced");
@@ -249,6 +283,7 @@ fn reflect<K>(
     api: Api<K>,
     cfg: watcher::Config,
     tasks: &mut JoinSet<()>,
+    changed: &watch::Sender<u64>,
     strip: impl FnMut(&mut K) + Send + 'static,
 ) -> Store<K>
 where
@@ -262,6 +297,7 @@ where
 {
     let (reader, writer) = reflector::store();
     let kind = K::kind(&()).to_string();
+    let changed = changed.clone();
     let stream = watcher(api, cfg)
         .default_backoff()
         .modify(strip)
@@ -270,13 +306,65 @@ where
     tasks.spawn(async move {
         let mut stream = std::pin::pin!(stream.map_err(|e| e.to_string()));
         while let Some(item) = stream.next().await {
-            if let Err(e) = item {
+            match item {
+                Ok(_) => changed.send_modify(|n| *n = n.wrapping_add(1)),
                 // The watcher backs off and retries by itself; say why it is not syncing.
-                tracing::warn!(kind = %kind, error = %e, "watch error");
+                Err(e) => tracing::warn!(kind = %kind, error = %e, "watch error"),
             }
         }
     });
     reader
+}
+
+pub const KEDA_GROUP: &str = "keda.sh";
+pub const KEDA_VERSION: &str = "v1alpha1";
+
+pub fn keda_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(KEDA_GROUP, KEDA_VERSION, "ScaledObject"),
+        "scaledobjects",
+    )
+}
+
+/// KEDA may be installed after start-up: look for its API every few seconds
+/// and start watching ScaledObjects as soon as it appears.
+async fn watch_keda_when_installed(
+    client: Client,
+    slot: Arc<RwLock<Option<Store<DynamicObject>>>>,
+    changed: watch::Sender<u64>,
+) {
+    let gv = format!("{KEDA_GROUP}/{KEDA_VERSION}");
+    loop {
+        let present = client
+            .list_api_group_resources(&gv)
+            .await
+            .map(|l| l.resources.iter().any(|r| r.name == "scaledobjects"))
+            .unwrap_or(false);
+        if present {
+            let ar = keda_resource();
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+            let (reader, writer) = {
+                let w = reflector::store::Writer::new(ar.clone());
+                (w.as_reader(), w)
+            };
+            let stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .touched_objects();
+            if let Ok(mut s) = slot.write() {
+                *s = Some(reader);
+            }
+            tracing::info!("KEDA ScaledObjects found; watching them");
+            let mut stream = std::pin::pin!(stream);
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(_) => changed.send_modify(|n| *n = n.wrapping_add(1)),
+                    Err(e) => tracing::warn!(kind = "ScaledObject", error = %e, "watch error"),
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
 }
 
 /// Is this PDB one of ours (annotation `ownedBy: EvictionAutoScaler`)?

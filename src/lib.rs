@@ -10,6 +10,7 @@ pub mod crd;
 pub mod metrics;
 pub mod names;
 pub mod pdb;
+pub mod reconcile;
 pub mod run;
 pub mod scope;
 pub mod server;

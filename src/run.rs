@@ -8,6 +8,7 @@ use tokio::task::JoinSet;
 
 use crate::config::{LogFormat, ServeOpts};
 use crate::metrics::Metrics;
+use crate::reconcile::{self, DegradedReasons, Reconciler};
 use crate::server::{self, AppState};
 use crate::tls::{self, ReloadingCert};
 use crate::webhook::Webhooks;
@@ -78,6 +79,20 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
             tracing::debug!(?s, "surge signal received");
         }
     });
+
+    // Controllers run while this replica leads.
+    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
+    metrics.leader.set(1);
+    let degraded = DegradedReasons::default();
+    let reconciler = Reconciler::new(
+        cache.clone(),
+        client.clone(),
+        metrics.clone(),
+        reconcile::recorder(client.clone(), opts.pod_name.clone()),
+        degraded.clone(),
+        opts.orphan_pdb_grace,
+    );
+    tasks.spawn(reconciler.run(leader.clone()));
 
     let webhooks = Arc::new(Webhooks {
         cache,

@@ -1,0 +1,555 @@
+//! The PDB reconciler: runs `plan::plan` for every namespace whenever a watch
+//! event arrives (and every resync interval), then performs the writes. Its
+//! writes are conflict-aware patches; a failing write is counted, logged and
+//! retried on the next pass, which comes no sooner than `MIN_PASS_INTERVAL`.
+
+pub mod plan;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::cache::{owned_by_us, Cache};
+use crate::crd::{EvictionAutoScaler, EvictionAutoScalerSpec, EvictionAutoScalerStatus};
+use crate::metrics::{ControllerLabel, Metrics};
+use crate::names;
+use crate::pdb::baseline_replicas;
+use crate::scope;
+use plan::{Action, NamespaceSnapshot};
+
+const MIN_PASS_INTERVAL: Duration = Duration::from_millis(500);
+const RESYNC: Duration = Duration::from_secs(30);
+
+/// Why a Deployment cannot be served, shown as the Degraded condition.
+/// Written by the reconciler and the surge worker, read when writing status.
+#[derive(Default, Clone)]
+pub struct DegradedReasons(Arc<Mutex<HashMap<DeploymentKey, Reason>>>);
+
+/// (namespace, Deployment name)
+type DeploymentKey = (String, String);
+/// (reason, human message)
+type Reason = (String, String);
+
+impl DegradedReasons {
+    pub fn set(&self, ns: &str, dep: &str, reason: &str, message: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert((ns.into(), dep.into()), (reason.into(), message.into()));
+        }
+    }
+    pub fn clear(&self, ns: &str, dep: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(&(ns.to_string(), dep.to_string()));
+        }
+    }
+    pub fn get(&self, ns: &str, dep: &str) -> Option<(String, String)> {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&(ns.to_string(), dep.to_string())).cloned())
+    }
+}
+
+pub struct Reconciler {
+    pub cache: Cache,
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub degraded: DegradedReasons,
+    pub orphan_grace: Duration,
+    /// Conflicts and bad annotations already reported, so Events are not repeated.
+    reported: Mutex<BTreeSet<String>>,
+}
+
+pub fn recorder(client: Client, instance: Option<String>) -> Recorder {
+    Recorder::new(
+        client,
+        Reporter {
+            controller: names::MANAGER.into(),
+            instance,
+        },
+    )
+}
+
+pub fn object_ref<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReference {
+    obj.object_ref(&())
+}
+
+impl Reconciler {
+    pub fn new(
+        cache: Cache,
+        client: Client,
+        metrics: Arc<Metrics>,
+        recorder: Recorder,
+        degraded: DegradedReasons,
+        orphan_grace: Duration,
+    ) -> Self {
+        Reconciler {
+            cache,
+            client,
+            metrics,
+            recorder,
+            degraded,
+            orphan_grace,
+            reported: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Runs passes while `leader` is true, until the process ends.
+    pub async fn run(self, mut leader: watch::Receiver<bool>) {
+        let mut changed = self.cache.changed.clone();
+        loop {
+            if *leader.borrow() && self.cache.synced() {
+                self.pass().await;
+            }
+            tokio::time::sleep(MIN_PASS_INTERVAL).await;
+            tokio::select! {
+                _ = changed.changed() => {},
+                _ = leader.changed() => {},
+                _ = tokio::time::sleep(RESYNC) => {},
+            }
+        }
+    }
+
+    pub async fn pass(&self) {
+        let mut managed = 0i64;
+        for ns in self.cache.namespaces.state() {
+            let Some(name) = ns.metadata.name.clone() else {
+                continue;
+            };
+            let sc = scope::namespace_scope(
+                &name,
+                ns.metadata.annotations.as_ref(),
+                &self.cache.behaviour,
+            );
+            if let Some(bad) = &sc.invalid_annotation {
+                self.report_once(
+                    format!("ns/{name}/{bad}"),
+                    &ns.object_ref(&()),
+                    "InvalidAnnotation",
+                    format!(
+                        "annotation {}: {bad:?} is not a boolean; ignored",
+                        names::ENABLE
+                    ),
+                )
+                .await;
+            }
+            let deployments = self.in_ns(&self.cache.deployments.state(), &name);
+            let pdbs = self.cache.pdbs_in(&name);
+            managed += pdbs.iter().filter(|p| owned_by_us(&p.metadata)).count() as i64;
+            if !sc.enabled && pdbs.is_empty() {
+                let has_eas = self
+                    .cache
+                    .eas
+                    .state()
+                    .iter()
+                    .any(|e| e.metadata.namespace.as_deref() == Some(name.as_str()));
+                if !has_eas {
+                    continue;
+                }
+            }
+            let hpas = self.in_ns(&self.cache.hpas.state(), &name);
+            let eas = self.in_ns(&self.cache.eas.state(), &name);
+            let keda_min = keda_minimums(&self.cache, &name);
+            let age = |p: &PodDisruptionBudget| -> i64 {
+                p.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| (k8s_openapi::jiff::Timestamp::now() - t.0).get_seconds())
+                    .unwrap_or(i64::MAX)
+            };
+            let snapshot = NamespaceSnapshot {
+                name: &name,
+                in_scope: sc.enabled,
+                pdb_create: self.cache.behaviour.pdb_create,
+                deployments: &deployments,
+                pdbs: &pdbs,
+                hpas: &hpas,
+                keda_min: &keda_min,
+                eas: &eas,
+                pdb_age_secs: &age,
+                orphan_grace_secs: self.orphan_grace.as_secs() as i64,
+            };
+            for action in plan::plan(&snapshot) {
+                if let Err(e) = self.apply(&name, &deployments, action).await {
+                    self.metrics
+                        .reconcile_errors
+                        .get_or_create(&ControllerLabel { controller: "pdb" })
+                        .inc();
+                    tracing::warn!(namespace = %name, error = %e, "reconcile write failed; retrying on the next pass");
+                }
+            }
+            if sc.enabled {
+                self.write_statuses(&name, &deployments, &pdbs, &eas).await;
+            }
+        }
+        self.metrics.managed_pdbs.set(managed);
+    }
+
+    fn in_ns<K: Resource>(&self, all: &[Arc<K>], ns: &str) -> Vec<Arc<K>> {
+        all.iter()
+            .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+            .cloned()
+            .collect()
+    }
+
+    async fn report_once(&self, key: String, obj: &ObjectReference, reason: &str, note: String) {
+        let fresh = self
+            .reported
+            .lock()
+            .map(|mut r| r.insert(key))
+            .unwrap_or(false);
+        if !fresh {
+            return;
+        }
+        tracing::warn!(reason, %note, "reported");
+        self.event(obj, EventType::Warning, reason, note).await;
+    }
+
+    pub async fn event(&self, obj: &ObjectReference, type_: EventType, reason: &str, note: String) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, obj).await {
+            tracing::debug!(error = %e, "event not recorded");
+        }
+    }
+
+    async fn apply(
+        &self,
+        ns: &str,
+        deployments: &[Arc<Deployment>],
+        action: Action,
+    ) -> Result<(), kube::Error> {
+        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), ns);
+        let eas: Api<EvictionAutoScaler> = Api::namespaced(self.client.clone(), ns);
+        let pp = PatchParams::default();
+        let dep_ref = |name: &str| {
+            deployments
+                .iter()
+                .find(|d| d.metadata.name.as_deref() == Some(name))
+                .map(|d| object_ref(d.as_ref()))
+        };
+        match action {
+            Action::CreatePdb(p) => {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let min = p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.min_available.clone())
+                    .map(|m| format!("{m:?}"))
+                    .unwrap_or_default();
+                let pp = PostParams {
+                    field_manager: Some(names::MANAGER.into()),
+                    ..Default::default()
+                };
+                match pdbs.create(&pp, &p).await {
+                    Ok(_) => {}
+                    // The webhook (or another pass) made it first.
+                    Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+                tracing::info!(namespace = ns, pdb = %name, "created PDB");
+                if let Some(r) = dep_ref(&name) {
+                    self.event(
+                        &r,
+                        EventType::Normal,
+                        "PDBCreated",
+                        format!("created PodDisruptionBudget {name} (minAvailable {min})"),
+                    )
+                    .await;
+                }
+            }
+            Action::SetMinAvailable { pdb, min } => {
+                let patch = json!({"spec": {"minAvailable": min}});
+                pdbs.patch(&pdb, &pp, &Patch::Merge(&patch)).await?;
+                tracing::info!(namespace = ns, %pdb, min, "PDB minAvailable updated");
+            }
+            Action::SetOwner { pdb, owner } => {
+                let current = self
+                    .cache
+                    .pdbs
+                    .get(&kube::runtime::reflector::ObjectRef::new(&pdb).within(ns));
+                let rv = current
+                    .as_ref()
+                    .and_then(|p| p.metadata.resource_version.clone());
+                let mut refs: Vec<_> = current
+                    .as_ref()
+                    .and_then(|p| p.metadata.owner_references.clone())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|o| !(o.kind == "Deployment" && o.name == owner.name))
+                    .collect();
+                refs.push(owner);
+                let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": rv}});
+                pdbs.patch(&pdb, &pp, &Patch::Merge(&patch)).await?;
+                tracing::info!(namespace = ns, %pdb, "owner reference set");
+            }
+            Action::ReleaseOwner { pdb, keep } => {
+                let rv = self
+                    .cache
+                    .pdbs
+                    .get(&kube::runtime::reflector::ObjectRef::new(&pdb).within(ns))
+                    .and_then(|p| p.metadata.resource_version.clone());
+                let patch = json!({"metadata": {"ownerReferences": keep, "resourceVersion": rv}});
+                pdbs.patch(&pdb, &pp, &Patch::Merge(&patch)).await?;
+                tracing::info!(namespace = ns, %pdb, "PDB handed to its user: owner reference dropped");
+            }
+            Action::DeletePdb { pdb, uid, why } => {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid,
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                match pdbs.delete(&pdb, &dp).await {
+                    Ok(_) => tracing::info!(namespace = ns, %pdb, why, "deleted our PDB"),
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Action::NameConflict { deployment, pdb } => {
+                let note = format!(
+                    "PodDisruptionBudget {pdb} exists and does not select the pods of Deployment {deployment}; \
+                     no PDB created. Rename one of them, or give the PDB a matching selector."
+                );
+                self.degraded.set(ns, &deployment, "PDBNameConflict", &note);
+                if let Some(r) = dep_ref(&deployment) {
+                    self.report_once(
+                        format!("conflict/{ns}/{deployment}"),
+                        &r,
+                        "PDBNameConflict",
+                        note,
+                    )
+                    .await;
+                }
+            }
+            Action::CreateEas {
+                name,
+                target,
+                owner,
+            } => {
+                let obj = EvictionAutoScaler {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(ns.into()),
+                        annotations: Some(
+                            [
+                                (
+                                    names::OWNED_BY.to_string(),
+                                    names::OWNED_BY_VALUE.to_string(),
+                                ),
+                                (names::TARGET.to_string(), target.clone()),
+                            ]
+                            .into(),
+                        ),
+                        owner_references: owner.map(|o| vec![o]),
+                        ..Default::default()
+                    },
+                    spec: EvictionAutoScalerSpec {
+                        target_name: target,
+                        target_kind: "deployment".into(),
+                        last_eviction: None,
+                    },
+                    status: None,
+                };
+                let pp = PostParams {
+                    field_manager: Some(names::MANAGER.into()),
+                    ..Default::default()
+                };
+                match eas.create(&pp, &obj).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Action::DeleteEas { name } => match eas.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e),
+            },
+        }
+        Ok(())
+    }
+
+    /// Status of each EvictionAutoScaler, written only when it changed.
+    async fn write_statuses(
+        &self,
+        ns: &str,
+        deployments: &[Arc<Deployment>],
+        pdbs: &[Arc<PodDisruptionBudget>],
+        eas: &[Arc<EvictionAutoScaler>],
+    ) {
+        let api: Api<EvictionAutoScaler> = Api::namespaced(self.client.clone(), ns);
+        for e in eas {
+            let Some(name) = e.metadata.name.clone() else {
+                continue;
+            };
+            let target = e.spec.target_name.as_str();
+            let dep = deployments
+                .iter()
+                .find(|d| d.metadata.name.as_deref() == Some(target));
+            let pdb = pdbs
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name.as_str()));
+            let want = desired_status(
+                e,
+                dep.map(|d| d.as_ref()),
+                pdb.map(|p| p.as_ref()),
+                self.degraded.get(ns, target),
+            );
+            if e.status.as_ref() == Some(&want) {
+                continue;
+            }
+            let patch = json!({ "status": want });
+            if let Err(err) = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                self.metrics
+                    .reconcile_errors
+                    .get_or_create(&ControllerLabel {
+                        controller: "status",
+                    })
+                    .inc();
+                tracing::debug!(namespace = ns, eas = %name, error = %err, "status not written");
+            }
+        }
+    }
+}
+
+/// KEDA minimums by target Deployment (the persisted baseline while surged).
+pub fn keda_minimums(cache: &Cache, ns: &str) -> BTreeMap<String, i32> {
+    let mut out = BTreeMap::new();
+    for so in cache.scaled_objects_in(ns) {
+        let spec = &so.data["spec"];
+        let target = &spec["scaleTargetRef"];
+        let kind = target["kind"].as_str().unwrap_or("Deployment");
+        let Some(name) = target["name"].as_str() else {
+            continue;
+        };
+        if !kind.eq_ignore_ascii_case("deployment") {
+            continue;
+        }
+        let ann = so.metadata.annotations.as_ref();
+        let surged = ann.is_some_and(|a| a.contains_key(names::SURGE_REPLICAS));
+        let original = ann
+            .and_then(|a| a.get(names::ORIGINAL_MIN_REPLICAS))
+            .and_then(|v| v.parse::<i32>().ok());
+        let min = match (surged, original) {
+            (true, Some(o)) => o,
+            _ => spec["minReplicaCount"].as_i64().unwrap_or(0) as i32,
+        };
+        out.insert(name.to_string(), min);
+    }
+    out
+}
+
+fn condition(type_: &str, ok: bool, reason: &str, message: &str, prev: &[Condition]) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    // Keep the transition time while the status stays the same.
+    let last = prev
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: last,
+        observed_generation: None,
+    }
+}
+
+pub fn desired_status(
+    e: &EvictionAutoScaler,
+    dep: Option<&Deployment>,
+    pdb: Option<&PodDisruptionBudget>,
+    degraded: Option<(String, String)>,
+) -> EvictionAutoScalerStatus {
+    let prev = e
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let replicas = dep.and_then(|d| d.spec.as_ref()).and_then(|s| s.replicas);
+    let baseline = dep.map(baseline_replicas);
+    let surge = match (replicas, baseline) {
+        (Some(r), Some(b)) if r > b => r - b,
+        (Some(_), Some(_)) => 0,
+        _ => 0,
+    };
+    let allowed = pdb
+        .and_then(|p| p.status.as_ref())
+        .map(|s| s.disruptions_allowed);
+    let min = pdb
+        .and_then(|p| p.spec.as_ref())
+        .and_then(|s| s.min_available.as_ref())
+        .and_then(|m| match m {
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i) => Some(*i),
+            _ => None,
+        });
+    let (ready, ready_reason, ready_msg) = match (dep, pdb) {
+        (None, _) => (
+            false,
+            "TargetMissing",
+            format!("Deployment {} not found", e.spec.target_name),
+        ),
+        (_, None) => (
+            false,
+            "PDBMissing",
+            "no PodDisruptionBudget of this name".to_string(),
+        ),
+        (Some(_), Some(_)) if surge > 0 => (
+            true,
+            "Surging",
+            format!(
+                "surged from {} to {} replicas",
+                baseline.unwrap_or(0),
+                replicas.unwrap_or(0)
+            ),
+        ),
+        _ => (
+            true,
+            "Protected",
+            "the PodDisruptionBudget protects the Deployment".to_string(),
+        ),
+    };
+    let (deg, deg_reason, deg_msg) = match degraded {
+        Some((r, m)) => (true, r, m),
+        None => (
+            false,
+            "AsExpected".to_string(),
+            "nothing prevents a surge".to_string(),
+        ),
+    };
+    EvictionAutoScalerStatus {
+        last_eviction: e.spec.last_eviction.clone(),
+        min_replicas: min,
+        deployment_generation: dep.and_then(|d| d.metadata.generation),
+        baseline_replicas: baseline,
+        current_replicas: replicas,
+        surge_replicas: Some(surge),
+        disruptions_allowed: allowed,
+        conditions: vec![
+            condition("Ready", ready, ready_reason, &ready_msg, &prev),
+            condition("Degraded", deg, &deg_reason, &deg_msg, &prev),
+        ],
+    }
+}

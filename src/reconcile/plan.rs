@@ -1,0 +1,485 @@
+//! The PDB and EvictionAutoScaler planner (behaviour.md sections 2, 3, 7):
+//! a snapshot of one namespace in, the writes that bring it to the desired
+//! state out. Pure, so every rule is a table test; `reconcile::apply` does the I/O.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::cache::owned_by_us;
+use crate::crd::EvictionAutoScaler;
+use crate::names;
+use crate::pdb::{self, hpa_for, matching_pdbs, min_available_for, owned_pdb, owner_reference};
+use crate::scope::deployment_opted_out;
+
+/// One namespace as the caches see it.
+pub struct NamespaceSnapshot<'a> {
+    pub name: &'a str,
+    pub in_scope: bool,
+    pub pdb_create: bool,
+    pub deployments: &'a [Arc<Deployment>],
+    pub pdbs: &'a [Arc<PodDisruptionBudget>],
+    pub hpas: &'a [Arc<HorizontalPodAutoscaler>],
+    /// Deployment name → the KEDA ScaledObject minimum (its persisted baseline while surged).
+    pub keda_min: &'a BTreeMap<String, i32>,
+    pub eas: &'a [Arc<EvictionAutoScaler>],
+    /// Seconds since each PDB was created, for the orphan grace period.
+    pub pdb_age_secs: &'a (dyn Fn(&PodDisruptionBudget) -> i64 + Sync),
+    pub orphan_grace_secs: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    CreatePdb(Box<PodDisruptionBudget>),
+    SetMinAvailable {
+        pdb: String,
+        min: i32,
+    },
+    /// Add our controller reference (admission-time PDBs, or a hand-back).
+    SetOwner {
+        pdb: String,
+        owner: OwnerReference,
+    },
+    /// The user removed `ownedBy`: drop our reference, keep the PDB.
+    ReleaseOwner {
+        pdb: String,
+        keep: Vec<OwnerReference>,
+    },
+    DeletePdb {
+        pdb: String,
+        uid: Option<String>,
+        why: &'static str,
+    },
+    /// A PDB of the Deployment's name exists and does not select its pods.
+    NameConflict {
+        deployment: String,
+        pdb: String,
+    },
+    CreateEas {
+        name: String,
+        target: String,
+        owner: Option<OwnerReference>,
+    },
+    DeleteEas {
+        name: String,
+    },
+}
+
+fn pdb_owner(p: &PodDisruptionBudget) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: "policy/v1".into(),
+        kind: "PodDisruptionBudget".into(),
+        name: p.metadata.name.clone()?,
+        uid: p.metadata.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+fn deployment_ref<'a>(p: &'a PodDisruptionBudget, dep_name: &str) -> Option<&'a OwnerReference> {
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Deployment" && o.controller == Some(true) && o.name == dep_name)
+}
+
+/// The floor our PDB keeps for a Deployment: KEDA minimum, else HPA minimum,
+/// else replicas, never counting our own surge.
+pub fn floor_for(dep: &Deployment, s: &NamespaceSnapshot) -> i32 {
+    let name = dep.metadata.name.as_deref().unwrap_or_default();
+    if let Some(min) = s.keda_min.get(name) {
+        return *min;
+    }
+    min_available_for(dep, hpa_for(dep, s.hpas).map(|h| h.as_ref()))
+}
+
+fn target_of(p: &PodDisruptionBudget) -> Option<&str> {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::TARGET))
+        .map(String::as_str)
+        .or(p.metadata.name.as_deref())
+}
+
+pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
+    let mut out = Vec::new();
+    if !s.in_scope {
+        // Out of scope: remove what we own there, touch nothing else.
+        for p in s.pdbs.iter().filter(|p| owned_by_us(&p.metadata)) {
+            out.push(Action::DeletePdb {
+                pdb: p.metadata.name.clone().unwrap_or_default(),
+                uid: p.metadata.uid.clone(),
+                why: "namespace left scope",
+            });
+        }
+        for e in s.eas.iter().filter(|e| owned_by_us(&e.metadata)) {
+            out.push(Action::DeleteEas {
+                name: e.metadata.name.clone().unwrap_or_default(),
+            });
+        }
+        return out;
+    }
+
+    let mut wanted_eas: BTreeMap<String, (String, Option<OwnerReference>)> = BTreeMap::new();
+    for dep in s.deployments {
+        let Some(dep_name) = dep.metadata.name.clone() else {
+            continue;
+        };
+        let opted_out = deployment_opted_out(dep.metadata.annotations.as_ref());
+        let matching = matching_pdbs(dep, s.pdbs);
+        let floor = floor_for(dep, s);
+
+        for p in &matching {
+            let pdb_name = p.metadata.name.clone().unwrap_or_default();
+            if owned_by_us(&p.metadata) && target_of(p) == Some(dep_name.as_str()) {
+                if opted_out {
+                    out.push(Action::DeletePdb {
+                        pdb: pdb_name,
+                        uid: p.metadata.uid.clone(),
+                        why: "deployment opted out",
+                    });
+                    continue;
+                }
+                let current = p.spec.as_ref().and_then(|sp| sp.min_available.clone());
+                if current != Some(IntOrString::Int(floor)) {
+                    out.push(Action::SetMinAvailable {
+                        pdb: pdb_name.clone(),
+                        min: floor,
+                    });
+                }
+                let has_owner =
+                    dep.metadata.uid.as_deref().is_some_and(|uid| {
+                        deployment_ref(p, &dep_name).is_some_and(|o| o.uid == uid)
+                    });
+                if !has_owner {
+                    if let Some(owner) = owner_reference(dep) {
+                        out.push(Action::SetOwner {
+                            pdb: pdb_name.clone(),
+                            owner,
+                        });
+                    }
+                }
+            } else if !owned_by_us(&p.metadata) && deployment_ref(p, &dep_name).is_some() {
+                // Handed to the user: drop our reference so deleting the
+                // Deployment no longer deletes their PDB.
+                let keep = p
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .filter(|o| !(o.kind == "Deployment" && o.name == dep_name))
+                    .cloned()
+                    .collect();
+                out.push(Action::ReleaseOwner {
+                    pdb: pdb_name.clone(),
+                    keep,
+                });
+            }
+        }
+
+        // One EvictionAutoScaler per PDB that protects this Deployment.
+        if matching.len() == 1 && !(opted_out && owned_by_us(&matching[0].metadata)) {
+            let p = matching[0];
+            if let Some(name) = p.metadata.name.clone() {
+                wanted_eas.insert(name, (dep_name.clone(), pdb_owner(p)));
+            }
+        }
+
+        if matching.is_empty() && s.pdb_create && !opted_out {
+            match s
+                .pdbs
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(&dep_name))
+            {
+                Some(p) if !pdb::is_ours_for(p, dep) => out.push(Action::NameConflict {
+                    deployment: dep_name.clone(),
+                    pdb: dep_name.clone(),
+                }),
+                Some(_) => {}
+                None => out.push(Action::CreatePdb(Box::new(owned_pdb(dep, floor)))),
+            }
+        }
+    }
+
+    // Admission-time PDBs whose Deployment never appeared.
+    for p in s.pdbs.iter().filter(|p| owned_by_us(&p.metadata)) {
+        let target = target_of(p).unwrap_or_default();
+        let dep_exists = s
+            .deployments
+            .iter()
+            .any(|d| d.metadata.name.as_deref() == Some(target));
+        let has_owner = p
+            .metadata
+            .owner_references
+            .as_ref()
+            .is_some_and(|o| !o.is_empty());
+        if !dep_exists && !has_owner && (s.pdb_age_secs)(p) >= s.orphan_grace_secs {
+            out.push(Action::DeletePdb {
+                pdb: p.metadata.name.clone().unwrap_or_default(),
+                uid: p.metadata.uid.clone(),
+                why: "its Deployment never appeared",
+            });
+        }
+    }
+
+    for (name, (target, owner)) in &wanted_eas {
+        let exists = s
+            .eas
+            .iter()
+            .any(|e| e.metadata.name.as_deref() == Some(name.as_str()));
+        if !exists {
+            out.push(Action::CreateEas {
+                name: name.clone(),
+                target: target.clone(),
+                owner: owner.clone(),
+            });
+        }
+    }
+    for e in s.eas.iter().filter(|e| owned_by_us(&e.metadata)) {
+        let name = e.metadata.name.clone().unwrap_or_default();
+        if !wanted_eas.contains_key(&name) {
+            out.push(Action::DeleteEas { name });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pdb::tests::dep;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn with_uid(mut d: Deployment) -> Arc<Deployment> {
+        d.metadata.uid = Some(format!(
+            "uid-{}",
+            d.metadata.name.clone().unwrap_or_default()
+        ));
+        Arc::new(d)
+    }
+
+    fn user_pdb(name: &str, app: &str) -> Arc<PodDisruptionBudget> {
+        let mut p = owned_pdb(&dep(app, 1), 1);
+        p.metadata.name = Some(name.into());
+        p.metadata.annotations = None;
+        p.metadata.uid = Some(format!("pdb-{name}"));
+        Arc::new(p)
+    }
+
+    struct World {
+        in_scope: bool,
+        pdb_create: bool,
+        deps: Vec<Arc<Deployment>>,
+        pdbs: Vec<Arc<PodDisruptionBudget>>,
+        hpas: Vec<Arc<HorizontalPodAutoscaler>>,
+        keda: BTreeMap<String, i32>,
+        eas: Vec<Arc<EvictionAutoScaler>>,
+        age: i64,
+    }
+
+    impl World {
+        fn new() -> Self {
+            World {
+                in_scope: true,
+                pdb_create: true,
+                deps: vec![with_uid(dep("web", 3))],
+                pdbs: vec![],
+                hpas: vec![],
+                keda: BTreeMap::new(),
+                eas: vec![],
+                age: 0,
+            }
+        }
+        fn plan(&self) -> Vec<Action> {
+            let age = self.age;
+            let f = move |_: &PodDisruptionBudget| age;
+            plan(&NamespaceSnapshot {
+                name: "ns",
+                in_scope: self.in_scope,
+                pdb_create: self.pdb_create,
+                deployments: &self.deps,
+                pdbs: &self.pdbs,
+                hpas: &self.hpas,
+                keda_min: &self.keda,
+                eas: &self.eas,
+                pdb_age_secs: &f,
+                orphan_grace_secs: 60,
+            })
+        }
+    }
+
+    fn ours(d: &Deployment, min: i32) -> Arc<PodDisruptionBudget> {
+        let mut p = owned_pdb(d, min);
+        p.metadata.uid = Some("pdb-uid".into());
+        Arc::new(p)
+    }
+
+    #[test]
+    fn creates_a_pdb_for_an_unprotected_deployment() {
+        let w = World::new();
+        let a = w.plan();
+        assert!(
+            matches!(&a[..], [Action::CreatePdb(p)] if p.metadata.name.as_deref() == Some("web"))
+        );
+        let mut w = World::new();
+        w.pdb_create = false;
+        assert!(w.plan().is_empty());
+    }
+
+    #[test]
+    fn in_sync_world_plans_nothing_but_its_eas() {
+        let mut w = World::new();
+        w.pdbs = vec![ours(&w.deps[0], 3)];
+        let a = w.plan();
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert!(
+            matches!(&a[0], Action::CreateEas { name, target, owner: Some(_) } if name == "web" && target == "web")
+        );
+        w.eas = vec![Arc::new(EvictionAutoScaler {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                annotations: Some(
+                    [(
+                        names::OWNED_BY.to_string(),
+                        names::OWNED_BY_VALUE.to_string(),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            spec: Default::default(),
+            status: None,
+        })];
+        assert!(w.plan().is_empty());
+    }
+
+    #[test]
+    fn follows_replicas_and_autoscaler_minimums() {
+        let mut w = World::new();
+        w.pdbs = vec![ours(&w.deps[0], 3)];
+        w.deps = vec![with_uid(dep("web", 5))];
+        assert!(w.plan().contains(&Action::SetMinAvailable {
+            pdb: "web".into(),
+            min: 5
+        }));
+        w.keda.insert("web".into(), 2);
+        assert!(w.plan().contains(&Action::SetMinAvailable {
+            pdb: "web".into(),
+            min: 2
+        }));
+    }
+
+    #[test]
+    fn adds_the_owner_reference_once_the_uid_is_known() {
+        let mut w = World::new();
+        let mut p = owned_pdb(&dep("web", 3), 3); // admission time: no uid, no owner
+        p.metadata.uid = Some("pdb-uid".into());
+        w.pdbs = vec![Arc::new(p)];
+        assert!(w
+            .plan()
+            .iter()
+            .any(|a| matches!(a, Action::SetOwner { owner, .. } if owner.uid == "uid-web")));
+    }
+
+    #[test]
+    fn user_pdbs_are_never_touched() {
+        let mut w = World::new();
+        w.pdbs = vec![user_pdb("mine", "web")];
+        w.deps = vec![with_uid(dep("web", 7))];
+        let a = w.plan();
+        assert!(
+            a.iter().all(|a| matches!(a, Action::CreateEas { .. })),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn hand_over_and_hand_back() {
+        let mut w = World::new();
+        let mut p = (*ours(&w.deps[0], 3)).clone();
+        p.metadata.annotations = None; // user removed ownedBy
+        w.pdbs = vec![Arc::new(p.clone())];
+        let a = w.plan();
+        assert!(
+            a.iter()
+                .any(|a| matches!(a, Action::ReleaseOwner { keep, .. } if keep.is_empty())),
+            "{a:?}"
+        );
+        assert!(!a
+            .iter()
+            .any(|a| matches!(a, Action::SetMinAvailable { .. })));
+        // Adding it back: ours again, owner restored.
+        p.metadata.annotations = Some(
+            [(
+                names::OWNED_BY.to_string(),
+                names::OWNED_BY_VALUE.to_string(),
+            )]
+            .into(),
+        );
+        p.metadata.owner_references = None;
+        w.pdbs = vec![Arc::new(p)];
+        assert!(w
+            .plan()
+            .iter()
+            .any(|a| matches!(a, Action::SetOwner { .. })));
+    }
+
+    #[test]
+    fn same_name_pdb_with_another_selector_is_a_conflict() {
+        let mut w = World::new();
+        w.pdbs = vec![user_pdb("web", "something-else")];
+        assert!(w.plan().contains(&Action::NameConflict {
+            deployment: "web".into(),
+            pdb: "web".into()
+        }));
+    }
+
+    #[test]
+    fn opt_out_and_scope_cleanup() {
+        let mut w = World::new();
+        let mut d = dep("web", 3);
+        d.metadata.annotations =
+            Some([(names::PDB_CREATE.to_string(), "false".to_string())].into());
+        w.deps = vec![with_uid(d)];
+        assert!(w.plan().is_empty());
+        w.pdbs = vec![ours(&w.deps[0], 3)];
+        assert!(w.plan().iter().any(|a| matches!(
+            a,
+            Action::DeletePdb {
+                why: "deployment opted out",
+                ..
+            }
+        )));
+
+        let mut w = World::new();
+        w.in_scope = false;
+        w.pdbs = vec![ours(&w.deps[0], 3), user_pdb("user", "web")];
+        let a = w.plan();
+        assert_eq!(a.len(), 1, "only ours goes: {a:?}");
+        assert!(matches!(&a[0], Action::DeletePdb { pdb, .. } if pdb == "web"));
+    }
+
+    #[test]
+    fn orphaned_admission_pdbs_go_after_the_grace_period() {
+        let mut w = World::new();
+        w.deps.clear();
+        w.pdbs = vec![Arc::new(owned_pdb(&dep("ghost", 3), 3))];
+        w.age = 10;
+        assert!(w.plan().is_empty());
+        w.age = 61;
+        assert!(matches!(
+            &w.plan()[..],
+            [Action::DeletePdb {
+                why: "its Deployment never appeared",
+                ..
+            }]
+        ));
+    }
+}
