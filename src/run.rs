@@ -10,6 +10,8 @@ use crate::config::{LogFormat, ServeOpts};
 use crate::metrics::Metrics;
 use crate::reconcile::{self, DegradedReasons, Reconciler};
 use crate::server::{self, AppState};
+use crate::surge::signals::SignalBook;
+use crate::surge::worker::Worker;
 use crate::tls::{self, ReloadingCert};
 use crate::webhook::Webhooks;
 use crate::{cache, tls::TlsError};
@@ -72,27 +74,38 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     tasks.spawn(cert.clone().watch(opts.cert_reload_interval));
     let cache = cache::start(client.clone(), behaviour.clone(), &mut tasks);
     let metrics = Arc::new(Metrics::new());
-    let (signals, mut signal_rx) = mpsc::channel(1024);
-    // Blocked evictions are queued here for the surge worker.
-    tasks.spawn(async move {
-        while let Some(s) = signal_rx.recv().await {
-            tracing::debug!(?s, "surge signal received");
-        }
-    });
+    let (signals, signal_rx) = mpsc::channel(1024);
 
     // Controllers run while this replica leads.
     let (_leader_tx, leader) = tokio::sync::watch::channel(true);
     metrics.leader.set(1);
     let degraded = DegradedReasons::default();
-    let reconciler = Reconciler::new(
+    let reconciler = Arc::new(Reconciler::new(
         cache.clone(),
         client.clone(),
         metrics.clone(),
         reconcile::recorder(client.clone(), opts.pod_name.clone()),
         degraded.clone(),
         opts.orphan_pdb_grace,
+    ));
+    tasks.spawn(reconciler.clone().run(leader.clone()));
+    let book = SignalBook::default();
+    let worker = Worker::new(
+        cache.clone(),
+        client.clone(),
+        metrics.clone(),
+        book.clone(),
+        degraded.clone(),
+        reconciler,
     );
-    tasks.spawn(reconciler.run(leader.clone()));
+    tasks.spawn(worker.run(leader.clone()));
+
+    // Every replica records its webhook's signals (memory and durable copy).
+    tasks.spawn(crate::surge::signals::consume(
+        signal_rx,
+        book,
+        client.clone(),
+    ));
 
     let webhooks = Arc::new(Webhooks {
         cache,

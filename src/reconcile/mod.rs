@@ -105,7 +105,7 @@ impl Reconciler {
     }
 
     /// Runs passes while `leader` is true, until the process ends.
-    pub async fn run(self, mut leader: watch::Receiver<bool>) {
+    pub async fn run(self: Arc<Self>, mut leader: watch::Receiver<bool>) {
         let mut changed = self.cache.changed.clone();
         loop {
             if *leader.borrow() && self.cache.synced() {

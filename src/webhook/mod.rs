@@ -176,11 +176,7 @@ impl Webhooks {
                 }
             }
             Decision::Block(b) => {
-                let surge = self
-                    .cache
-                    .deployment(ns, &b.deployment)
-                    .map(|d| eviction::surge_state_from_markers(&d))
-                    .unwrap_or(SurgeState::Requested);
+                let surge = self.surge_state(ns, &b);
                 if !req.dry_run {
                     self.metrics.blocked_evictions.inc();
                     let signal = Signal {
@@ -204,6 +200,31 @@ impl Webhooks {
                 }
             }
         }
+    }
+
+    /// What the leader is doing, as every replica's caches see it: an
+    /// impossible surge is the EvictionAutoScaler's Degraded condition; an
+    /// active one is in the markers.
+    fn surge_state(&self, ns: &str, b: &Blocked) -> SurgeState {
+        let eas = self
+            .cache
+            .eas
+            .get(&kube::runtime::reflector::ObjectRef::new(&b.pdb).within(ns));
+        let impossible = eas.as_ref().and_then(|e| e.status.as_ref()).and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| {
+                    c.type_ == "Degraded" && c.status == "True" && c.reason == "SurgeImpossible"
+                })
+                .map(|c| c.message.clone())
+        });
+        if let Some(why) = impossible {
+            return SurgeState::Impossible(why);
+        }
+        self.cache
+            .deployment(ns, &b.deployment)
+            .map(|d| eviction::surge_state_from_markers(&d))
+            .unwrap_or(SurgeState::Requested)
     }
 
     pub async fn deployments(&self, req: AdmissionRequest<DynamicObject>) -> Answer {

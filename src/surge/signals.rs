@@ -1,0 +1,137 @@
+//! Blocked-eviction signals. Every replica's webhook hands them here: they are
+//! kept in memory (the leader's fast path) and written, coalesced, to the
+//! EvictionAutoScaler's `spec.lastEviction` so that whichever replica leads
+//! sees them (the durable path).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::{mpsc, Notify};
+
+use crate::crd::EvictionAutoScaler;
+use crate::webhook::Signal;
+
+/// How often one EvictionAutoScaler's lastEviction is written at most.
+const DURABLE_EVERY: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+struct Entry {
+    last: Option<Instant>,
+    denied: HashMap<String, Instant>,
+    last_written: Option<Instant>,
+}
+
+/// In-memory signals per (namespace, Deployment).
+#[derive(Clone, Default)]
+pub struct SignalBook {
+    inner: Arc<Mutex<HashMap<(String, String), Entry>>>,
+    pub wake: Arc<Notify>,
+}
+
+impl SignalBook {
+    pub fn record(&self, s: &Signal, now: Instant) {
+        if let Ok(mut m) = self.inner.lock() {
+            let e = m
+                .entry((s.namespace.clone(), s.deployment.clone()))
+                .or_default();
+            e.last = Some(now);
+            e.denied.insert(s.pod.clone(), now);
+        }
+        self.wake.notify_one();
+    }
+
+    /// Time since the last signal, and the pods denied within `window`.
+    pub fn get(
+        &self,
+        ns: &str,
+        dep: &str,
+        window: Duration,
+        now: Instant,
+    ) -> (Option<Duration>, Vec<String>) {
+        let Ok(m) = self.inner.lock() else {
+            return (None, vec![]);
+        };
+        match m.get(&(ns.to_string(), dep.to_string())) {
+            None => (None, vec![]),
+            Some(e) => (
+                e.last.map(|t| now.saturating_duration_since(t)),
+                e.denied
+                    .iter()
+                    .filter(|(_, t)| now.saturating_duration_since(**t) <= window)
+                    .map(|(p, _)| p.clone())
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Deployments with a signal within `window`.
+    pub fn recent(&self, window: Duration, now: Instant) -> Vec<(String, String)> {
+        self.inner
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, e)| {
+                        e.last
+                            .is_some_and(|t| now.saturating_duration_since(t) <= window)
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Forget a Deployment once its surge is over.
+    pub fn forget(&self, ns: &str, dep: &str) {
+        if let Ok(mut m) = self.inner.lock() {
+            m.remove(&(ns.to_string(), dep.to_string()));
+        }
+    }
+
+    fn due_for_write(&self, s: &Signal, now: Instant) -> bool {
+        let Ok(mut m) = self.inner.lock() else {
+            return false;
+        };
+        let e = m
+            .entry((s.namespace.clone(), s.deployment.clone()))
+            .or_default();
+        let due = e
+            .last_written
+            .is_none_or(|t| now.saturating_duration_since(t) >= DURABLE_EVERY);
+        if due {
+            e.last_written = Some(now);
+        }
+        due
+    }
+}
+
+/// Consumes the webhook's signals (runs in every replica, leader or not).
+pub async fn consume(mut rx: mpsc::Receiver<Signal>, book: SignalBook, client: Client) {
+    while let Some(s) = rx.recv().await {
+        let now = Instant::now();
+        book.record(&s, now);
+        if !book.due_for_write(&s, now) {
+            continue;
+        }
+        // Off the admission path; a failure only loses the durable copy of a
+        // signal that kubectl will repeat on its next retry anyway.
+        let api: Api<EvictionAutoScaler> = Api::namespaced(client.clone(), &s.namespace);
+        let patch = json!({"spec": {"lastEviction": {
+            "podName": s.pod,
+            "evictionTime": Time(k8s_openapi::jiff::Timestamp::now()),
+        }}});
+        let client_task = async move {
+            if let Err(e) = api
+                .patch(&s.pdb, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::debug!(namespace = %s.namespace, eas = %s.pdb, error = %e, "lastEviction not written");
+            }
+        };
+        tokio::spawn(client_task);
+    }
+}

@@ -1,0 +1,669 @@
+//! The surge worker (leader only): finds the Deployments that have displaced
+//! pods, an active surge, or a recent signal; asks the pure planner what to do
+//! for each; and writes the result. One pass at a time, so there is never more
+//! than one writer per Deployment. Markers (baseline and target) go in the
+//! same write as the replica change, so a restart at any moment resumes from them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Patch, PatchParams};
+use kube::core::DynamicObject;
+use kube::runtime::events::EventType;
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::budget::pdb_selects;
+use crate::cache::{controller_of, keda_resource, Cache};
+use crate::metrics::{ControllerLabel, Metrics};
+use crate::names;
+use crate::pdb::{hpa_for, matching_pdbs};
+use crate::reconcile::{object_ref, DegradedReasons, Reconciler};
+use crate::surge::plan::{self, Action, Applier, Markers, PodState, Snapshot, SurgeKind};
+use crate::surge::signals::SignalBook;
+
+/// Taints that mean a node is being drained, besides `spec.unschedulable`.
+pub const DRAIN_TAINTS: [&str; 3] = [
+    "node.kubernetes.io/unschedulable",
+    "karpenter.sh/disrupted",
+    "ToBeDeletedByClusterAutoscaler",
+];
+
+pub fn node_draining(n: &Node) -> bool {
+    let spec = n.spec.as_ref();
+    spec.and_then(|s| s.unschedulable).unwrap_or(false)
+        || spec
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| DRAIN_TAINTS.contains(&t.key.as_str())))
+}
+
+fn markers_of(ann: Option<&BTreeMap<String, String>>) -> Option<Markers> {
+    Markers::from_annotations(ann)
+}
+
+/// Which object carries the surge for a Deployment.
+enum Target {
+    Deployment,
+    Hpa(Arc<HorizontalPodAutoscaler>),
+    Keda(Arc<DynamicObject>),
+    Conflict,
+}
+
+pub struct Worker {
+    pub cache: Cache,
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub signals: SignalBook,
+    pub degraded: DegradedReasons,
+    /// For Events (shares the reconciler's recorder and dedup).
+    pub events: Arc<Reconciler>,
+    started: std::sync::Mutex<BTreeMap<(String, String), Instant>>,
+}
+
+impl Worker {
+    pub fn new(
+        cache: Cache,
+        client: Client,
+        metrics: Arc<Metrics>,
+        signals: SignalBook,
+        degraded: DegradedReasons,
+        events: Arc<Reconciler>,
+    ) -> Self {
+        Worker {
+            cache,
+            client,
+            metrics,
+            signals,
+            degraded,
+            events,
+            started: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub async fn run(self, mut leader: watch::Receiver<bool>) {
+        let mut changed = self.cache.changed.clone();
+        let wake = self.signals.wake.clone();
+        loop {
+            if *leader.borrow() && self.cache.synced() {
+                self.pass().await;
+            }
+            // Waking on every watch event would mean a pass per pod update;
+            // 200 ms batches them while keeping the drain fast.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::select! {
+                _ = changed.changed() => {},
+                _ = wake.notified() => {},
+                _ = leader.changed() => {},
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {},
+            }
+        }
+    }
+
+    /// (namespace, Deployment) pairs worth planning for now.
+    fn candidates(&self, draining: &BTreeSet<String>, now: Instant) -> BTreeSet<(String, String)> {
+        let mut out = BTreeSet::new();
+        if !draining.is_empty() {
+            for pod in self.cache.pods.state() {
+                if pod
+                    .spec
+                    .node_name
+                    .as_ref()
+                    .is_some_and(|n| draining.contains(n))
+                {
+                    if let Some(d) = self.cache.owning_deployment(&pod) {
+                        if let (Some(ns), Some(name)) =
+                            (d.metadata.namespace.clone(), d.metadata.name.clone())
+                        {
+                            out.insert((ns, name));
+                        }
+                    }
+                }
+            }
+        }
+        let window = self.cache.behaviour.cooldown;
+        out.extend(
+            self.signals
+                .recent(window.max(Duration::from_secs(1)) * 2, now),
+        );
+        for d in self.cache.deployments.state() {
+            let has = markers_of(d.metadata.annotations.as_ref()).is_some();
+            if has {
+                if let (Some(ns), Some(name)) =
+                    (d.metadata.namespace.clone(), d.metadata.name.clone())
+                {
+                    out.insert((ns, name));
+                }
+            }
+        }
+        for h in self.cache.hpas.state() {
+            if markers_of(h.metadata.annotations.as_ref()).is_some() {
+                if let (Some(ns), Some(s)) = (h.metadata.namespace.clone(), h.spec.as_ref()) {
+                    out.insert((ns, s.scale_target_ref.name.clone()));
+                }
+            }
+        }
+        // Durable signals written by other replicas.
+        for e in self.cache.eas.state() {
+            let recent = e
+                .spec
+                .last_eviction
+                .as_ref()
+                .and_then(|l| l.eviction_time.as_ref())
+                .is_some_and(|t| age(t) <= window.as_secs() as i64 * 2);
+            if recent {
+                if let Some(ns) = e.metadata.namespace.clone() {
+                    out.insert((ns, e.spec.target_name.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    pub async fn pass(&self) {
+        let now = Instant::now();
+        let draining: BTreeSet<String> = self
+            .cache
+            .nodes
+            .state()
+            .iter()
+            .filter(|n| node_draining(n))
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        let mut active = 0i64;
+        let mut surge_replicas = 0i64;
+        for (ns, name) in self.candidates(&draining, now) {
+            match self.plan_one(&ns, &name, &draining, now).await {
+                Ok(Some(m)) => {
+                    active += 1;
+                    surge_replicas += i64::from((m.surged_to - m.baseline).max(0));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.metrics
+                        .reconcile_errors
+                        .get_or_create(&ControllerLabel {
+                            controller: "surge",
+                        })
+                        .inc();
+                    tracing::warn!(namespace = %ns, deployment = %name, error = %e, "surge step failed; retrying");
+                }
+            }
+        }
+        self.metrics.active_surges.set(active);
+        self.metrics.surge_replicas.set(surge_replicas);
+    }
+
+    /// Plans and applies one step for a Deployment; returns its markers if a
+    /// surge is (still) active afterwards.
+    async fn plan_one(
+        &self,
+        ns: &str,
+        name: &str,
+        draining: &BTreeSet<String>,
+        now: Instant,
+    ) -> Result<Option<Markers>, kube::Error> {
+        let Some(dep) = self.cache.deployment(ns, name) else {
+            return Ok(None);
+        };
+        let pdbs = self.cache.pdbs_in(ns);
+        let matching = matching_pdbs(&dep, &pdbs);
+        let [pdb] = matching[..] else {
+            return Ok(None); // none, or several (the apiserver refuses those evictions itself)
+        };
+        let in_scope = self.cache.namespace_in_scope(ns);
+        let target = self.target_of(&dep, ns);
+        let (applier, markers) = match &target {
+            Target::Deployment => (
+                Applier::Deployment,
+                markers_of(dep.metadata.annotations.as_ref()),
+            ),
+            Target::Hpa(h) => (
+                Applier::Hpa {
+                    min: h.spec.as_ref().and_then(|s| s.min_replicas).unwrap_or(1),
+                },
+                markers_of(h.metadata.annotations.as_ref()),
+            ),
+            Target::Keda(so) => (
+                Applier::Keda {
+                    min: so.data["spec"]["minReplicaCount"].as_i64().unwrap_or(0) as i32,
+                },
+                markers_of(so.metadata.annotations.as_ref()),
+            ),
+            Target::Conflict => (Applier::Conflict, None),
+        };
+        if !in_scope && markers.is_none() {
+            return Ok(None); // out of scope means invisible
+        }
+        let cooldown = self.cache.behaviour.cooldown;
+        let (mut since, mut denied) = self.signals.get(ns, name, cooldown, now);
+        // The durable signal, from whichever replica answered the eviction.
+        if let Some(e) = self
+            .cache
+            .eas
+            .state()
+            .iter()
+            .find(|e| e.metadata.namespace.as_deref() == Some(ns) && e.spec.target_name == name)
+        {
+            if let Some(le) = &e.spec.last_eviction {
+                if let Some(t) = &le.eviction_time {
+                    let d = Duration::from_secs(age(t).max(0) as u64);
+                    since = Some(since.map_or(d, |s| s.min(d)));
+                    if d <= cooldown && !le.pod_name.is_empty() && !denied.contains(&le.pod_name) {
+                        denied.push(le.pod_name.clone());
+                    }
+                }
+            }
+        }
+        let selector = pdb.spec.as_ref().and_then(|s| s.selector.as_ref());
+        let pods: Vec<PodState> = self
+            .cache
+            .pods
+            .state()
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .filter(|p| pdb_selects(selector, p.labels()))
+            .map(|p| PodState {
+                name: p.metadata.name.clone().unwrap_or_default(),
+                node: p.spec.node_name.clone(),
+                terminating: p.is_terminating(),
+                completed: matches!(p.status.phase.as_deref(), Some("Succeeded" | "Failed")),
+            })
+            .collect();
+        let spec = dep.spec.clone().unwrap_or_default();
+        let strategy = spec.strategy.clone().unwrap_or_default();
+        let recreate = strategy.type_.as_deref() == Some("Recreate");
+        let max_surge = strategy.rolling_update.and_then(|r| r.max_surge);
+        let pdb_spec = pdb.spec.clone().unwrap_or_default();
+        let snapshot = Snapshot {
+            pdb_spec: &pdb_spec,
+            pdb_disruptions_allowed: pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed),
+            replicas: spec.replicas.unwrap_or(1),
+            max_surge,
+            recreate,
+            applier,
+            markers,
+            pods,
+            draining_nodes: draining.clone(),
+            denied_pods: denied.into_iter().collect(),
+            since_last_signal: since,
+            zero_surge_override: self.cache.behaviour.zero_surge_override,
+            cooldown,
+        };
+        let action = plan::plan(&snapshot);
+        self.apply(ns, &dep, pdb, &target, action, markers).await
+    }
+
+    fn target_of(&self, dep: &Deployment, ns: &str) -> Target {
+        let hpas = self.cache.hpas.state();
+        let hpa = hpa_for(dep, &hpas).cloned();
+        let name = dep.metadata.name.as_deref().unwrap_or_default();
+        let keda = self.cache.scaled_objects_in(ns).into_iter().find(|so| {
+            let t = &so.data["spec"]["scaleTargetRef"];
+            t["name"].as_str() == Some(name)
+                && t["kind"]
+                    .as_str()
+                    .unwrap_or("Deployment")
+                    .eq_ignore_ascii_case("deployment")
+        });
+        // KEDA manages its own HPA (owned by the ScaledObject): only a second,
+        // standalone HPA is a conflict.
+        let standalone_hpa =
+            hpa.filter(|h| controller_of(&h.metadata).is_none_or(|o| o.kind != "ScaledObject"));
+        match (keda, standalone_hpa) {
+            (Some(_), Some(_)) => Target::Conflict,
+            (Some(so), None) => Target::Keda(so),
+            (None, Some(h)) => Target::Hpa(h),
+            (None, None) => Target::Deployment,
+        }
+    }
+
+    async fn apply(
+        &self,
+        ns: &str,
+        dep: &Deployment,
+        pdb: &PodDisruptionBudget,
+        target: &Target,
+        action: Action,
+        markers: Option<Markers>,
+    ) -> Result<Option<Markers>, kube::Error> {
+        let name = dep.metadata.name.clone().unwrap_or_default();
+        let key = (ns.to_string(), name.clone());
+        let dep_ref = object_ref(dep);
+        match action {
+            Action::Surge {
+                baseline,
+                target: to,
+                kind,
+            } => {
+                self.write_surge(ns, dep, target, baseline, to).await?;
+                self.degraded.clear(ns, &name);
+                let pdb_name = pdb.metadata.name.clone().unwrap_or_default();
+                let event = match kind {
+                    SurgeKind::TopUp => Some(("SurgeToppedUp", format!("surge topped up to {to} replicas (baseline {baseline}): more pods displaced; PDB {pdb_name}"))),
+                    SurgeKind::Start => {
+                        if let Ok(mut s) = self.started.lock() {
+                            s.insert(key.clone(), Instant::now());
+                        }
+                        Some(("SurgeStarted", format!("surging from {baseline} to {to} replicas so that PDB {pdb_name} lets displaced pods go")))
+                    }
+                    SurgeKind::Resume => None,
+                };
+                tracing::info!(namespace = ns, deployment = %name, baseline, target = to, ?kind, "surge");
+                if let Some((reason, note)) = event {
+                    self.events
+                        .event(&dep_ref, EventType::Normal, reason, note)
+                        .await;
+                }
+                Ok(Some(Markers {
+                    baseline,
+                    surged_to: to,
+                }))
+            }
+            Action::AdoptUserChange { new_baseline } => {
+                self.adopt(ns, dep, target, new_baseline).await?;
+                tracing::info!(namespace = ns, deployment = %name, new_baseline, "replicas changed by someone else during the surge: their value is the new baseline");
+                self.events
+                    .event(
+                        &dep_ref,
+                        EventType::Normal,
+                        "SurgeBaselineChanged",
+                        format!("replicas changed during the surge; {new_baseline} is kept as the new baseline"),
+                    )
+                    .await;
+                Ok(markers.map(|m| Markers {
+                    baseline: new_baseline,
+                    ..m
+                }))
+            }
+            Action::Revert { baseline } => {
+                self.write_revert(ns, dep, target, baseline).await?;
+                self.signals.forget(ns, &name);
+                if let Some(t) = self.started.lock().ok().and_then(|mut s| s.remove(&key)) {
+                    self.metrics
+                        .surge_duration
+                        .observe(t.elapsed().as_secs_f64());
+                }
+                tracing::info!(namespace = ns, deployment = %name, baseline, "surge reverted");
+                self.events
+                    .event(
+                        &dep_ref,
+                        EventType::Normal,
+                        "SurgeReverted",
+                        format!("drain over and cooldown passed: restored {baseline} replicas"),
+                    )
+                    .await;
+                Ok(None)
+            }
+            Action::Impossible { reason } => {
+                let fresh = self.degraded.get(ns, &name).map(|(_, m)| m) != Some(reason.clone());
+                self.degraded.set(ns, &name, "SurgeImpossible", &reason);
+                if fresh {
+                    tracing::warn!(namespace = ns, deployment = %name, %reason, "no surge can help");
+                    self.events
+                        .event(&dep_ref, EventType::Warning, "SurgeImpossible", reason)
+                        .await;
+                }
+                Ok(markers)
+            }
+            _ => Ok(markers),
+        }
+    }
+
+    async fn write_surge(
+        &self,
+        ns: &str,
+        dep: &Deployment,
+        target: &Target,
+        baseline: i32,
+        to: i32,
+    ) -> Result<(), kube::Error> {
+        let name = dep.metadata.name.clone().unwrap_or_default();
+        let deps: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
+        let pp = PatchParams::default();
+        let markers = json!({
+            names::SURGE_REPLICAS: to.to_string(),
+            names::ORIGINAL_MIN_REPLICAS: baseline.to_string(),
+        });
+        match target {
+            Target::Deployment | Target::Conflict => {
+                // Markers and replicas in one write, guarded by resourceVersion:
+                // a concurrent user change makes this fail and is re-planned.
+                let patch = json!({
+                    "metadata": {"annotations": markers, "resourceVersion": dep.metadata.resource_version},
+                    "spec": {"replicas": to},
+                });
+                deps.patch(&name, &pp, &Patch::Merge(&patch)).await?;
+            }
+            Target::Hpa(h) => {
+                let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), ns);
+                let hname = h.metadata.name.clone().unwrap_or_default();
+                let patch = json!({
+                    "metadata": {"annotations": markers, "resourceVersion": h.metadata.resource_version},
+                    "spec": {"minReplicas": to},
+                });
+                hpas.patch(&hname, &pp, &Patch::Merge(&patch)).await?;
+                self.raise_replicas(&deps, dep, to).await?;
+            }
+            Target::Keda(so) => {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), ns, &keda_resource());
+                let sname = so.metadata.name.clone().unwrap_or_default();
+                let patch = json!({
+                    "metadata": {"annotations": markers, "resourceVersion": so.metadata.resource_version},
+                    "spec": {"minReplicaCount": to},
+                });
+                api.patch(&sname, &pp, &Patch::Merge(&patch)).await?;
+                self.raise_replicas(&deps, dep, to).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An autoscaler without metrics does not act on a new minimum: set the
+    /// Deployment's replicas too (never lowering them). Its own markers keep
+    /// the replicas it had, so the revert restores them.
+    async fn raise_replicas(
+        &self,
+        deps: &Api<Deployment>,
+        dep: &Deployment,
+        to: i32,
+    ) -> Result<(), kube::Error> {
+        let current = dep.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        if current >= to {
+            return Ok(());
+        }
+        let original =
+            markers_of(dep.metadata.annotations.as_ref()).map_or(current, |m| m.baseline);
+        let patch = json!({
+            "metadata": {"annotations": {
+                names::SURGE_REPLICAS: to.to_string(),
+                names::ORIGINAL_MIN_REPLICAS: original.to_string(),
+            }},
+            "spec": {"replicas": to},
+        });
+        let name = dep.metadata.name.clone().unwrap_or_default();
+        deps.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    async fn adopt(
+        &self,
+        ns: &str,
+        dep: &Deployment,
+        target: &Target,
+        new_baseline: i32,
+    ) -> Result<(), kube::Error> {
+        let pp = PatchParams::default();
+        let ann = json!({"metadata": {"annotations": {names::ORIGINAL_MIN_REPLICAS: new_baseline.to_string(), names::SURGE_REPLICAS: new_baseline.to_string()}}});
+        match target {
+            Target::Hpa(h) => {
+                let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), ns);
+                api.patch(
+                    h.metadata.name.as_deref().unwrap_or_default(),
+                    &pp,
+                    &Patch::Merge(&ann),
+                )
+                .await?;
+            }
+            Target::Keda(so) => {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), ns, &keda_resource());
+                api.patch(
+                    so.metadata.name.as_deref().unwrap_or_default(),
+                    &pp,
+                    &Patch::Merge(&ann),
+                )
+                .await?;
+            }
+            Target::Deployment | Target::Conflict => {
+                let api: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
+                api.patch(
+                    dep.metadata.name.as_deref().unwrap_or_default(),
+                    &pp,
+                    &Patch::Merge(&ann),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn write_revert(
+        &self,
+        ns: &str,
+        dep: &Deployment,
+        target: &Target,
+        baseline: i32,
+    ) -> Result<(), kube::Error> {
+        let pp = PatchParams::default();
+        let name = dep.metadata.name.clone().unwrap_or_default();
+        let deps: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
+        let clear = json!({names::SURGE_REPLICAS: null, names::ORIGINAL_MIN_REPLICAS: null});
+        match target {
+            Target::Deployment | Target::Conflict => {
+                // Never scale a Deployment to 0 ourselves.
+                let patch = json!({
+                    "metadata": {"annotations": clear, "resourceVersion": dep.metadata.resource_version},
+                    "spec": {"replicas": baseline.max(1)},
+                });
+                deps.patch(&name, &pp, &Patch::Merge(&patch)).await?;
+            }
+            Target::Hpa(h) => {
+                let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), ns);
+                let patch = json!({
+                    "metadata": {"annotations": clear, "resourceVersion": h.metadata.resource_version},
+                    "spec": {"minReplicas": baseline},
+                });
+                api.patch(
+                    h.metadata.name.as_deref().unwrap_or_default(),
+                    &pp,
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+                self.restore_replicas(&deps, dep).await?;
+            }
+            Target::Keda(so) => {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), ns, &keda_resource());
+                let patch = json!({
+                    "metadata": {"annotations": clear, "resourceVersion": so.metadata.resource_version},
+                    "spec": {"minReplicaCount": baseline},
+                });
+                api.patch(
+                    so.metadata.name.as_deref().unwrap_or_default(),
+                    &pp,
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+                self.restore_replicas(&deps, dep).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn restore_replicas(
+        &self,
+        deps: &Api<Deployment>,
+        dep: &Deployment,
+    ) -> Result<(), kube::Error> {
+        let Some(m) = markers_of(dep.metadata.annotations.as_ref()) else {
+            return Ok(());
+        };
+        let patch = json!({
+            "metadata": {"annotations": {names::SURGE_REPLICAS: null, names::ORIGINAL_MIN_REPLICAS: null}},
+            "spec": {"replicas": m.baseline.max(1)},
+        });
+        deps.patch(
+            dep.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+fn age(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> i64 {
+    (k8s_openapi::jiff::Timestamp::now() - t.0).get_seconds()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+
+    #[test]
+    fn drain_signals_of_nodes() {
+        let mut n = Node::default();
+        assert!(!node_draining(&n));
+        n.spec = Some(NodeSpec {
+            unschedulable: Some(true),
+            ..Default::default()
+        });
+        assert!(node_draining(&n));
+        for key in DRAIN_TAINTS {
+            n.spec = Some(NodeSpec {
+                taints: Some(vec![Taint {
+                    key: key.into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+            assert!(node_draining(&n), "{key}");
+        }
+        n.spec = Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: "dedicated".into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert!(!node_draining(&n));
+    }
+
+    #[test]
+    fn markers_parse() {
+        let a: BTreeMap<String, String> = [
+            (names::SURGE_REPLICAS.to_string(), "6".to_string()),
+            (names::ORIGINAL_MIN_REPLICAS.to_string(), "3".to_string()),
+        ]
+        .into();
+        assert_eq!(
+            markers_of(Some(&a)),
+            Some(Markers {
+                baseline: 3,
+                surged_to: 6
+            })
+        );
+        assert_eq!(markers_of(None), None);
+    }
+}
