@@ -51,6 +51,16 @@ impl DegradedReasons {
             m.remove(&(ns.to_string(), dep.to_string()));
         }
     }
+    /// Clears the condition only if it has this reason.
+    pub fn clear_reason(&self, ns: &str, dep: &str, reason: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            let key = (ns.to_string(), dep.to_string());
+            if m.get(&key).is_some_and(|(r, _)| r == reason) {
+                m.remove(&key);
+            }
+        }
+    }
+
     pub fn get(&self, ns: &str, dep: &str) -> Option<(String, String)> {
         self.0
             .lock()
@@ -179,7 +189,17 @@ impl Reconciler {
                 pdb_age_secs: &age,
                 orphan_grace_secs: self.orphan_grace.as_secs() as i64,
             };
-            for action in plan::plan(&snapshot) {
+            let actions = plan::plan(&snapshot);
+            for d in &deployments {
+                let dn = d.metadata.name.as_deref().unwrap_or_default();
+                let conflicted = actions.iter().any(
+                    |a| matches!(a, Action::NameConflict { deployment, .. } if deployment == dn),
+                );
+                if !conflicted {
+                    self.degraded.clear_reason(&name, dn, "PDBNameConflict");
+                }
+            }
+            for action in actions {
                 if let Err(e) = self.apply(&name, &deployments, action).await {
                     self.metrics
                         .reconcile_errors

@@ -198,10 +198,16 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
                 .iter()
                 .find(|p| p.metadata.name.as_deref() == Some(&dep_name))
             {
-                Some(p) if !pdb::is_ours_for(p, dep) => out.push(Action::NameConflict {
-                    deployment: dep_name.clone(),
-                    pdb: dep_name.clone(),
-                }),
+                Some(p) if !pdb::is_ours_for(p, dep) => {
+                    out.push(Action::NameConflict {
+                        deployment: dep_name.clone(),
+                        pdb: dep_name.clone(),
+                    });
+                    // Its EvictionAutoScaler carries the Degraded condition.
+                    wanted_eas
+                        .entry(dep_name.clone())
+                        .or_insert_with(|| (dep_name.clone(), owner_reference(dep)));
+                }
                 Some(_) => {}
                 None => out.push(Action::CreatePdb(Box::new(owned_pdb(dep, floor)))),
             }

@@ -16,7 +16,11 @@
 //! - `Surge`: write markers `(baseline, target)` and the value `target`; for
 //!   [`Applier::Hpa`] also raise the Deployment's replicas to at least `target`
 //!   (an HPA without metrics does not act).
-//! - `AdoptUserChange`: remove the markers, leave the value alone.
+//! - `AdoptUserChange`: leave the value alone, and either remove the markers
+//!   or set both to `new_baseline`. Both are planned consistently: without
+//!   markers a later surge is a new one; with `(new, new)` the episode goes on
+//!   as a surge of zero, which can be topped up and ends with a `Revert` to
+//!   `new_baseline` (a no-op on the value).
 //! - `Revert`: write the value `baseline` and remove the markers.
 //!
 //! # Decisions where behaviour.md is silent
@@ -166,8 +170,8 @@ pub enum Action {
         target: i32,
         kind: SurgeKind,
     },
-    /// Someone else changed the value during a surge: remove the markers and
-    /// keep their value, which is the new baseline.
+    /// Someone else changed the value during a surge: keep their value, which
+    /// is the new baseline; remove the markers or set both to `new_baseline`.
     AdoptUserChange { new_baseline: i32 },
     /// Set the value to `baseline` and remove the markers.
     Revert { baseline: i32 },
@@ -287,7 +291,7 @@ fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -
     match size(s, m.baseline, Some(m.surged_to), displaced) {
         Err(reason) => Action::Impossible { reason },
         // Never shrink mid-drain: only a larger target is written.
-        Ok(want) if want > m.surged_to => Action::Surge {
+        Ok(want) if want >= m.surged_to => Action::Surge {
             baseline: m.baseline,
             target: want,
             kind: SurgeKind::TopUp,
@@ -1566,6 +1570,21 @@ mod tests {
         assert_eq!(s.replicas, 6, "their value is never undone");
     }
 
+    /// The worker may adopt by setting both markers to the new value.
+    #[test]
+    fn adopting_with_markers_kept() {
+        let spec = min_available(int(6));
+        let mut s = snap(&spec);
+        s.replicas = 6;
+        active(&mut s, 6, 6);
+        assert_eq!(plan(&s), Action::Revert { baseline: 6 });
+        drain(&mut s, "n0");
+        step(&mut s, surge(6, 7, SurgeKind::TopUp));
+        s.pods[0].terminating = true;
+        s.pdb_disruptions_allowed = 1;
+        step(&mut s, Action::Revert { baseline: 6 });
+    }
+
     #[test]
     fn hpa_story() {
         let spec = min_available(int(2));
@@ -1664,23 +1683,24 @@ mod tests {
             (0..5i32).prop_map(IntOrPercent::Int),
             (0..=100i32).prop_map(IntOrPercent::Percent),
         ]);
+        // Biased towards blocked budgets and draining nodes, where surges happen.
         (
-            spec(),
-            0..3i32,
+            (spec(), any::<bool>()),
+            prop_oneof![3 => Just(0), 1 => 1..3i32],
             0..12i32,
             prop::option::of(int_or_pct()),
             any::<bool>(),
             applier,
             markers,
             pods,
-            prop::collection::btree_set((0..4u8).prop_map(|n| format!("n{n}")), 0..3),
+            prop::collection::btree_set((0..4u8).prop_map(|n| format!("n{n}")), 1..4),
             prop::collection::btree_set((0..12u8).prop_map(|n| format!("p{n}")), 0..3),
             prop::option::of((0..120u64).prop_map(secs)),
             override_,
         )
             .prop_map(
                 |(
-                    spec,
+                    (spec, owned),
                     allowed,
                     replicas,
                     max_surge,
@@ -1717,12 +1737,21 @@ mod tests {
                         c.applier = applier;
                         c.replicas = replicas;
                     }
+                    // Half the time, the PDB we would own: minAvailable = baseline.
+                    if owned {
+                        let current = c.applier.current(c.replicas).unwrap_or(c.replicas);
+                        let baseline = c.markers.map_or(current, |m| m.baseline);
+                        c.spec = min_available(int(baseline));
+                    }
                     c
                 },
             )
     }
 
     proptest! {
+        // The planner is cheap; surges are a minority of generated cases.
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
         #[test]
         fn surge_stays_within_bounds(c in case()) {
             let s = c.snapshot();

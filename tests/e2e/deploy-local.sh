@@ -93,7 +93,7 @@ echo "$PORT" >"$STATE/port"
 (
   export KUBECONFIG="$STATE/kubeconfig"
   export PDB_CREATE="${PDB_CREATE:-true}" ENABLED_BY_DEFAULT="${ENABLED_BY_DEFAULT:-false}"
-  export ACTIONED_NAMESPACES="${ACTIONED_NAMESPACES:-kube-system}" COOLDOWN="${COOLDOWN:-5s}"
+  export ACTIONED_NAMESPACES="${ACTIONED_NAMESPACES:-kube-system,e2e-actioned}" COOLDOWN="${COOLDOWN:-5s}"
   export POD_NAMESPACE=$NS POD_NAME="local-$$" RUST_LOG="${RUST_LOG:-info,kube_runtime=warn}"
   exec "$BIN" serve --listen "127.0.0.1:$PORT" \
     --tls-cert-file "$STATE/tls.crt" --tls-key-file "$STATE/tls.key" \

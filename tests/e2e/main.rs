@@ -3,6 +3,7 @@
 //! nodes; the webhook registered through real webhook configurations; drains
 //! with the real kubectl.
 
+mod pdbs;
 mod support;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -14,7 +15,7 @@ use kube::Api;
 
 use support::*;
 
-fn user_pdb(
+pub fn user_pdb(
     name: &str,
     app: &str,
     min: Option<IntOrString>,

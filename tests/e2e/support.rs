@@ -196,8 +196,14 @@ impl TestNs {
     }
 
     pub async fn with_annotations(prefix: &str, annotations: &[(&str, &str)]) -> TestNs {
-        let client = client().await;
         let name = format!("{prefix}-{}", std::process::id() % 100_000);
+        Self::fixed(&name, annotations).await
+    }
+
+    /// A namespace with exactly this name.
+    pub async fn fixed(name: &str, annotations: &[(&str, &str)]) -> TestNs {
+        let client = client().await;
+        let name = name.to_string();
         let api: Api<Namespace> = Api::all(client.clone());
         // A leftover from an aborted run: wait for it to go.
         let _ = api.delete(&name, &DeleteParams::default()).await;

@@ -1,0 +1,580 @@
+//! Owned PDBs, scope and EvictionAutoScalers (behaviour.md sections 2, 3, 7)
+//! on the local control plane. The server runs with PDB_CREATE=true,
+//! ENABLED_BY_DEFAULT=false and ACTIONED_NAMESPACES=kube-system,e2e-actioned.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::{
+    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::Api;
+use serde_json::json;
+
+use crate::support::*;
+use crate::user_pdb;
+
+const OWNED: &str = "ownedBy";
+
+async fn pdb_opt(ns: &TestNs, name: &str) -> Option<PodDisruptionBudget> {
+    let api: Api<PodDisruptionBudget> = ns.api();
+    api.get_opt(name).await.ok().flatten()
+}
+
+fn min_available(p: &PodDisruptionBudget) -> Option<IntOrString> {
+    p.spec.as_ref()?.min_available.clone()
+}
+
+async fn wait_min(ns: &TestNs, name: &str, want: i32) -> PodDisruptionBudget {
+    wait_pdb(ns, name, &format!("minAvailable {want}"), |p| {
+        min_available(p) == Some(IntOrString::Int(want))
+    })
+    .await
+}
+
+async fn absent_for(ns: &TestNs, name: &str, how_long: Duration) {
+    let deadline = std::time::Instant::now() + how_long;
+    while std::time::Instant::now() < deadline {
+        assert!(
+            pdb_opt(ns, name).await.is_none(),
+            "PDB {name} must not exist"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn owner_uids(p: &PodDisruptionBudget) -> Vec<String> {
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|o| o.kind == "Deployment")
+        .map(|o| o.uid.clone())
+        .collect()
+}
+
+/// Scenario 1: the PDB exists as soon as `kubectl create` returns; a
+/// dry-run create makes none.
+#[tokio::test]
+async fn pdb_created_at_admission_and_not_on_dry_run() {
+    let ns = TestNs::new("e2e-adm").await;
+    let file = std::env::temp_dir().join(format!("{}-web.json", ns.name));
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&deployment("web", 3, None)).unwrap(),
+    )
+    .unwrap();
+    kubectl_ok(&[
+        "-n",
+        &ns.name,
+        "create",
+        "--dry-run=server",
+        "-f",
+        &path_str(&file),
+    ]);
+    absent_for(&ns, "web", Duration::from_secs(2)).await;
+
+    kubectl_ok(&["-n", &ns.name, "create", "-f", &path_str(&file)]);
+    let p = pdb_opt(&ns, "web")
+        .await
+        .expect("PDB exists right after the create returns");
+    assert_eq!(
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(OWNED))
+            .map(String::as_str),
+        Some("EvictionAutoScaler")
+    );
+    assert_eq!(min_available(&p), Some(IntOrString::Int(3)));
+    let deps: Api<Deployment> = ns.api();
+    let d = deps.get("web").await.unwrap();
+    assert_eq!(
+        p.spec.as_ref().unwrap().selector.as_ref(),
+        Some(&d.spec.as_ref().unwrap().selector)
+    );
+    assert_eq!(
+        d.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("eviction-autoscaler.azure.com/pdb"))
+            .map(String::as_str),
+        Some("web"),
+        "the mutating webhook annotates the Deployment"
+    );
+    let uid = d.metadata.uid.clone().unwrap();
+    let p = wait_pdb(&ns, "web", "ownerReference with the real UID", |p| {
+        owner_uids(p) == vec![uid.clone()]
+    })
+    .await;
+    let o = &p.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (o.controller, o.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    let _ = std::fs::remove_file(file);
+}
+
+/// Scenarios 3 and 7: minAvailable follows replicas and the HPA minimum;
+/// deleting the Deployment garbage-collects the PDB and the EvictionAutoScaler.
+#[tokio::test]
+async fn min_available_follows_replicas_and_hpa_and_cleanup_cascades() {
+    let ns = TestNs::new("e2e-sync").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("app", 3, None))
+        .await
+        .unwrap();
+    wait_min(&ns, "app", 3).await;
+    kubectl_ok(&["-n", &ns.name, "scale", "deployment/app", "--replicas=5"]);
+    wait_min(&ns, "app", 5).await;
+
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(
+        &PostParams::default(),
+        &HorizontalPodAutoscaler {
+            metadata: ObjectMeta {
+                name: Some("app".into()),
+                ..Default::default()
+            },
+            spec: Some(HorizontalPodAutoscalerSpec {
+                min_replicas: Some(2),
+                max_replicas: 10,
+                scale_target_ref: CrossVersionObjectReference {
+                    api_version: Some("apps/v1".into()),
+                    kind: "Deployment".into(),
+                    name: "app".into(),
+                },
+                ..Default::default()
+            }),
+            status: None,
+        },
+    )
+    .await
+    .unwrap();
+    wait_min(&ns, "app", 2).await;
+
+    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &eas_resource());
+    wait_for(
+        "EvictionAutoScaler for app",
+        Duration::from_secs(30),
+        || async { eas.get_opt("app").await.ok().flatten() },
+    )
+    .await;
+    deps.delete("app", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    wait_for(
+        "PDB and EvictionAutoScaler garbage-collected",
+        Duration::from_secs(60),
+        || async {
+            let pdb_gone = pdb_opt(&ns, "app").await.is_none();
+            let eas_gone = eas.get_opt("app").await.ok().flatten().is_none();
+            (pdb_gone && eas_gone).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Scenario 3 (KEDA): a ScaledObject's minReplicaCount is the floor; KEDA's
+/// CRD is installed while the product runs.
+#[tokio::test]
+async fn min_available_follows_a_keda_scaled_object() {
+    let ns = TestNs::new("e2e-keda").await;
+    kubectl_ok(&[
+        "apply",
+        "-f",
+        &path_str(&repo().join("tests/e2e/keda-crd.yaml")),
+    ]);
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/scaledobjects.keda.sh",
+        "--timeout=30s",
+    ]);
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("kd", 4, None))
+        .await
+        .unwrap();
+    wait_min(&ns, "kd", 4).await;
+    let so = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &keda_resource());
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": "kd"},
+        "spec": {"scaleTargetRef": {"name": "kd"}, "minReplicaCount": 2, "maxReplicaCount": 8,
+                 "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}
+    }))
+    .unwrap();
+    so.create(&PostParams::default(), &obj).await.unwrap();
+    wait_min(&ns, "kd", 2).await;
+}
+
+/// Scenario 4: pdb-create "false" opts out; removing it opts back in.
+#[tokio::test]
+async fn deployment_opt_out_annotation() {
+    let ns = TestNs::new("e2e-optout-dep").await;
+    let mut d = deployment("quiet", 2, None);
+    d.metadata.annotations = Some(
+        [(
+            "eviction-autoscaler.azure.com/pdb-create".to_string(),
+            "false".to_string(),
+        )]
+        .into(),
+    );
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &d).await.unwrap();
+    absent_for(&ns, "quiet", Duration::from_secs(3)).await;
+    let patch =
+        json!({"metadata": {"annotations": {"eviction-autoscaler.azure.com/pdb-create": null}}});
+    deps.patch("quiet", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_min(&ns, "quiet", 2).await;
+}
+
+/// Scenario 5: a user PDB that matches means no second PDB, and it is never modified.
+#[tokio::test]
+async fn user_pdb_is_respected_and_never_modified() {
+    let ns = TestNs::new("e2e-user").await;
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("theirs", "svc", Some(IntOrString::Int(1)), None),
+    )
+    .await
+    .unwrap();
+    let before = pdbs.get("theirs").await.unwrap();
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("svc", 2, None))
+        .await
+        .unwrap();
+    kubectl_ok(&["-n", &ns.name, "scale", "deployment/svc", "--replicas=4"]);
+    absent_for(&ns, "svc", Duration::from_secs(3)).await;
+    let after = pdbs.get("theirs").await.unwrap();
+    assert_eq!(before.spec, after.spec, "the user's PDB spec is untouched");
+    assert_eq!(before.metadata.annotations, after.metadata.annotations);
+    assert_eq!(
+        before.metadata.owner_references,
+        after.metadata.owner_references
+    );
+    let list = pdbs.list(&Default::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1, "no second PDB");
+}
+
+/// Scenario 6: removing ownedBy hands the PDB to the user; adding it back hands it back.
+#[tokio::test]
+async fn ownership_hand_over_and_back() {
+    let ns = TestNs::new("e2e-owner").await;
+    let deps: Api<Deployment> = ns.api();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let d = deps
+        .create(&PostParams::default(), &deployment("own", 2, None))
+        .await
+        .unwrap();
+    let uid = d.metadata.uid.clone().unwrap();
+    wait_pdb(&ns, "own", "owned PDB", |p| {
+        owner_uids(p) == vec![uid.clone()]
+    })
+    .await;
+
+    let drop_owned = json!({"metadata": {"annotations": {OWNED: null}}});
+    pdbs.patch("own", &PatchParams::default(), &Patch::Merge(&drop_owned))
+        .await
+        .unwrap();
+    wait_pdb(&ns, "own", "ownerReference dropped", |p| {
+        owner_uids(p).is_empty()
+    })
+    .await;
+    kubectl_ok(&["-n", &ns.name, "scale", "deployment/own", "--replicas=4"]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        min_available(&pdbs.get("own").await.unwrap()),
+        Some(IntOrString::Int(2)),
+        "no longer followed"
+    );
+
+    let add_owned = json!({"metadata": {"annotations": {OWNED: "EvictionAutoScaler"}}});
+    pdbs.patch("own", &PatchParams::default(), &Patch::Merge(&add_owned))
+        .await
+        .unwrap();
+    wait_pdb(&ns, "own", "ownerReference back", |p| {
+        owner_uids(p) == vec![uid.clone()]
+    })
+    .await;
+    wait_min(&ns, "own", 4).await;
+    deps.delete("own", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    wait_for(
+        "PDB deleted with its Deployment",
+        Duration::from_secs(60),
+        || async { pdb_opt(&ns, "own").await.is_none().then_some(()) },
+    )
+    .await;
+}
+
+/// Scenario 6, second half: a handed-over PDB survives its Deployment.
+#[tokio::test]
+async fn handed_over_pdb_survives_deployment_deletion() {
+    let ns = TestNs::new("e2e-handed").await;
+    let deps: Api<Deployment> = ns.api();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let d = deps
+        .create(&PostParams::default(), &deployment("keep", 2, None))
+        .await
+        .unwrap();
+    let uid = d.metadata.uid.clone().unwrap();
+    wait_pdb(&ns, "keep", "owned PDB", |p| {
+        owner_uids(p) == vec![uid.clone()]
+    })
+    .await;
+    let drop_owned = json!({"metadata": {"annotations": {OWNED: null}}});
+    pdbs.patch("keep", &PatchParams::default(), &Patch::Merge(&drop_owned))
+        .await
+        .unwrap();
+    wait_pdb(&ns, "keep", "ownerReference dropped", |p| {
+        owner_uids(p).is_empty()
+    })
+    .await;
+    deps.delete("keep", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    wait_for("Deployment gone", Duration::from_secs(60), || async {
+        deps.get_opt("keep")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(pdb_opt(&ns, "keep").await.is_some(), "the user's PDB stays");
+}
+
+/// Scenario 8: opt-in mode. Unlisted namespaces get nothing; the listed one
+/// and annotated ones do; enable "false" removes ours; re-enabling recreates.
+#[tokio::test]
+async fn opt_in_scope_follows_annotations_at_run_time() {
+    let plain = TestNs::with_annotations("e2e-unlisted", &[]).await;
+    let deps: Api<Deployment> = plain.api();
+    deps.create(&PostParams::default(), &deployment("x", 2, None))
+        .await
+        .unwrap();
+    absent_for(&plain, "x", Duration::from_secs(3)).await;
+
+    let listed = TestNs::fixed("e2e-actioned", &[]).await;
+    let deps: Api<Deployment> = listed.api();
+    deps.create(&PostParams::default(), &deployment("y", 2, None))
+        .await
+        .unwrap();
+    wait_min(&listed, "y", 2).await;
+
+    let ns = TestNs::new("e2e-toggle").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("z", 2, None))
+        .await
+        .unwrap();
+    wait_min(&ns, "z", 2).await;
+    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &eas_resource());
+    wait_for("EvictionAutoScaler z", Duration::from_secs(30), || async {
+        eas.get_opt("z").await.ok().flatten()
+    })
+    .await;
+    let nss: Api<Namespace> = Api::all(ns.client.clone());
+    let set =
+        |v: &str| json!({"metadata": {"annotations": {"eviction-autoscaler.azure.com/enable": v}}});
+    nss.patch(
+        &ns.name,
+        &PatchParams::default(),
+        &Patch::Merge(&set("false")),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "our PDB and CR removed",
+        Duration::from_secs(30),
+        || async {
+            let gone = pdb_opt(&ns, "z").await.is_none()
+                && eas.get_opt("z").await.ok().flatten().is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
+    nss.patch(
+        &ns.name,
+        &PatchParams::default(),
+        &Patch::Merge(&set("true")),
+    )
+    .await
+    .unwrap();
+    wait_min(&ns, "z", 2).await;
+    // An annotation that is not a boolean is reported and ignored (unlisted → out of scope).
+    nss.patch(
+        &ns.name,
+        &PatchParams::default(),
+        &Patch::Merge(&set("maybe")),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "PDB removed: invalid annotation is treated as absent",
+        Duration::from_secs(30),
+        || async { pdb_opt(&ns, "z").await.is_none().then_some(()) },
+    )
+    .await;
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        &format!("involvedObject.name={},reason=InvalidAnnotation", ns.name),
+        "-o",
+        "name",
+    ]);
+    let events2 = kubectl_ok(&[
+        "get",
+        "events.events.k8s.io",
+        "-A",
+        "-o",
+        "jsonpath={range .items[*]}{.reason}/{.regarding.name}{\"\\n\"}{end}",
+    ]);
+    assert!(
+        !events.trim().is_empty() || events2.contains(&format!("InvalidAnnotation/{}", ns.name)),
+        "an Event reports the invalid annotation"
+    );
+}
+
+/// Scenarios 9 and 10: `kubectl get evictionautoscalers` columns and
+/// conditions; a same-name PDB with another selector is Degraded with an
+/// Event and no write loop.
+#[tokio::test]
+async fn status_columns_and_name_conflict_without_a_loop() {
+    let ns = TestNs::new("e2e-status").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("shown", 2, None))
+        .await
+        .unwrap();
+    wait_ready(&ns, "shown", 2).await;
+    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &eas_resource());
+    wait_for("status written", Duration::from_secs(30), || async {
+        let e = eas.get_opt("shown").await.ok().flatten()?;
+        (e.data["status"]["disruptionsAllowed"].as_i64() == Some(0)).then_some(e)
+    })
+    .await;
+    let table = kubectl_ok(&["get", "evictionautoscalers", "-n", &ns.name]);
+    for col in [
+        "TARGET", "BASELINE", "REPLICAS", "SURGE", "ALLOWED", "READY", "DEGRADED", "AGE",
+    ] {
+        assert!(table.contains(col), "column {col} missing:\n{table}");
+    }
+    assert!(table.contains("shown"), "{table}");
+    let yaml = kubectl_ok(&[
+        "get",
+        "evictionautoscalers",
+        "-n",
+        &ns.name,
+        "shown",
+        "-o",
+        "yaml",
+    ]);
+    assert!(
+        yaml.contains("type: Ready")
+            && yaml.contains("type: Degraded")
+            && yaml.contains("reason: Protected"),
+        "{yaml}"
+    );
+
+    // Same-name PDB selecting something else.
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("clash", "nothing-here", Some(IntOrString::Int(1)), None),
+    )
+    .await
+    .unwrap();
+    let rv_before = pdbs.get("clash").await.unwrap().metadata.resource_version;
+    let wh = WebhookInfo::get();
+    deps.create(&PostParams::default(), &deployment("clash", 1, None))
+        .await
+        .unwrap();
+    let events = wait_for("PDBNameConflict Event", Duration::from_secs(30), || async {
+        let out = kubectl(&[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            &ns.name,
+            "-o",
+            "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.contains("PDBNameConflict").then_some(text)
+    })
+    .await;
+    let clash = wait_for(
+        "Degraded condition on the EvictionAutoScaler",
+        Duration::from_secs(30),
+        || async {
+            let e = eas.get_opt("clash").await.ok().flatten()?;
+            let conds = e.data["status"]["conditions"].as_array()?.clone();
+            conds
+                .iter()
+                .any(|c| {
+                    c["type"] == "Degraded"
+                        && c["status"] == "True"
+                        && c["reason"] == "PDBNameConflict"
+                })
+                .then_some(e)
+        },
+    )
+    .await;
+    assert!(clash.data["status"]["conditions"]
+        .to_string()
+        .contains("does not select the pods"));
+    let errors_before = wh.metric_sum("eviction_autoscaler_reconcile_errors_total", &[]);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rv_after = pdbs.get("clash").await.unwrap().metadata.resource_version;
+    assert_eq!(rv_before, rv_after, "the user's PDB is not written");
+    let errors_after = wh.metric_sum("eviction_autoscaler_reconcile_errors_total", &[]);
+    assert_eq!(
+        errors_before, errors_after,
+        "no retry loop of failing writes"
+    );
+    let again = kubectl_ok(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+    ]);
+    assert_eq!(
+        again.matches("PDBNameConflict").count(),
+        events.matches("PDBNameConflict").count(),
+        "one Event, not one per pass"
+    );
+    let pdb_list = pdbs.list(&Default::default()).await.unwrap();
+    assert!(pdb_list
+        .items
+        .iter()
+        .all(|p| p.metadata.name.as_deref() != Some("clash") || p.metadata.annotations.is_none()));
+}
+
+pub fn eas_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("eviction-autoscaler.azure.com", "v1", "EvictionAutoScaler"),
+        "evictionautoscalers",
+    )
+}
+
+pub fn keda_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    )
+}
