@@ -33,6 +33,12 @@
 //!   smallest target giving the most room the cap allows is chosen: any room
 //!   lets a drain progress (each evicted pod is replaced elsewhere), more room
 //!   makes it faster, and extra replicas beyond that buy nothing.
+//! - For an integer `minAvailable` the spec's "baseline + displaced" is kept as
+//!   a lower bound (one spare pod per displaced pod, as the owned PDB pins the
+//!   floor at the baseline), raised when a user PDB's floor is above it.
+//! - HPA only: if the markers and minimum are in place but the Deployment's
+//!   replicas are below the surge (an interrupted second write), the surge is
+//!   re-applied as [`SurgeKind::Resume`].
 //! - An autoscaler may keep the Deployment above its minimum; the simulation
 //!   uses the larger of the two, and a surge that would not raise the running
 //!   scale is not made (no useless write, no false "impossible").
@@ -291,7 +297,7 @@ fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -
     match size(s, m.baseline, Some(m.surged_to), displaced) {
         Err(reason) => Action::Impossible { reason },
         // Never shrink mid-drain: only a larger target is written.
-        Ok(want) if want >= m.surged_to => Action::Surge {
+        Ok(want) if want > m.surged_to => Action::Surge {
             baseline: m.baseline,
             target: want,
             kind: SurgeKind::TopUp,

@@ -5,6 +5,7 @@
 
 mod pdbs;
 mod support;
+mod surge;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};

@@ -1,0 +1,579 @@
+//! Surge and scale back with real drains (behaviour.md sections 4, 5, 6).
+//! Every drain test holds the NODES lock and runs the availability watcher.
+//! The server runs with COOLDOWN=5s.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStrategy, RollingUpdateDeployment};
+use k8s_openapi::api::autoscaling::v2::{
+    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{EvictParams, PostParams};
+use kube::Api;
+
+use crate::support::*;
+use crate::user_pdb;
+
+const SURGE: &str = "evictionSurgeReplicas";
+const ORIGINAL: &str = "eviction-autoscaler.azure.com/original-min-replicas";
+
+fn with_max_surge(mut d: Deployment, max_surge: Option<IntOrString>) -> Deployment {
+    if let Some(spec) = d.spec.as_mut() {
+        spec.strategy = Some(DeploymentStrategy {
+            type_: Some("RollingUpdate".into()),
+            rolling_update: max_surge.map(|m| RollingUpdateDeployment {
+                max_surge: Some(m),
+                max_unavailable: Some(IntOrString::Int(0)),
+            }),
+        });
+    }
+    d
+}
+
+fn spread(mut d: Deployment) -> Deployment {
+    let app = d.metadata.name.clone().unwrap_or_default();
+    if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        spec.affinity = None;
+        spec.topology_spread_constraints = Some(vec![serde_json::from_value(serde_json::json!({
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app": app}}
+        }))
+        .expect("spread")]);
+    }
+    d
+}
+
+async fn replicas(ns: &TestNs, name: &str) -> (i32, Option<String>, Option<String>) {
+    let deps: Api<Deployment> = ns.api();
+    let d = deps.get(name).await.expect("deployment");
+    let a = d.metadata.annotations.unwrap_or_default();
+    (
+        d.spec.and_then(|s| s.replicas).unwrap_or(1),
+        a.get(SURGE).cloned(),
+        a.get(ORIGINAL).cloned(),
+    )
+}
+
+async fn wait_replicas(ns: &TestNs, name: &str, want: i32, markers: bool, timeout: Duration) {
+    wait_for(
+        &format!("{name} at {want} replicas (markers: {markers})"),
+        timeout,
+        || async {
+            let (r, s, o) = replicas(ns, name).await;
+            (r == want && s.is_some() == markers && o.is_some() == markers).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The owned PDB exists and the disruption controller reports it blocked.
+async fn owned_pdb_blocking(ns: &TestNs, name: &str, healthy: i32) {
+    wait_pdb(
+        ns,
+        name,
+        "owned PDB settled with no disruption allowed",
+        |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.observed_generation == p.metadata.generation
+                    && s.current_healthy == healthy
+                    && s.disruptions_allowed == 0
+            })
+        },
+    )
+    .await;
+}
+
+struct Drain {
+    ok: bool,
+    output: String,
+    took: Duration,
+}
+
+async fn drain(node: &str, selector: &str, extra: &[&str]) -> Drain {
+    let mut args: Vec<String> = vec![
+        "drain".into(),
+        node.into(),
+        format!("--pod-selector={selector}"),
+        "--ignore-daemonsets".into(),
+        "--delete-emptydir-data".into(),
+        "--timeout=150s".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        kubectl(&a)
+    })
+    .await
+    .expect("drain task");
+    Drain {
+        ok: out.status.success(),
+        output: format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        took: started.elapsed(),
+    }
+}
+
+/// Samples spec.replicas over time: the peak, whether it ever shrank before
+/// the revert, and the replica-seconds above a baseline.
+struct ReplicaTrace {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Vec<(Instant, i32)>>,
+}
+
+impl ReplicaTrace {
+    fn start(ns: &TestNs, name: &str) -> ReplicaTrace {
+        let deps: Api<Deployment> = ns.api();
+        let name = name.to_string();
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut samples = Vec::new();
+            loop {
+                if let Ok(d) = deps.get(&name).await {
+                    samples.push((Instant::now(), d.spec.and_then(|s| s.replicas).unwrap_or(1)));
+                }
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+            samples
+        });
+        ReplicaTrace { stop, task }
+    }
+
+    async fn finish(self) -> Vec<(Instant, i32)> {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+fn peak(samples: &[(Instant, i32)]) -> i32 {
+    samples.iter().map(|s| s.1).max().unwrap_or(0)
+}
+
+fn replica_seconds_above(samples: &[(Instant, i32)], baseline: i32) -> f64 {
+    samples
+        .windows(2)
+        .map(|w| f64::from((w[0].1 - baseline).max(0)) * (w[1].0 - w[0].0).as_secs_f64())
+        .sum()
+}
+
+async fn pods_of(ns: &TestNs, app: &str) -> Vec<Pod> {
+    wait_ready(ns, app, ready_pods(ns, app).await.len().max(1)).await
+}
+
+/// Scenario 1 (and 11): a 3-replica Deployment with its owned PDB, every
+/// pod on one node; a real `kubectl drain` of that node completes with the
+/// surge, never below 3 Ready pods, and scales back to exactly 3.
+async fn drain_one_node(prefix: &str, max_surge: Option<IntOrString>, want_peak: i32) {
+    let _nodes = NODES.lock().await;
+    let ns = TestNs::new(prefix).await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-0";
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment("web", 3, Some(node)), max_surge),
+    )
+    .await
+    .expect("create");
+    let pods = wait_ready(&ns, "web", 3).await;
+    assert!(
+        nodes_of(&pods).iter().all(|n| n == node),
+        "all pods on {node}: {:?}",
+        nodes_of(&pods)
+    );
+    owned_pdb_blocking(&ns, "web", 3).await;
+
+    let watcher = AvailabilityWatcher::start(&ns, "web");
+    let trace = ReplicaTrace::start(&ns, "web");
+    let d = drain(node, "app=web", &[]).await;
+    uncordon(node);
+    assert!(d.ok, "drain failed:\n{}", d.output);
+    assert!(
+        d.output.contains("denied the request"),
+        "the budget blocked at first:\n{}",
+        d.output
+    );
+    wait_replicas(&ns, "web", 3, false, Duration::from_secs(60)).await;
+    let samples = trace.finish().await;
+    let min_ready = watcher.finish().await;
+    assert!(min_ready >= 3, "Ready pods went down to {min_ready}");
+    assert_eq!(peak(&samples), want_peak, "peak replicas");
+    let after = ready_pods(&ns, "web").await;
+    assert!(
+        nodes_of(&after).iter().all(|n| n != node),
+        "no pod left on the drained node"
+    );
+    println!(
+        "FIGURES {prefix}: drain took {:.1}s (first eviction to completion), peak {} replicas, {:.1} extra replica-seconds",
+        d.took.as_secs_f64(),
+        peak(&samples),
+        replica_seconds_above(&samples, 3)
+    );
+}
+
+#[tokio::test]
+async fn drain_completes_with_surge_to_double() {
+    drain_one_node("e2e-drain100", Some(IntOrString::String("100%".into())), 6).await;
+}
+
+#[tokio::test]
+async fn drain_completes_with_default_max_surge() {
+    // An unset rolling update means maxSurge 25%: ceil(0.75) = 1 extra replica.
+    drain_one_node("e2e-drain25", None, 4).await;
+}
+
+/// Scenario 2: a cordon alone surges before any eviction; uncordon with
+/// nothing evicted scales back after the cooldown.
+#[tokio::test]
+async fn cordon_surges_proactively_and_uncordon_scales_back() {
+    let _nodes = NODES.lock().await;
+    let ns = TestNs::new("e2e-cordon").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-1";
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment("cw", 2, Some(node)), Some(IntOrString::Int(5))),
+    )
+    .await
+    .unwrap();
+    let pods = wait_ready(&ns, "cw", 2).await;
+    let on_node = nodes_of(&pods).iter().filter(|n| *n == node).count() as i32;
+    assert!(on_node > 0, "a pod on {node}");
+    owned_pdb_blocking(&ns, "cw", 2).await;
+    kubectl_ok(&["cordon", node]);
+    wait_replicas(&ns, "cw", 2 + on_node, true, Duration::from_secs(20)).await;
+    uncordon(node);
+    wait_replicas(&ns, "cw", 2, false, Duration::from_secs(40)).await;
+}
+
+/// Scenario 3: two nodes cordoned one after the other, then drained: the
+/// surge tops up and never shrinks until the scale back.
+#[tokio::test]
+async fn second_node_tops_up_and_never_shrinks() {
+    let _nodes = NODES.lock().await;
+    let ns = TestNs::new("e2e-topup").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &spread(with_max_surge(
+            deployment("tu", 3, None),
+            Some(IntOrString::Int(3)),
+        )),
+    )
+    .await
+    .unwrap();
+    let pods = wait_ready(&ns, "tu", 3).await;
+    let mut nodes = nodes_of(&pods);
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(nodes.len(), 3, "one pod per node: {nodes:?}");
+    owned_pdb_blocking(&ns, "tu", 3).await;
+    let watcher = AvailabilityWatcher::start(&ns, "tu");
+    let trace = ReplicaTrace::start(&ns, "tu");
+    kubectl_ok(&["cordon", "kwok-node-0"]);
+    wait_replicas(&ns, "tu", 4, true, Duration::from_secs(20)).await;
+    kubectl_ok(&["cordon", "kwok-node-1"]);
+    wait_replicas(&ns, "tu", 5, true, Duration::from_secs(20)).await;
+    let d0 = drain("kwok-node-0", "app=tu", &[]).await;
+    let d1 = drain("kwok-node-1", "app=tu", &[]).await;
+    uncordon("kwok-node-0");
+    uncordon("kwok-node-1");
+    assert!(d0.ok && d1.ok, "drains:\n{}\n{}", d0.output, d1.output);
+    wait_replicas(&ns, "tu", 3, false, Duration::from_secs(60)).await;
+    let samples = trace.finish().await;
+    assert!(watcher.finish().await >= 3, "Ready pods below 3");
+    // Non-decreasing until the first sample back at the baseline.
+    let values: Vec<i32> = samples.iter().map(|s| s.1).collect();
+    let top = values.iter().position(|v| *v == 5).expect("reached 5");
+    let end = values.iter().rposition(|v| *v == 5).expect("was at 5");
+    assert!(
+        values[..=top].windows(2).all(|w| w[0] <= w[1]),
+        "shrank before the top: {values:?}"
+    );
+    assert!(
+        values[top..=end].iter().all(|v| *v == 5),
+        "shrank mid-drain: {values:?}"
+    );
+}
+
+/// Scenario 4 (HPA): the HPA minimum is raised and restored.
+#[tokio::test]
+async fn hpa_minimum_is_raised_and_restored() {
+    let _nodes = NODES.lock().await;
+    let ns = TestNs::new("e2e-hpa").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-2";
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment("h", 2, Some(node)), Some(IntOrString::Int(2))),
+    )
+    .await
+    .unwrap();
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(
+        &PostParams::default(),
+        &HorizontalPodAutoscaler {
+            metadata: ObjectMeta {
+                name: Some("h".into()),
+                ..Default::default()
+            },
+            spec: Some(HorizontalPodAutoscalerSpec {
+                min_replicas: Some(2),
+                max_replicas: 10,
+                scale_target_ref: CrossVersionObjectReference {
+                    api_version: Some("apps/v1".into()),
+                    kind: "Deployment".into(),
+                    name: "h".into(),
+                },
+                ..Default::default()
+            }),
+            status: None,
+        },
+    )
+    .await
+    .unwrap();
+    wait_ready(&ns, "h", 2).await;
+    owned_pdb_blocking(&ns, "h", 2).await;
+    let watcher = AvailabilityWatcher::start(&ns, "h");
+    let sampler = {
+        let hpas = hpas.clone();
+        tokio::spawn(async move {
+            let mut peak = 0;
+            for _ in 0..600 {
+                if let Ok(h) = hpas.get("h").await {
+                    peak = peak.max(h.spec.and_then(|s| s.min_replicas).unwrap_or(0));
+                }
+                if peak > 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            peak
+        })
+    };
+    let d = drain(node, "app=h", &[]).await;
+    uncordon(node);
+    assert!(d.ok, "drain:\n{}", d.output);
+    let peak_min = sampler.await.unwrap_or(0);
+    assert!(peak_min > 2, "the HPA minimum was raised (peak {peak_min})");
+    wait_for(
+        "HPA minimum restored to 2 and markers removed",
+        Duration::from_secs(60),
+        || async {
+            let h = hpas.get("h").await.ok()?;
+            let restored = h.spec.as_ref().and_then(|s| s.min_replicas) == Some(2)
+                && !h
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(SURGE));
+            restored.then_some(())
+        },
+    )
+    .await;
+    assert!(watcher.finish().await >= 2);
+    let events = kubectl_ok(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+    ]);
+    assert!(
+        events.contains("SurgeStarted") && events.contains("SurgeReverted"),
+        "{events}"
+    );
+}
+
+/// Scenario 5: a user PDB with maxUnavailable 0 cannot be helped: no surge,
+/// Degraded with the reason, and the 429 says why.
+#[tokio::test]
+async fn max_unavailable_zero_is_degraded_and_the_429_says_why() {
+    let _nodes = NODES.lock().await;
+    let ns = TestNs::new("e2e-zero").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &deployment("z", 2, Some("kwok-node-0")),
+    )
+    .await
+    .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("z-pdb", "z", None, Some(IntOrString::Int(0))),
+    )
+    .await
+    .unwrap();
+    let pods = wait_ready(&ns, "z", 2).await;
+    wait_pdb(&ns, "z-pdb", "settled", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.observed_generation == p.metadata.generation && s.current_healthy == 2
+        })
+    })
+    .await;
+    let node = nodes_of(&pods)[0].clone();
+    let d = drain(&node, "app=z", &["--timeout=15s"]).await;
+    uncordon(&node);
+    assert!(!d.ok);
+    assert!(
+        d.output.contains("cannot surge Deployment z"),
+        "the 429 says why:\n{}",
+        d.output
+    );
+    let (r, s, _) = replicas(&ns, "z").await;
+    assert_eq!((r, s), (2, None), "no surge");
+    let yaml = kubectl_ok(&[
+        "get",
+        "evictionautoscalers",
+        "-n",
+        &ns.name,
+        "z-pdb",
+        "-o",
+        "yaml",
+    ]);
+    assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
+}
+
+/// Scenario 6: a user PDB minAvailable 80% on 3 replicas: the surge is
+/// sized so that the drain completes.
+#[tokio::test]
+async fn percent_budget_surge_is_sized_to_let_the_drain_finish() {
+    let _nodes = NODES.lock().await;
+    let ns = TestNs::new("e2e-pct").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-1";
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment("p", 3, Some(node)), Some(IntOrString::Int(3))),
+    )
+    .await
+    .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("p-pdb", "p", Some(IntOrString::String("80%".into())), None),
+    )
+    .await
+    .unwrap();
+    wait_ready(&ns, "p", 3).await;
+    wait_pdb(&ns, "p-pdb", "blocked", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.observed_generation == p.metadata.generation
+                && s.current_healthy == 3
+                && s.disruptions_allowed == 0
+        })
+    })
+    .await;
+    let watcher = AvailabilityWatcher::start(&ns, "p");
+    let d = drain(node, "app=p", &[]).await;
+    uncordon(node);
+    assert!(d.ok, "drain:\n{}", d.output);
+    assert!(watcher.finish().await >= 3, "80% of 3 is 3 Ready pods");
+    wait_replicas(&ns, "p", 3, false, Duration::from_secs(60)).await;
+}
+
+/// Scenario 7: an eviction that is not part of a drain (a descheduler's)
+/// surges and then succeeds.
+#[tokio::test]
+async fn plain_eviction_api_call_surges_and_succeeds() {
+    let _nodes = NODES.lock().await;
+    let ns = TestNs::new("e2e-evict").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment("e", 2, None), Some(IntOrString::Int(1))),
+    )
+    .await
+    .unwrap();
+    let pods = wait_ready(&ns, "e", 2).await;
+    owned_pdb_blocking(&ns, "e", 2).await;
+    let victim = pods[0].metadata.name.clone().unwrap();
+    let api: Api<Pod> = ns.api();
+    let first = api.evict(&victim, &EvictParams::default()).await;
+    match &first {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 429, "{s:?}"),
+        other => panic!("the first eviction must be refused with 429: {other:?}"),
+    }
+    wait_for(
+        "eviction allowed after the surge",
+        Duration::from_secs(60),
+        || async {
+            api.evict(&victim, &EvictParams::default())
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+    wait_replicas(&ns, "e", 2, false, Duration::from_secs(60)).await;
+}
+
+/// Scenario 8: the user scales during a surge: their count is kept.
+#[tokio::test]
+async fn user_scale_during_surge_is_kept() {
+    let _nodes = NODES.lock().await;
+    let ns = TestNs::new("e2e-userscale").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-2";
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment("u", 2, Some(node)), Some(IntOrString::Int(2))),
+    )
+    .await
+    .unwrap();
+    let pods = wait_ready(&ns, "u", 2).await;
+    assert!(nodes_of(&pods).iter().any(|n| n == node));
+    owned_pdb_blocking(&ns, "u", 2).await;
+    kubectl_ok(&["cordon", node]);
+    wait_for("surge", Duration::from_secs(20), || async {
+        let (r, s, _) = replicas(&ns, "u").await;
+        (r > 2 && s.is_some()).then_some(())
+    })
+    .await;
+    kubectl_ok(&["-n", &ns.name, "scale", "deployment/u", "--replicas=7"]);
+    uncordon(node);
+    tokio::time::sleep(Duration::from_secs(12)).await; // past the cooldown
+    let (r, s, _) = replicas(&ns, "u").await;
+    assert_eq!(r, 7, "the user's count is kept");
+    assert!(s.is_none(), "markers removed: the surge is over");
+}
+
+/// Scenario 10: a server-side dry-run drain surges nothing and writes nothing.
+#[tokio::test]
+async fn dry_run_drain_changes_nothing() {
+    let _nodes = NODES.lock().await;
+    let ns = TestNs::new("e2e-dry").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-0";
+    deps.create(&PostParams::default(), &deployment("dr", 2, Some(node)))
+        .await
+        .unwrap();
+    let pods = wait_ready(&ns, "dr", 2).await;
+    owned_pdb_blocking(&ns, "dr", 2).await;
+    let rv = deps.get("dr").await.unwrap().metadata.resource_version;
+    let on_node = nodes_of(&pods).iter().any(|n| n == node);
+    assert!(on_node);
+    let d = drain(node, "app=dr", &["--dry-run=server"]).await;
+    assert!(d.output.contains("server dry run"), "{}", d.output);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = deps.get("dr").await.unwrap();
+    assert_eq!(
+        now.metadata.resource_version, rv,
+        "the Deployment was not written"
+    );
+    let node_obj = kubectl_ok(&["get", "node", node, "-o", "jsonpath={.spec.unschedulable}"]);
+    assert_ne!(node_obj.trim(), "true", "a dry-run drain does not cordon");
+    let _ = pods_of(&ns, "dr").await;
+}
