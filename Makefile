@@ -28,7 +28,9 @@ unit:
 ## End-to-end tests against a running local cluster (make cluster-up).
 ## They fail, never skip, when it is not there.
 e2e: build
+	@rm -f $(CLUSTER_DIR)/figures.txt
 	$(CARGO) test --test e2e -- --test-threads=4
+	@echo "--- figures measured by the drain tests ---"; cat $(CLUSTER_DIR)/figures.txt 2>/dev/null || true
 
 lint:
 	$(CARGO) fmt --all -- --check

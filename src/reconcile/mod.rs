@@ -153,7 +153,13 @@ impl Reconciler {
                 )
                 .await;
             }
-            let deployments = self.in_ns(&self.cache.deployments.state(), &name);
+            // A Deployment being deleted gets no new PDB (garbage collection
+            // is removing the old one).
+            let deployments: Vec<_> = self
+                .in_ns(&self.cache.deployments.state(), &name)
+                .into_iter()
+                .filter(|d| d.metadata.deletion_timestamp.is_none())
+                .collect();
             let pdbs = self.cache.pdbs_in(&name);
             managed += pdbs.iter().filter(|p| owned_by_us(&p.metadata)).count() as i64;
             if !sc.enabled && pdbs.is_empty() {

@@ -177,7 +177,8 @@ impl Webhooks {
             }
             Decision::Block(b) => {
                 let surge = self.surge_state(ns, &b);
-                if !req.dry_run {
+                let dry_run = req.dry_run || eviction_dry_run(req.object.as_ref());
+                if !dry_run {
                     self.metrics.blocked_evictions.inc();
                     let signal = Signal {
                         namespace: b.namespace.clone(),
@@ -192,7 +193,7 @@ impl Webhooks {
                     }
                 }
                 tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb, deployment = %b.deployment,
-                    dry_run = req.dry_run, "eviction blocked by budget; answered 429");
+                    dry_run, "eviction blocked by budget; answered 429");
                 Answer {
                     review: deny_too_many_requests(req, &b, &surge).into_review_v1(),
                     decision: "blocked",
@@ -348,6 +349,15 @@ impl Webhooks {
     }
 }
 
+/// kubectl drain --dry-run=server puts the dry run in the Eviction's
+/// deleteOptions, not in the request: the apiserver merges both.
+fn eviction_dry_run(obj: Option<&DynamicObject>) -> bool {
+    obj.and_then(|o| o.data.get("deleteOptions"))
+        .and_then(|d| d.get("dryRun"))
+        .and_then(|d| d.as_array())
+        .is_some_and(|a| !a.is_empty())
+}
+
 fn operation_name(op: &Operation) -> &'static str {
     match op {
         Operation::Create => "CREATE",
@@ -378,6 +388,19 @@ mod tests {
     use super::*;
 
     const EVICTION: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"705ab4f5-6393-11e8-b7cc-42010a800002","kind":{"group":"policy","version":"v1","kind":"Eviction"},"resource":{"group":"","version":"v1","resource":"pods"},"subResource":"eviction","requestKind":{"group":"policy","version":"v1","kind":"Eviction"},"requestResource":{"group":"","version":"v1","resource":"pods"},"requestSubResource":"eviction","name":"web-1","namespace":"ns","operation":"CREATE","userInfo":{"username":"admin"},"object":{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"web-1","namespace":"ns"}},"oldObject":null,"dryRun":false,"options":{"apiVersion":"meta.k8s.io/v1","kind":"CreateOptions"}}}"#;
+
+    #[test]
+    fn dry_run_in_delete_options_is_a_dry_run() {
+        let dry = EVICTION.replace(
+            r#""metadata":{"name":"web-1","namespace":"ns"}}"#,
+            r#""metadata":{"name":"web-1","namespace":"ns"},"deleteOptions":{"dryRun":["All"]}}"#,
+        );
+        let req = parse_review(dry.as_bytes()).unwrap();
+        assert!(!req.dry_run);
+        assert!(eviction_dry_run(req.object.as_ref()));
+        let req = parse_review(EVICTION.as_bytes()).unwrap();
+        assert!(!eviction_dry_run(req.object.as_ref()));
+    }
 
     #[test]
     fn parses_an_eviction_review() {

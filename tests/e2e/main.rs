@@ -90,8 +90,16 @@ async fn apiserver_calls_both_webhooks() {
 /// shows it and keeps retrying until its own timeout.
 #[tokio::test]
 async fn blocked_eviction_is_a_429_visible_to_kubectl_drain() {
-    let _nodes = NODES.lock().await;
+    let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-429").await;
+    // The user's PDB first: the Deployment then gets no PDB of ours.
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("blocked-pdb", "blocked", None, Some(IntOrString::Int(0))),
+    )
+    .await
+    .expect("create pdb");
     let deps = ns.api();
     deps.create(
         &PostParams::default(),
@@ -100,13 +108,6 @@ async fn blocked_eviction_is_a_429_visible_to_kubectl_drain() {
     .await
     .expect("create deployment");
     let pods = wait_ready(&ns, "blocked", 2).await;
-    let pdbs: Api<PodDisruptionBudget> = ns.api();
-    pdbs.create(
-        &PostParams::default(),
-        &user_pdb("blocked-pdb", "blocked", None, Some(IntOrString::Int(0))),
-    )
-    .await
-    .expect("create pdb");
     wait_pdb(
         &ns,
         "blocked-pdb",

@@ -77,6 +77,16 @@ fn deployed() -> &'static WebhookInfo {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        // Namespaces kept from failed earlier runs would share app labels
+        // with this run's pods (kubectl drain --pod-selector spans namespaces).
+        let _ = kubectl(&[
+            "delete",
+            "namespace",
+            "-l",
+            &format!("{E2E_LABEL}=true"),
+            "--wait=true",
+            "--timeout=120s",
+        ]);
         let state = cluster_dir().join("webhook");
         let port = std::fs::read_to_string(state.join("port"))
             .expect("port file")
@@ -86,6 +96,9 @@ fn deployed() -> &'static WebhookInfo {
         WebhookInfo { state, port }
     })
 }
+
+/// Label on every namespace the tests make.
+pub const E2E_LABEL: &str = "eviction-autoscaler-e2e";
 
 pub struct WebhookInfo {
     pub state: PathBuf,
@@ -183,6 +196,42 @@ where
 /// Tests that cordon or drain nodes run one at a time: a cordon is cluster-wide.
 pub static NODES: LazyLock<tokio::sync::Mutex<()>> = LazyLock::new(|| tokio::sync::Mutex::new(()));
 
+pub const NODE_NAMES: [&str; 3] = ["kwok-node-0", "kwok-node-1", "kwok-node-2"];
+
+/// Holds the node lock; every node is schedulable when it is taken and again
+/// when it is dropped, even if the test failed half-way.
+pub struct NodesGuard {
+    _g: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Drop for NodesGuard {
+    fn drop(&mut self) {
+        for n in NODE_NAMES {
+            uncordon(n);
+        }
+    }
+}
+
+pub async fn nodes_lock() -> NodesGuard {
+    let g = NODES.lock().await;
+    for n in NODE_NAMES {
+        uncordon(n);
+    }
+    NodesGuard { _g: g }
+}
+
+/// Appends a measured figure to $CLUSTER_DIR/figures.txt (printed by `make e2e`).
+pub fn record_figure(line: String) {
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(cluster_dir().join("figures.txt"))
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
 /// A namespace of its own per test, in scope (annotated enable: "true"),
 /// deleted when the test ends.
 pub struct TestNs {
@@ -219,6 +268,7 @@ impl TestNs {
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
+                labels: Some([(E2E_LABEL.to_string(), "true".to_string())].into()),
                 annotations: Some(
                     annotations
                         .iter()
