@@ -305,16 +305,13 @@ impl Reconciler {
                 tracing::info!(namespace = ns, %pdb, min, "PDB minAvailable updated");
             }
             Action::SetOwner { pdb, owner } => {
-                let current = self
-                    .cache
-                    .pdbs
-                    .get(&kube::runtime::reflector::ObjectRef::new(&pdb).within(ns));
-                let rv = current
-                    .as_ref()
-                    .and_then(|p| p.metadata.resource_version.clone());
+                // Read it fresh: another write of this pass may have moved it on.
+                let current = pdbs.get(&pdb).await?;
+                let rv = current.metadata.resource_version.clone();
                 let mut refs: Vec<_> = current
-                    .as_ref()
-                    .and_then(|p| p.metadata.owner_references.clone())
+                    .metadata
+                    .owner_references
+                    .clone()
                     .unwrap_or_default()
                     .into_iter()
                     .filter(|o| !(o.kind == "Deployment" && o.name == owner.name))
@@ -325,11 +322,7 @@ impl Reconciler {
                 tracing::info!(namespace = ns, %pdb, "owner reference set");
             }
             Action::ReleaseOwner { pdb, keep } => {
-                let rv = self
-                    .cache
-                    .pdbs
-                    .get(&kube::runtime::reflector::ObjectRef::new(&pdb).within(ns))
-                    .and_then(|p| p.metadata.resource_version.clone());
+                let rv = pdbs.get(&pdb).await?.metadata.resource_version;
                 let patch = json!({"metadata": {"ownerReferences": keep, "resourceVersion": rv}});
                 pdbs.patch(&pdb, &pp, &Patch::Merge(&patch)).await?;
                 tracing::info!(namespace = ns, %pdb, "PDB handed to its user: owner reference dropped");
