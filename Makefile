@@ -30,6 +30,7 @@ unit:
 e2e: build
 	@rm -f $(CLUSTER_DIR)/figures.txt
 	$(CARGO) test --test e2e -- --test-threads=4
+	$(CARGO) test --test e2e_modes -- --test-threads=1
 	@echo "--- figures measured by the drain tests ---"; cat $(CLUSTER_DIR)/figures.txt 2>/dev/null || true
 
 lint:

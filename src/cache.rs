@@ -116,8 +116,15 @@ pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
         .find(|o| o.controller == Some(true))
 }
 
+/// What a cached pod keeps: labels, owner, node, phase, conditions.
+pub fn strip_pod(p: &mut SlimPod) {
+    strip_meta(&mut p.metadata);
+    p.metadata.annotations = None;
+    p.metadata.generate_name = None;
+}
+
 /// Drop what no decision reads, so the caches stay small.
-fn strip_meta(meta: &mut ObjectMeta) {
+pub fn strip_meta(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
     if let Some(a) = meta.annotations.as_mut() {
         a.remove("kubectl.kubernetes.io/last-applied-configuration");
@@ -143,7 +150,38 @@ pub struct Cache {
     pub behaviour: Arc<Behaviour>,
 }
 
+/// The stores of a [`Cache`], for caches filled by hand (benchmarks, tests).
+pub struct Stores {
+    pub pods: Store<SlimPod>,
+    pub pdbs: Store<PodDisruptionBudget>,
+    pub deployments: Store<Deployment>,
+    pub replicasets: Store<ReplicaSet>,
+    pub namespaces: Store<Namespace>,
+    pub nodes: Store<Node>,
+    pub hpas: Store<HorizontalPodAutoscaler>,
+    pub eas: Store<EvictionAutoScaler>,
+}
+
 impl Cache {
+    /// A synced cache over stores that something else fills.
+    pub fn from_stores(s: Stores, behaviour: Arc<Behaviour>) -> Cache {
+        let (_tx, changed) = watch::channel(0u64);
+        Cache {
+            pods: s.pods,
+            pdbs: s.pdbs,
+            deployments: s.deployments,
+            replicasets: s.replicasets,
+            namespaces: s.namespaces,
+            nodes: s.nodes,
+            hpas: s.hpas,
+            eas: s.eas,
+            keda: Arc::new(RwLock::new(None)),
+            changed,
+            synced: Arc::new(AtomicBool::new(true)),
+            behaviour,
+        }
+    }
+
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }
@@ -196,11 +234,7 @@ pub fn start(client: Client, behaviour: Arc<Behaviour>, tasks: &mut JoinSet<()>)
     let cfg = watcher::Config::default();
     let (tx, changed) = watch::channel(0u64);
     let tx = &tx;
-    let pods = reflect::<SlimPod>(Api::all(client.clone()), cfg.clone(), tasks, tx, |p| {
-        strip_meta(&mut p.metadata);
-        p.metadata.annotations = None;
-        p.metadata.generate_name = None;
-    });
+    let pods = reflect::<SlimPod>(Api::all(client.clone()), cfg.clone(), tasks, tx, strip_pod);
     let pdbs =
         reflect::<PodDisruptionBudget>(Api::all(client.clone()), cfg.clone(), tasks, tx, |p| {
             strip_meta(&mut p.metadata)

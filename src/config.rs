@@ -129,6 +129,11 @@ pub struct ServeOpts {
     #[arg(long, env = "CERT_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub cert_reload_interval: Duration,
 
+    /// Run the controllers only while holding the Lease (several replicas).
+    #[arg(long, env = "LEADER_ELECTION", default_value = "true", value_parser = parse_bool,
+          action = ArgAction::Set)]
+    pub leader_election: bool,
+
     /// How long a PDB created at admission may wait for its Deployment to appear.
     #[arg(long, env = "ORPHAN_PDB_GRACE", default_value = "60s", value_parser = parse_duration)]
     pub orphan_pdb_grace: Duration,

@@ -77,8 +77,27 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     let (signals, signal_rx) = mpsc::channel(1024);
 
     // Controllers run while this replica leads.
-    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
-    metrics.leader.set(1);
+    let (leader_tx, leader) = tokio::sync::watch::channel(!opts.leader_election);
+    if opts.leader_election {
+        let identity = opts
+            .pod_name
+            .clone()
+            .unwrap_or_else(|| format!("eviction-autoscaler-{}", std::process::id()));
+        let election = crate::leader::Election {
+            api: kube::Api::namespaced(client.clone(), &opts.namespace),
+            name: "eviction-autoscaler".into(),
+            identity,
+            lease_duration: Duration::from_secs(15),
+            renew_every: Duration::from_secs(5),
+        };
+        tasks.spawn(election.run(leader_tx, metrics.clone()));
+    } else {
+        metrics.leader.set(1);
+        // Keep the sender alive: a dropped sender would end the controllers' waits.
+        tasks.spawn(async move {
+            leader_tx.closed().await;
+        });
+    }
     let degraded = DegradedReasons::default();
     let reconciler = Arc::new(Reconciler::new(
         cache.clone(),

@@ -23,6 +23,7 @@ use crate::cache::{owned_by_us, Cache};
 use crate::crd::{EvictionAutoScaler, EvictionAutoScalerSpec, EvictionAutoScalerStatus};
 use crate::metrics::{ControllerLabel, Metrics};
 use crate::names;
+use crate::patch::{guarded_set, json_patch};
 use crate::pdb::baseline_replicas;
 use crate::scope;
 use plan::{Action, NamespaceSnapshot};
@@ -305,26 +306,40 @@ impl Reconciler {
                 tracing::info!(namespace = ns, %pdb, min, "PDB minAvailable updated");
             }
             Action::SetOwner { pdb, owner } => {
-                // Read it fresh: another write of this pass may have moved it on.
-                let current = pdbs.get(&pdb).await?;
-                let rv = current.metadata.resource_version.clone();
+                // Guard the one field we change, not the whole object: the
+                // disruption controller writes the PDB's status all the time.
+                let current = self
+                    .cache
+                    .pdbs
+                    .get(&kube::runtime::reflector::ObjectRef::new(&pdb).within(ns))
+                    .and_then(|p| p.metadata.owner_references.clone());
                 let mut refs: Vec<_> = current
-                    .metadata
-                    .owner_references
                     .clone()
                     .unwrap_or_default()
                     .into_iter()
                     .filter(|o| !(o.kind == "Deployment" && o.name == owner.name))
                     .collect();
                 refs.push(owner);
-                let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": rv}});
-                pdbs.patch(&pdb, &pp, &Patch::Merge(&patch)).await?;
+                let ops = guarded_set(
+                    "/metadata/ownerReferences",
+                    current.map(|c| json!(c)),
+                    json!(refs),
+                );
+                pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
                 tracing::info!(namespace = ns, %pdb, "owner reference set");
             }
             Action::ReleaseOwner { pdb, keep } => {
-                let rv = pdbs.get(&pdb).await?.metadata.resource_version;
-                let patch = json!({"metadata": {"ownerReferences": keep, "resourceVersion": rv}});
-                pdbs.patch(&pdb, &pp, &Patch::Merge(&patch)).await?;
+                let current = self
+                    .cache
+                    .pdbs
+                    .get(&kube::runtime::reflector::ObjectRef::new(&pdb).within(ns))
+                    .and_then(|p| p.metadata.owner_references.clone());
+                let ops = guarded_set(
+                    "/metadata/ownerReferences",
+                    current.map(|c| json!(c)),
+                    json!(keep),
+                );
+                pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
                 tracing::info!(namespace = ns, %pdb, "PDB handed to its user: owner reference dropped");
             }
             Action::DeletePdb { pdb, uid, why } => {

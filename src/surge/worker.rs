@@ -12,7 +12,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Patch, PatchParams};
+use kube::api::PatchParams;
 use kube::core::DynamicObject;
 use kube::runtime::events::EventType;
 use kube::{Api, Client};
@@ -23,6 +23,7 @@ use crate::budget::pdb_selects;
 use crate::cache::{controller_of, keda_resource, Cache};
 use crate::metrics::{ControllerLabel, Metrics};
 use crate::names;
+use crate::patch::{annotation_ops, guarded_set, json_patch};
 use crate::pdb::{hpa_for, matching_pdbs};
 use crate::reconcile::{object_ref, DegradedReasons, Reconciler};
 use crate::surge::plan::{self, Action, Applier, Markers, PodState, Snapshot, SurgeKind};
@@ -423,76 +424,102 @@ impl Worker {
         baseline: i32,
         to: i32,
     ) -> Result<(), kube::Error> {
-        let name = dep.metadata.name.clone().unwrap_or_default();
-        let deps: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
-        let pp = PatchParams::default();
-        let markers = json!({
-            names::SURGE_REPLICAS: to.to_string(),
-            names::ORIGINAL_MIN_REPLICAS: baseline.to_string(),
-        });
+        let markers = [
+            (names::SURGE_REPLICAS, Some(to.to_string())),
+            (names::ORIGINAL_MIN_REPLICAS, Some(baseline.to_string())),
+        ];
         match target {
             Target::Deployment | Target::Conflict => {
-                // Markers and replicas in one write, guarded by resourceVersion:
-                // a concurrent user change makes this fail and is re-planned.
-                let patch = json!({
-                    "metadata": {"annotations": markers, "resourceVersion": dep.metadata.resource_version},
-                    "spec": {"replicas": to},
-                });
-                deps.patch(&name, &pp, &Patch::Merge(&patch)).await?;
+                // Markers and replicas in one write, guarded on the replicas we
+                // planned from: a concurrent user scale fails it and is re-planned.
+                let current = dep.spec.as_ref().and_then(|s| s.replicas);
+                let mut ops = guarded_set("/spec/replicas", current.map(|c| json!(c)), json!(to));
+                ops.extend(annotation_ops(dep.metadata.annotations.as_ref(), &markers));
+                self.deployments(ns)
+                    .patch(
+                        &name_of(&dep.metadata),
+                        &PatchParams::default(),
+                        &json_patch(ops)?,
+                    )
+                    .await?;
             }
             Target::Hpa(h) => {
-                let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), ns);
-                let hname = h.metadata.name.clone().unwrap_or_default();
-                let patch = json!({
-                    "metadata": {"annotations": markers, "resourceVersion": h.metadata.resource_version},
-                    "spec": {"minReplicas": to},
-                });
-                hpas.patch(&hname, &pp, &Patch::Merge(&patch)).await?;
-                self.raise_replicas(&deps, dep, to).await?;
+                let current = h.spec.as_ref().and_then(|s| s.min_replicas);
+                let mut ops =
+                    guarded_set("/spec/minReplicas", current.map(|c| json!(c)), json!(to));
+                ops.extend(annotation_ops(h.metadata.annotations.as_ref(), &markers));
+                self.hpas(ns)
+                    .patch(
+                        &name_of(&h.metadata),
+                        &PatchParams::default(),
+                        &json_patch(ops)?,
+                    )
+                    .await?;
+                self.raise_replicas(ns, dep, to).await?;
             }
             Target::Keda(so) => {
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(self.client.clone(), ns, &keda_resource());
-                let sname = so.metadata.name.clone().unwrap_or_default();
-                let patch = json!({
-                    "metadata": {"annotations": markers, "resourceVersion": so.metadata.resource_version},
-                    "spec": {"minReplicaCount": to},
-                });
-                api.patch(&sname, &pp, &Patch::Merge(&patch)).await?;
-                self.raise_replicas(&deps, dep, to).await?;
+                let current = so.data["spec"].get("minReplicaCount").cloned();
+                let mut ops = guarded_set("/spec/minReplicaCount", current, json!(to));
+                ops.extend(annotation_ops(so.metadata.annotations.as_ref(), &markers));
+                self.scaled_objects(ns)
+                    .patch(
+                        &name_of(&so.metadata),
+                        &PatchParams::default(),
+                        &json_patch(ops)?,
+                    )
+                    .await?;
+                self.raise_replicas(ns, dep, to).await?;
             }
         }
         Ok(())
     }
 
+    fn deployments(&self, ns: &str) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    fn hpas(&self, ns: &str) -> Api<HorizontalPodAutoscaler> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    fn scaled_objects(&self, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), ns, &keda_resource())
+    }
+
     /// An autoscaler without metrics does not act on a new minimum: set the
     /// Deployment's replicas too (never lowering them). Its own markers keep
     /// the replicas it had, so the revert restores them.
-    async fn raise_replicas(
-        &self,
-        deps: &Api<Deployment>,
-        dep: &Deployment,
-        to: i32,
-    ) -> Result<(), kube::Error> {
+    async fn raise_replicas(&self, ns: &str, dep: &Deployment, to: i32) -> Result<(), kube::Error> {
         let current = dep.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
         if current >= to {
             return Ok(());
         }
         let original =
             markers_of(dep.metadata.annotations.as_ref()).map_or(current, |m| m.baseline);
-        let patch = json!({
-            "metadata": {"annotations": {
-                names::SURGE_REPLICAS: to.to_string(),
-                names::ORIGINAL_MIN_REPLICAS: original.to_string(),
-            }},
-            "spec": {"replicas": to},
-        });
-        let name = dep.metadata.name.clone().unwrap_or_default();
-        deps.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        let mut ops = guarded_set(
+            "/spec/replicas",
+            dep.spec.as_ref().and_then(|s| s.replicas).map(|c| json!(c)),
+            json!(to),
+        );
+        ops.extend(annotation_ops(
+            dep.metadata.annotations.as_ref(),
+            &[
+                (names::SURGE_REPLICAS, Some(to.to_string())),
+                (names::ORIGINAL_MIN_REPLICAS, Some(original.to_string())),
+            ],
+        ));
+        self.deployments(ns)
+            .patch(
+                &name_of(&dep.metadata),
+                &PatchParams::default(),
+                &json_patch(ops)?,
+            )
             .await?;
         Ok(())
     }
 
+    /// Someone else's value stays: the markers now record it as both the
+    /// baseline and the surged value, so nothing is undone later.
     async fn adopt(
         &self,
         ns: &str,
@@ -501,35 +528,29 @@ impl Worker {
         new_baseline: i32,
     ) -> Result<(), kube::Error> {
         let pp = PatchParams::default();
-        let ann = json!({"metadata": {"annotations": {names::ORIGINAL_MIN_REPLICAS: new_baseline.to_string(), names::SURGE_REPLICAS: new_baseline.to_string()}}});
+        let v = new_baseline.to_string();
+        let changes = [
+            (names::ORIGINAL_MIN_REPLICAS, Some(v.clone())),
+            (names::SURGE_REPLICAS, Some(v)),
+        ];
         match target {
             Target::Hpa(h) => {
-                let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), ns);
-                api.patch(
-                    h.metadata.name.as_deref().unwrap_or_default(),
-                    &pp,
-                    &Patch::Merge(&ann),
-                )
-                .await?;
+                let ops = annotation_ops(h.metadata.annotations.as_ref(), &changes);
+                self.hpas(ns)
+                    .patch(&name_of(&h.metadata), &pp, &json_patch(ops)?)
+                    .await?;
             }
             Target::Keda(so) => {
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(self.client.clone(), ns, &keda_resource());
-                api.patch(
-                    so.metadata.name.as_deref().unwrap_or_default(),
-                    &pp,
-                    &Patch::Merge(&ann),
-                )
-                .await?;
+                let ops = annotation_ops(so.metadata.annotations.as_ref(), &changes);
+                self.scaled_objects(ns)
+                    .patch(&name_of(&so.metadata), &pp, &json_patch(ops)?)
+                    .await?;
             }
             Target::Deployment | Target::Conflict => {
-                let api: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
-                api.patch(
-                    dep.metadata.name.as_deref().unwrap_or_default(),
-                    &pp,
-                    &Patch::Merge(&ann),
-                )
-                .await?;
+                let ops = annotation_ops(dep.metadata.annotations.as_ref(), &changes);
+                self.deployments(ns)
+                    .patch(&name_of(&dep.metadata), &pp, &json_patch(ops)?)
+                    .await?;
             }
         }
         Ok(())
@@ -543,71 +564,81 @@ impl Worker {
         baseline: i32,
     ) -> Result<(), kube::Error> {
         let pp = PatchParams::default();
-        let name = dep.metadata.name.clone().unwrap_or_default();
-        let deps: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
-        let clear = json!({names::SURGE_REPLICAS: null, names::ORIGINAL_MIN_REPLICAS: null});
+        let clear = [
+            (names::SURGE_REPLICAS, None),
+            (names::ORIGINAL_MIN_REPLICAS, None),
+        ];
         match target {
             Target::Deployment | Target::Conflict => {
                 // Never scale a Deployment to 0 ourselves.
-                let patch = json!({
-                    "metadata": {"annotations": clear, "resourceVersion": dep.metadata.resource_version},
-                    "spec": {"replicas": baseline.max(1)},
-                });
-                deps.patch(&name, &pp, &Patch::Merge(&patch)).await?;
+                let current = dep.spec.as_ref().and_then(|s| s.replicas).map(|c| json!(c));
+                let mut ops = guarded_set("/spec/replicas", current, json!(baseline.max(1)));
+                ops.extend(annotation_ops(dep.metadata.annotations.as_ref(), &clear));
+                self.deployments(ns)
+                    .patch(&name_of(&dep.metadata), &pp, &json_patch(ops)?)
+                    .await?;
             }
             Target::Hpa(h) => {
-                let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), ns);
-                let patch = json!({
-                    "metadata": {"annotations": clear, "resourceVersion": h.metadata.resource_version},
-                    "spec": {"minReplicas": baseline},
-                });
-                api.patch(
-                    h.metadata.name.as_deref().unwrap_or_default(),
-                    &pp,
-                    &Patch::Merge(&patch),
-                )
-                .await?;
-                self.restore_replicas(&deps, dep).await?;
+                let current = h
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.min_replicas)
+                    .map(|c| json!(c));
+                let mut ops = guarded_set("/spec/minReplicas", current, json!(baseline));
+                ops.extend(annotation_ops(h.metadata.annotations.as_ref(), &clear));
+                self.hpas(ns)
+                    .patch(&name_of(&h.metadata), &pp, &json_patch(ops)?)
+                    .await?;
+                self.restore_replicas(ns, dep).await?;
             }
             Target::Keda(so) => {
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(self.client.clone(), ns, &keda_resource());
-                let patch = json!({
-                    "metadata": {"annotations": clear, "resourceVersion": so.metadata.resource_version},
-                    "spec": {"minReplicaCount": baseline},
-                });
-                api.patch(
-                    so.metadata.name.as_deref().unwrap_or_default(),
-                    &pp,
-                    &Patch::Merge(&patch),
-                )
-                .await?;
-                self.restore_replicas(&deps, dep).await?;
+                let current = so.data["spec"].get("minReplicaCount").cloned();
+                let mut ops = guarded_set("/spec/minReplicaCount", current, json!(baseline));
+                ops.extend(annotation_ops(so.metadata.annotations.as_ref(), &clear));
+                self.scaled_objects(ns)
+                    .patch(&name_of(&so.metadata), &pp, &json_patch(ops)?)
+                    .await?;
+                self.restore_replicas(ns, dep).await?;
             }
         }
         Ok(())
     }
 
-    async fn restore_replicas(
-        &self,
-        deps: &Api<Deployment>,
-        dep: &Deployment,
-    ) -> Result<(), kube::Error> {
+    /// After an autoscaler surge: the Deployment's own pre-surge replicas,
+    /// unless someone changed them meanwhile.
+    async fn restore_replicas(&self, ns: &str, dep: &Deployment) -> Result<(), kube::Error> {
         let Some(m) = markers_of(dep.metadata.annotations.as_ref()) else {
             return Ok(());
         };
-        let patch = json!({
-            "metadata": {"annotations": {names::SURGE_REPLICAS: null, names::ORIGINAL_MIN_REPLICAS: null}},
-            "spec": {"replicas": m.baseline.max(1)},
-        });
-        deps.patch(
-            dep.metadata.name.as_deref().unwrap_or_default(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+        let current = dep.spec.as_ref().and_then(|s| s.replicas);
+        let mut ops = Vec::new();
+        if current == Some(m.surged_to) {
+            ops.extend(guarded_set(
+                "/spec/replicas",
+                current.map(|c| json!(c)),
+                json!(m.baseline.max(1)),
+            ));
+        }
+        ops.extend(annotation_ops(
+            dep.metadata.annotations.as_ref(),
+            &[
+                (names::SURGE_REPLICAS, None),
+                (names::ORIGINAL_MIN_REPLICAS, None),
+            ],
+        ));
+        self.deployments(ns)
+            .patch(
+                &name_of(&dep.metadata),
+                &PatchParams::default(),
+                &json_patch(ops)?,
+            )
+            .await?;
         Ok(())
     }
+}
+
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
 }
 
 fn age(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> i64 {

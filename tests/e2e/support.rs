@@ -471,3 +471,64 @@ pub fn uncordon(node: &str) {
 pub fn path_str(p: &Path) -> String {
     p.display().to_string()
 }
+
+/// Restarts the server with extra settings (tests/e2e/deploy-local.sh), for
+/// tests that need another configuration or a crash. Returns its info.
+pub fn restart_server(env: &[(&str, &str)]) -> WebhookInfo {
+    let _ = deployed();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_eviction-autoscaler"));
+    let mut cmd = Command::new(repo().join("tests/e2e/deploy-local.sh"));
+    cmd.arg("start")
+        .env("CLUSTER_DIR", cluster_dir())
+        .env("EA_BIN", &bin);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run deploy-local.sh");
+    assert!(
+        out.status.success(),
+        "deploy-local.sh failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state = cluster_dir().join("webhook");
+    let port = std::fs::read_to_string(state.join("port"))
+        .expect("port file")
+        .trim()
+        .parse()
+        .expect("port");
+    WebhookInfo { state, port }
+}
+
+/// Stops the server and removes the webhook configurations.
+pub fn stop_server() {
+    let out = Command::new(repo().join("tests/e2e/deploy-local.sh"))
+        .arg("stop")
+        .env("CLUSTER_DIR", cluster_dir())
+        .output()
+        .expect("run deploy-local.sh stop");
+    assert!(out.status.success());
+}
+
+impl WebhookInfo {
+    pub fn pid(&self) -> u32 {
+        std::fs::read_to_string(self.state.join("pid"))
+            .expect("pid file")
+            .trim()
+            .parse()
+            .expect("pid")
+    }
+}
+
+/// Events of one reason in a namespace.
+pub fn event_count(ns: &str, reason: &str) -> usize {
+    let out = kubectl_ok(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+    ]);
+    out.lines().filter(|l| *l == reason).count()
+}

@@ -1,0 +1,286 @@
+//! `make bench`: figures and ratios measured in one run, so a noisy machine
+//! compares like with like.
+//!
+//! 1. Memory per cached pod: a realistic Pod as the apiserver sends it,
+//!    decoded into the full k8s-openapi `Pod` versus the cache's stripped
+//!    `SlimPod` (bytes allocated and kept, counted by a wrapping allocator).
+//! 2. The eviction decision over real reflector stores at 10k and 100k pods:
+//!    time per decision and the ratio between the two sizes.
+//! 3. The AdmissionReview codec: parse a review and encode the answer.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use eviction_autoscaler::cache::{strip_meta, strip_pod, Cache, SlimPod, Stores};
+use eviction_autoscaler::config::Behaviour;
+use eviction_autoscaler::webhook::eviction::decide;
+use eviction_autoscaler::webhook::parse_review;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher::Event;
+use serde_json::json;
+
+struct Counting;
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// A pod as a Deployment's ReplicaSet makes it, with the managed fields,
+/// env, volumes and status a real cluster returns.
+fn pod_json(ns: &str, i: usize, app: &str, node: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": format!("{app}-7d9f8c6b5-{i:05}"), "namespace": ns,
+            "generateName": format!("{app}-7d9f8c6b5-"),
+            "uid": format!("00000000-0000-0000-0000-{i:012}"), "resourceVersion": "123456",
+            "creationTimestamp": "2026-11-29T10:00:00Z",
+            "labels": {"app": app, "pod-template-hash": "7d9f8c6b5", "tier": "web"},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-29T09:00:00Z", "prometheus.io/scrape": "true"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{app}-7d9f8c6b5"),
+                                 "uid": format!("rs-{app}"), "controller": true, "blockOwnerDeletion": true}],
+            "managedFields": [
+                {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "time": "2026-11-29T10:00:00Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:generateName": {}, "f:labels": {".": {}, "f:app": {}, "f:pod-template-hash": {}}, "f:ownerReferences": {}},
+                 "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:env": {}, "f:image": {}, "f:name": {}, "f:ports": {}, "f:resources": {}}}}}},
+                {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": "2026-11-29T10:00:05Z", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:status": {"f:conditions": {}, "f:containerStatuses": {}, "f:hostIP": {}, "f:phase": {}, "f:podIP": {}, "f:startTime": {}}}, "subresource": "status"}
+            ]
+        },
+        "spec": {
+            "nodeName": node, "serviceAccountName": "default", "restartPolicy": "Always", "dnsPolicy": "ClusterFirst",
+            "containers": [{
+                "name": "app", "image": "registry.example.com/team/app:1.2.3", "imagePullPolicy": "IfNotPresent",
+                "ports": [{"containerPort": 8080, "protocol": "TCP", "name": "http"}],
+                "env": (0..8).map(|k| json!({"name": format!("SETTING_{k}"), "value": format!("value-{k}-for-{app}")})).collect::<Vec<_>>(),
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 5},
+                "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}]
+            }],
+            "volumes": [{"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}],
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]
+        },
+        "status": {
+            "phase": "Running", "hostIP": "10.0.0.1", "podIP": format!("10.1.{}.{}", i / 250 % 250, i % 250),
+            "startTime": "2026-11-29T10:00:01Z",
+            "conditions": [
+                {"type": "Initialized", "status": "True", "lastTransitionTime": "2026-11-29T10:00:01Z"},
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-29T10:00:05Z"},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": "2026-11-29T10:00:05Z"},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-29T10:00:00Z"}
+            ],
+            "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "registry.example.com/team/app:1.2.3",
+                                   "imageID": "registry.example.com/team/app@sha256:0123456789abcdef", "containerID": "containerd://abcdef",
+                                   "started": true, "state": {"running": {"startedAt": "2026-11-29T10:00:04Z"}}}]
+        }
+    })
+}
+
+fn memory_per_pod(n: usize) -> (f64, f64) {
+    let bodies: Vec<Vec<u8>> = (0..n)
+        .map(|i| serde_json::to_vec(&pod_json("ns", i, "app", "node-1")).unwrap_or_default())
+        .collect();
+    let before = live();
+    let full: Vec<Pod> = bodies
+        .iter()
+        .filter_map(|b| serde_json::from_slice(b).ok())
+        .collect();
+    let full_bytes = (live() - before) as f64 / n as f64;
+    drop(full);
+    let before = live();
+    let slim: Vec<SlimPod> = bodies
+        .iter()
+        .filter_map(|b| serde_json::from_slice::<SlimPod>(b).ok())
+        .map(|mut p| {
+            strip_pod(&mut p);
+            p
+        })
+        .collect();
+    let slim_bytes = (live() - before) as f64 / n as f64;
+    assert_eq!(slim.len(), n);
+    (full_bytes, slim_bytes)
+}
+
+fn apply<K>(w: &mut Writer<K>, objs: impl IntoIterator<Item = K>)
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    w.apply_watcher_event(&Event::Init);
+    for o in objs {
+        w.apply_watcher_event(&Event::InitApply(o));
+    }
+    w.apply_watcher_event(&Event::InitDone);
+}
+
+/// A cache of `pods` pods in 100 namespaces, 10 Deployments each, all with PDBs.
+fn cache_with(pods: usize) -> (Cache, Vec<(String, String)>) {
+    let (pod_r, mut pod_w) = reflector::store::<SlimPod>();
+    let (pdb_r, mut pdb_w) = reflector::store::<PodDisruptionBudget>();
+    let (dep_r, mut dep_w) = reflector::store::<Deployment>();
+    let (rs_r, mut rs_w) = reflector::store::<ReplicaSet>();
+    let (ns_r, mut ns_w) = reflector::store::<Namespace>();
+    let (node_r, node_w) = reflector::store();
+    let (hpa_r, hpa_w) = reflector::store();
+    let (eas_r, eas_w) = reflector::store();
+    let namespaces = 100;
+    let apps = 10;
+    let mut keys = Vec::new();
+    let mut pod_objs = Vec::with_capacity(pods);
+    for i in 0..pods {
+        let ns = format!("ns-{}", i % namespaces);
+        let app = format!("app-{}", (i / namespaces) % apps);
+        let mut p: SlimPod =
+            serde_json::from_value(pod_json(&ns, i, &app, "node-1")).unwrap_or_default();
+        strip_pod(&mut p);
+        keys.push((ns, p.metadata.name.clone().unwrap_or_default()));
+        pod_objs.push(p);
+    }
+    apply(&mut pod_w, pod_objs);
+    let mut pdbs = Vec::new();
+    let mut deps = Vec::new();
+    let mut rss = Vec::new();
+    let mut nss = Vec::new();
+    for n in 0..namespaces {
+        let ns = format!("ns-{n}");
+        nss.push(
+            serde_json::from_value::<Namespace>(json!({"metadata": {"name": ns,
+            "annotations": {"eviction-autoscaler.azure.com/enable": "true"}}}))
+            .unwrap_or_default(),
+        );
+        for a in 0..apps {
+            let app = format!("app-{a}");
+            pdbs.push(serde_json::from_value::<PodDisruptionBudget>(json!({
+                "metadata": {"name": app, "namespace": ns, "generation": 1},
+                "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": app}}},
+                "status": {"disruptionsAllowed": 0, "currentHealthy": 3, "desiredHealthy": 3, "expectedPods": 3, "observedGeneration": 1}
+            })).unwrap_or_default());
+            let mut d: Deployment = serde_json::from_value(json!({
+                "metadata": {"name": app, "namespace": ns, "uid": format!("dep-{app}")},
+                "spec": {"replicas": 3, "selector": {"matchLabels": {"app": app}}, "template": {"metadata": {"labels": {"app": app}}}}
+            })).unwrap_or_default();
+            strip_meta(&mut d.metadata);
+            deps.push(d);
+            rss.push(serde_json::from_value::<ReplicaSet>(json!({
+                "metadata": {"name": format!("{app}-7d9f8c6b5"), "namespace": ns, "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": app, "uid": format!("dep-{app}"), "controller": true}]},
+                "spec": {"selector": {"matchLabels": {"app": app}}}
+            })).unwrap_or_default());
+        }
+    }
+    apply(&mut pdb_w, pdbs);
+    apply(&mut dep_w, deps);
+    apply(&mut rs_w, rss);
+    apply(&mut ns_w, nss);
+    // Empty but ready stores.
+    let mut node_w = node_w;
+    apply::<k8s_openapi::api::core::v1::Node>(&mut node_w, vec![]);
+    let mut hpa_w = hpa_w;
+    apply::<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>(&mut hpa_w, vec![]);
+    let mut eas_w = eas_w;
+    apply::<eviction_autoscaler::crd::EvictionAutoScaler>(&mut eas_w, vec![]);
+    let cache = Cache::from_stores(
+        Stores {
+            pods: pod_r,
+            pdbs: pdb_r,
+            deployments: dep_r,
+            replicasets: rs_r,
+            namespaces: ns_r,
+            nodes: node_r,
+            hpas: hpa_r,
+            eas: eas_r,
+        },
+        Arc::new(Behaviour::default()),
+    );
+    (cache, keys)
+}
+
+fn time_decisions(pods: usize, rounds: usize) -> f64 {
+    let (cache, keys) = cache_with(pods);
+    let mut blocked = 0usize;
+    let start = Instant::now();
+    for i in 0..rounds {
+        let (ns, name) = &keys[(i * 7919) % keys.len()];
+        if matches!(
+            decide(&cache, ns, name),
+            eviction_autoscaler::webhook::eviction::Decision::Block(_)
+        ) {
+            blocked += 1;
+        }
+    }
+    let per = start.elapsed().as_secs_f64() / rounds as f64;
+    assert_eq!(
+        blocked, rounds,
+        "every sampled eviction is blocked by its budget"
+    );
+    per
+}
+
+fn main() {
+    println!("eviction-autoscaler benchmark (one run; compare ratios, not absolute times)\n");
+
+    let n = 20_000;
+    let (full, slim) = memory_per_pod(n);
+    println!("memory per cached pod ({n} realistic pods):");
+    println!("  full k8s-openapi Pod : {full:>8.0} bytes");
+    println!("  SlimPod (cache)      : {slim:>8.0} bytes");
+    println!("  ratio full / slim    : {:>8.1}x", full / slim);
+    println!(
+        "  100k pods in cache   : {:>8.1} MiB (full would be {:.1} MiB)\n",
+        slim * 1e5 / 1048576.0,
+        full * 1e5 / 1048576.0
+    );
+
+    let rounds = 20_000;
+    let small = time_decisions(10_000, rounds);
+    let large = time_decisions(100_000, rounds);
+    println!("eviction decision over reflector stores (1000 PDBs, {rounds} decisions each):");
+    println!("  10k pods  : {:>8.2} us/decision", small * 1e6);
+    println!("  100k pods : {:>8.2} us/decision", large * 1e6);
+    println!(
+        "  ratio 100k / 10k : {:>5.2}x (1.0 = independent of the pod count)\n",
+        large / small
+    );
+
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u", "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "eviction",
+        "name": "p", "namespace": "ns", "operation": "CREATE", "userInfo": {"username": "admin"},
+        "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "ns"}}, "dryRun": false}});
+    let body = serde_json::to_vec(&review).unwrap_or_default();
+    let start = Instant::now();
+    let k = 100_000;
+    let mut ok = 0;
+    for _ in 0..k {
+        if parse_review(&body).is_ok() {
+            ok += 1;
+        }
+    }
+    let per = start.elapsed().as_secs_f64() / f64::from(k);
+    assert_eq!(ok, k);
+    println!("AdmissionReview parse: {:.2} us/request", per * 1e6);
+}

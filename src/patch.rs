@@ -1,0 +1,110 @@
+//! JSON patches that guard exactly the fields they change: a `test` of the
+//! value we based the decision on, then the change. Unlike a resourceVersion
+//! precondition they do not fail on the status writes the controllers make
+//! all the time, yet a concurrent change of the same field (a user's scale)
+//! makes the whole patch fail, and the next pass re-plans.
+
+use std::collections::BTreeMap;
+
+use kube::api::Patch;
+use serde_json::{json, Value};
+
+/// RFC 6901 escaping of one path segment.
+pub fn escape(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+/// Sets (Some) or removes (None) annotations, given the ones the object has.
+pub fn annotation_ops(
+    existing: Option<&BTreeMap<String, String>>,
+    changes: &[(&str, Option<String>)],
+) -> Vec<Value> {
+    let mut ops = Vec::new();
+    match existing {
+        None => {
+            let map: serde_json::Map<String, Value> = changes
+                .iter()
+                .filter_map(|(k, v)| {
+                    v.as_ref()
+                        .map(|v| (k.to_string(), Value::String(v.clone())))
+                })
+                .collect();
+            if !map.is_empty() {
+                ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": map}));
+            }
+        }
+        Some(a) => {
+            for (k, v) in changes {
+                let path = format!("/metadata/annotations/{}", escape(k));
+                match v {
+                    Some(v) => ops.push(json!({"op": "add", "path": path, "value": v})),
+                    None if a.contains_key(*k) => ops.push(json!({"op": "remove", "path": path})),
+                    None => {}
+                }
+            }
+        }
+    }
+    ops
+}
+
+/// `test` that `path` still holds `expected` (absent when None), then set it to `value`.
+pub fn guarded_set(path: &str, expected: Option<Value>, value: Value) -> Vec<Value> {
+    match expected {
+        Some(e) => vec![
+            json!({"op": "test", "path": path, "value": e}),
+            json!({"op": "replace", "path": path, "value": value}),
+        ],
+        None => vec![json!({"op": "add", "path": path, "value": value})],
+    }
+}
+
+pub fn json_patch(ops: Vec<Value>) -> Result<Patch<()>, kube::Error> {
+    let p: json_patch::Patch =
+        serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
+    Ok(Patch::Json(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apply(doc: &mut Value, ops: Vec<Value>) -> Result<(), String> {
+        let p: json_patch::Patch =
+            serde_json::from_value(Value::Array(ops)).map_err(|e| e.to_string())?;
+        json_patch::patch(doc, &p).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn guarded_replica_change() {
+        let mut doc = json!({"metadata": {}, "spec": {"replicas": 3}});
+        let mut ops = guarded_set("/spec/replicas", Some(json!(3)), json!(6));
+        ops.extend(annotation_ops(
+            None,
+            &[
+                ("evictionSurgeReplicas", Some("6".into())),
+                ("a/b", Some("3".into())),
+            ],
+        ));
+        apply(&mut doc, ops).unwrap();
+        assert_eq!(doc["spec"]["replicas"], 6);
+        assert_eq!(doc["metadata"]["annotations"]["a/b"], "3");
+        // Someone else changed it: the test fails, nothing is applied.
+        let mut doc2 = json!({"metadata": {"annotations": {}}, "spec": {"replicas": 5}});
+        let mut ops = guarded_set("/spec/replicas", Some(json!(3)), json!(6));
+        ops.extend(annotation_ops(
+            Some(&BTreeMap::new()),
+            &[("x", Some("1".into()))],
+        ));
+        assert!(apply(&mut doc2, ops).is_err());
+    }
+
+    #[test]
+    fn annotations_removed_only_when_present() {
+        let existing: BTreeMap<String, String> = [("a/b".to_string(), "1".to_string())].into();
+        let ops = annotation_ops(Some(&existing), &[("a/b", None), ("c", None)]);
+        assert_eq!(
+            ops,
+            vec![json!({"op": "remove", "path": "/metadata/annotations/a~1b"})]
+        );
+    }
+}
