@@ -16,7 +16,8 @@ release:
 ## local control plane that is brought up for them and down afterwards.
 test: unit
 	@set -e; started=0; \
-	if ! tests/cluster/up.sh --check >/dev/null 2>&1; then tests/cluster/up.sh; started=1; fi; \
+	if ! ( [ -f "$(CLUSTER_DIR)/env" ] && . "$(CLUSTER_DIR)/env" && kubectl version >/dev/null 2>&1 ); then \
+		tests/cluster/up.sh; started=1; fi; \
 	rc=0; $(MAKE) --no-print-directory e2e || rc=$$?; \
 	tests/e2e/deploy-local.sh stop >/dev/null 2>&1 || true; \
 	if [ $$started = 1 ]; then tests/cluster/down.sh; fi; \
