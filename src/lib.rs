@@ -18,4 +18,5 @@ pub mod scope;
 pub mod server;
 pub mod surge;
 pub mod tls;
+pub mod uninstall;
 pub mod webhook;

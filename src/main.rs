@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use eviction_autoscaler::{certs, config::ServeOpts, crd, run};
+use eviction_autoscaler::{certs, config::ServeOpts, crd, run, uninstall};
 
 #[derive(Parser)]
 #[command(name = "eviction-autoscaler", version, about)]
@@ -30,6 +30,13 @@ enum Command {
     },
     /// Print the EvictionAutoScaler CustomResourceDefinition as YAML.
     Crd,
+    /// Revert active surges and delete the PDBs and EvictionAutoScalers the
+    /// product owns. Remove the webhooks and the Deployment first.
+    Uninstall {
+        /// Show what would change (server-side dry run).
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -69,6 +76,44 @@ fn main() -> ExitCode {
             match certs::generate(&dns, &ips).and_then(|g| certs::write(&out, &g)) {
                 Ok(()) => {
                     println!("wrote {0}/ca.crt {0}/tls.crt {0}/tls.key", out.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Uninstall { dry_run } => {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let result = rt.block_on(async {
+                let client = kube::Client::try_default().await?;
+                uninstall::run(client, dry_run).await
+            });
+            match result {
+                Ok(r) => {
+                    let how = if dry_run { " (dry run)" } else { "" };
+                    for x in &r.reverted {
+                        println!("reverted surge{how}: {x}");
+                    }
+                    for x in r.deleted_pdbs.iter().chain(&r.deleted_eas) {
+                        println!("deleted{how}: {x}");
+                    }
+                    println!(
+                        "{} surges reverted, {} PDBs and {} EvictionAutoScalers deleted{how}",
+                        r.reverted.len(),
+                        r.deleted_pdbs.len(),
+                        r.deleted_eas.len()
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

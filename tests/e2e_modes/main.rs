@@ -243,3 +243,72 @@ async fn a_second_replica_takes_over_the_lease() {
     let _ = second.wait();
     let _ = restart_server(&[]);
 }
+
+/// `eviction-autoscaler uninstall` reverts an active surge to its baseline
+/// and deletes the PDBs and EvictionAutoScalers the product owns.
+#[tokio::test]
+async fn uninstall_reverts_surges_and_removes_what_we_own() {
+    let _g = nodes_lock().await;
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("e2e-uninstall").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &deployment("un", 2, Some("kwok-node-1")),
+    )
+    .await
+    .unwrap();
+    let pods = wait_ready(&ns, "un", 2).await;
+    let on_node = nodes_of(&pods)
+        .iter()
+        .filter(|n| *n == "kwok-node-1")
+        .count() as i32;
+    assert!(on_node > 0);
+    wait_pdb(&ns, "un", "blocked", |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.current_healthy == 2 && s.disruptions_allowed == 0)
+    })
+    .await;
+    kubectl_ok(&["cordon", "kwok-node-1"]);
+    wait_for("surge", Duration::from_secs(20), || async {
+        let d = deps.get("un").await.ok()?;
+        let m = d
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("evictionSurgeReplicas"));
+        (m && d.spec.and_then(|s| s.replicas) == Some(2 + on_node.min(1))).then_some(())
+    })
+    .await;
+    stop_server();
+    let out = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+        .arg("uninstall")
+        .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("{}/deployment/un", ns.name)),
+        "{text}"
+    );
+    let d = deps.get("un").await.unwrap();
+    assert_eq!(
+        d.spec.and_then(|s| s.replicas),
+        Some(2),
+        "back to the baseline"
+    );
+    assert!(!d
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .contains_key("evictionSurgeReplicas"));
+    assert!(!pdb_exists(&ns, "un").await, "our PDB is gone");
+    uncordon("kwok-node-1");
+    let _ = restart_server(&[]);
+}
