@@ -119,8 +119,18 @@ pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
 /// What a cached pod keeps: labels, owner, node, phase, conditions.
 pub fn strip_pod(p: &mut SlimPod) {
     strip_meta(&mut p.metadata);
-    p.metadata.annotations = None;
-    p.metadata.generate_name = None;
+    let m = &mut p.metadata;
+    m.annotations = None;
+    m.generate_name = None;
+    m.uid = None;
+    m.resource_version = None;
+    m.creation_timestamp = None;
+    if let Some(refs) = m.owner_references.as_mut() {
+        refs.retain(|o| o.controller == Some(true));
+    }
+    // Readiness is the only condition a decision reads.
+    p.status.conditions.retain(|c| c.type_ == "Ready");
+    p.status.conditions.shrink_to_fit();
 }
 
 /// Drop what no decision reads, so the caches stay small.
