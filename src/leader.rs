@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::metrics::Metrics;
 
+#[derive(Clone)]
 pub struct Election {
     pub api: Api<Lease>,
     pub name: String,
@@ -97,6 +98,35 @@ impl Election {
                     Err(e) => Err(e),
                 }
             }
+        }
+    }
+
+    /// On shutdown: give the lease up so another replica takes over at once
+    /// instead of after its expiry.
+    pub async fn release(&self) {
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
+            return;
+        };
+        let mine = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            .is_some_and(|h| h == self.identity);
+        if !mine {
+            return;
+        }
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+            spec.renew_time = None;
+            spec.acquire_time = None;
+        }
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!(identity = %self.identity, "lease released"),
+            Err(e) => tracing::warn!(error = %e, "lease not released"),
         }
     }
 

@@ -78,6 +78,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
 
     // Controllers run while this replica leads.
     let (leader_tx, leader) = tokio::sync::watch::channel(!opts.leader_election);
+    let mut election_handle = None;
     if opts.leader_election {
         let identity = opts
             .pod_name
@@ -90,6 +91,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
             lease_duration: Duration::from_secs(15),
             renew_every: Duration::from_secs(5),
         };
+        election_handle = Some(election.clone());
         tasks.spawn(election.run(leader_tx, metrics.clone()));
     } else {
         metrics.leader.set(1);
@@ -153,5 +155,8 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     .await;
     tracing::info!("shutting down");
     tasks.abort_all();
+    if let Some(e) = election_handle {
+        let _ = tokio::time::timeout(Duration::from_secs(3), e.release()).await;
+    }
     Ok(())
 }

@@ -37,6 +37,14 @@ const CLEAR: [(&str, Option<String>); 2] = [
     (names::ORIGINAL_MIN_REPLICAS, None),
 ];
 
+fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
     let mut report = Report::default();
     let pp = PatchParams {
@@ -136,8 +144,10 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
         }
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
-        api.delete(p.metadata.name.as_deref().unwrap_or_default(), &dp)
-            .await?;
+        ignore_gone(
+            api.delete(p.metadata.name.as_deref().unwrap_or_default(), &dp)
+                .await,
+        )?;
         report
             .deleted_pdbs
             .push(key(Some(&ns), "pdb", p.metadata.name.as_deref()));
@@ -148,8 +158,11 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
             for e in list {
                 let ns = e.metadata.namespace.clone().unwrap_or_default();
                 let api: Api<EvictionAutoScaler> = Api::namespaced(client.clone(), &ns);
-                api.delete(e.metadata.name.as_deref().unwrap_or_default(), &dp)
-                    .await?;
+                // Those owned by a PDB may already be gone with it.
+                ignore_gone(
+                    api.delete(e.metadata.name.as_deref().unwrap_or_default(), &dp)
+                        .await,
+                )?;
                 report.deleted_eas.push(key(
                     Some(&ns),
                     "evictionautoscaler",

@@ -90,11 +90,13 @@ chmod 600 "$STATE/kubeconfig"
 
 PORT=$(free_port)
 echo "$PORT" >"$STATE/port"
+POD_NAME="local-$(date +%s%N)"
+echo "$POD_NAME" >"$STATE/pod_name"
 (
   export KUBECONFIG="$STATE/kubeconfig"
   export PDB_CREATE="${PDB_CREATE:-true}" ENABLED_BY_DEFAULT="${ENABLED_BY_DEFAULT:-false}"
   export ACTIONED_NAMESPACES="${ACTIONED_NAMESPACES:-kube-system,e2e-actioned}" COOLDOWN="${COOLDOWN:-5s}"
-  export POD_NAMESPACE=$NS POD_NAME="local-$$" RUST_LOG="${RUST_LOG:-info,kube_runtime=warn}"
+  export POD_NAMESPACE=$NS POD_NAME="$POD_NAME" RUST_LOG="${RUST_LOG:-info,kube_runtime=warn}"
   exec "$BIN" serve --listen "127.0.0.1:$PORT" \
     --tls-cert-file "$STATE/tls.crt" --tls-key-file "$STATE/tls.key" \
     >>"$STATE/server.log" 2>&1

@@ -3,7 +3,7 @@
 //! nodes; the webhook registered through real webhook configurations; drains
 //! with the real kubectl.
 
-mod pdbs;
+pub mod pdbs;
 mod support;
 mod surge;
 

@@ -605,3 +605,139 @@ async fn dry_run_drain_changes_nothing() {
     assert_ne!(node_obj.trim(), "true", "a dry-run drain does not cordon");
     let _ = pods_of(&ns, "dr").await;
 }
+
+fn scaled_object(name: &str, min: i64) -> kube::core::DynamicObject {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": name},
+        "spec": {"scaleTargetRef": {"name": name}, "minReplicaCount": min, "maxReplicaCount": 10,
+                 "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}
+    }))
+    .expect("scaled object")
+}
+
+fn hpa(name: &str, min: i32) -> HorizontalPodAutoscaler {
+    HorizontalPodAutoscaler {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}-hpa")),
+            ..Default::default()
+        },
+        spec: Some(HorizontalPodAutoscalerSpec {
+            min_replicas: Some(min),
+            max_replicas: 10,
+            scale_target_ref: CrossVersionObjectReference {
+                api_version: Some("apps/v1".into()),
+                kind: "Deployment".into(),
+                name: name.into(),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// Scenario 4 (KEDA): the ScaledObject's minReplicaCount is raised and
+/// restored; with a standalone HPA as well, no surge: Degraded, and the drain
+/// behaves as without the product.
+#[tokio::test]
+async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
+    let _nodes = nodes_lock().await;
+    kubectl_ok(&[
+        "apply",
+        "-f",
+        &path_str(&repo().join("tests/e2e/keda-crd.yaml")),
+    ]);
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/scaledobjects.keda.sh",
+        "--timeout=30s",
+    ]);
+    let ns = TestNs::new("e2e-kedasurge").await;
+    let so_api = kube::Api::<kube::core::DynamicObject>::namespaced_with(
+        ns.client.clone(),
+        &ns.name,
+        &crate::pdbs::keda_resource(),
+    );
+    so_api
+        .create(&PostParams::default(), &scaled_object("kd", 2))
+        .await
+        .unwrap();
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-0";
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment("kd", 2, Some(node)), Some(IntOrString::Int(2))),
+    )
+    .await
+    .unwrap();
+    wait_ready(&ns, "kd", 2).await;
+    owned_pdb_blocking(&ns, "kd", 2).await;
+    let watcher = AvailabilityWatcher::start(&ns, "kd");
+    let sampler = {
+        let so_api = so_api.clone();
+        tokio::spawn(async move {
+            let mut peak = 0;
+            for _ in 0..600 {
+                if let Ok(so) = so_api.get("kd").await {
+                    peak = peak.max(so.data["spec"]["minReplicaCount"].as_i64().unwrap_or(0));
+                }
+                if peak > 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            peak
+        })
+    };
+    let d = drain(node, "app=kd", &[]).await;
+    uncordon(node);
+    assert!(d.ok, "drain:\n{}", d.output);
+    assert!(sampler.await.unwrap_or(0) > 2, "minReplicaCount was raised");
+    assert!(watcher.finish().await >= 2);
+    wait_for(
+        "minReplicaCount restored, markers removed",
+        Duration::from_secs(60),
+        || async {
+            let so = so_api.get("kd").await.ok()?;
+            let restored = so.data["spec"]["minReplicaCount"].as_i64() == Some(2)
+                && !so
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(SURGE));
+            restored.then_some(())
+        },
+    )
+    .await;
+    wait_replicas(&ns, "kd", 2, false, Duration::from_secs(30)).await;
+
+    // KEDA plus a standalone HPA on one Deployment.
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa("kd", 2))
+        .await
+        .unwrap();
+    let pods = wait_ready(&ns, "kd", 2).await;
+    owned_pdb_blocking(&ns, "kd", 2).await;
+    let node = nodes_of(&pods)[0].clone();
+    let d = drain(&node, "app=kd", &["--timeout=15s"]).await;
+    uncordon(&node);
+    assert!(!d.ok, "the budget blocks, as without the product");
+    assert!(
+        d.output.contains("both target"),
+        "the 429 says why:\n{}",
+        d.output
+    );
+    let (r, s, _) = replicas(&ns, "kd").await;
+    assert_eq!((r, s), (2, None), "no surge");
+    let yaml = kubectl_ok(&[
+        "get",
+        "evictionautoscalers",
+        "-n",
+        &ns.name,
+        "kd",
+        "-o",
+        "yaml",
+    ]);
+    assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
+}

@@ -188,10 +188,18 @@ async fn a_second_replica_takes_over_the_lease() {
     let client = client().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "eviction-autoscaler");
     let holder = |l: Lease| l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
-    let first = wait_for("the lease is held", Duration::from_secs(30), || async {
-        let h = holder(leases.get_opt("eviction-autoscaler").await.ok()??);
-        h.starts_with("local-").then_some(h)
-    })
+    let me = std::fs::read_to_string(wh.state.join("pod_name"))
+        .expect("pod_name")
+        .trim()
+        .to_string();
+    let first = wait_for(
+        "the lease is held by the running server",
+        Duration::from_secs(30),
+        || async {
+            let h = holder(leases.get_opt("eviction-autoscaler").await.ok()??);
+            (h == me).then_some(h)
+        },
+    )
     .await;
 
     // A second replica with the same ServiceAccount.
