@@ -209,7 +209,7 @@ async fn a_second_replica_takes_over_the_lease() {
         .unwrap()
         .port();
     let log = std::fs::File::create(wh.state.join("second.log")).unwrap();
-    let mut second = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+    let second = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--tls-cert-file")
         .arg(wh.state.join("tls.crt"))
@@ -223,6 +223,8 @@ async fn a_second_replica_takes_over_the_lease() {
         .stderr(log)
         .spawn()
         .unwrap();
+    // Killed however the test ends: a stray replica would run controllers.
+    let _second = KillOnDrop(second);
     tokio::time::sleep(Duration::from_secs(8)).await;
     let now = holder(leases.get("eviction-autoscaler").await.unwrap());
     assert_eq!(
@@ -247,9 +249,17 @@ async fn a_second_replica_takes_over_the_lease() {
         "leader failover: {:.1}s after SIGKILL of the leader",
         started.elapsed().as_secs_f64()
     ));
-    let _ = second.kill();
-    let _ = second.wait();
+    drop(_second);
     let _ = restart_server(&[]);
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// `eviction-autoscaler uninstall` reverts an active surge to its baseline
