@@ -246,3 +246,84 @@ fn invalid_configuration_names_the_setting() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/tls.crt"), "{err}");
 }
+
+/// `--client-ca-file`: a client without a certificate signed by that CA gets
+/// no HTTP answer; one with such a certificate is served.
+#[test]
+fn client_certificates_are_required_when_configured() {
+    let dir = std::env::temp_dir().join(format!("ea-mtls-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    certs(&dir);
+    let sh = |script: &str| {
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl");
+        assert!(ok.success(), "{script}");
+    };
+    // A client CA and a client certificate (clientAuth) made with openssl.
+    sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout client-ca.key -out client-ca.crt -days 1 -subj /CN=client-ca");
+    sh("openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=kube-apiserver");
+    sh("printf 'extendedKeyUsage=clientAuth\\n' > ext.cnf && openssl x509 -req -in client.csr -CA client-ca.crt -CAkey client-ca.key -CAcreateserial -out client.crt -days 1 -extfile ext.cnf");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: x, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: x, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new(bin())
+        .arg("serve")
+        .arg("--tls-cert-file")
+        .arg(dir.join("tls.crt"))
+        .arg("--tls-key-file")
+        .arg(dir.join("tls.key"))
+        .arg("--client-ca-file")
+        .arg(dir.join("client-ca.crt"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn server");
+    let s = Server {
+        child,
+        dir: dir.clone(),
+        port,
+    };
+    let code = |with_cert: bool| {
+        let mut c = Command::new("curl");
+        c.args([
+            "-s",
+            "-m",
+            "5",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--cacert",
+        ])
+        .arg(s.dir.join("ca.crt"));
+        if with_cert {
+            c.arg("--cert")
+                .arg(s.dir.join("client.crt"))
+                .arg("--key")
+                .arg(s.dir.join("client.key"));
+        }
+        c.arg(format!("https://127.0.0.1:{}/healthz", s.port));
+        String::from_utf8_lossy(&c.output().expect("curl").stdout).to_string()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while code(true) != "200" {
+        assert!(
+            Instant::now() < deadline,
+            "server with client CA did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(code(false), "000", "no client certificate, no answer");
+}
