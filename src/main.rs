@@ -39,20 +39,23 @@ enum Command {
     },
 }
 
+fn runtime(mut b: tokio::runtime::Builder) -> Option<tokio::runtime::Runtime> {
+    match b.enable_all().build() {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            None
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(opts) => {
             run::init_logging(opts.log_format);
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
+            let Some(rt) = runtime(tokio::runtime::Builder::new_multi_thread()) else {
+                return ExitCode::FAILURE;
             };
             match rt.block_on(run::serve(*opts)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -85,15 +88,8 @@ fn main() -> ExitCode {
             }
         }
         Command::Uninstall { dry_run } => {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
+            let Some(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+                return ExitCode::FAILURE;
             };
             let result = rt.block_on(async {
                 let client = kube::Client::try_default().await?;

@@ -58,6 +58,33 @@ pub fn guarded_set(path: &str, expected: Option<Value>, value: Value) -> Vec<Val
     }
 }
 
+/// Undo a surge recorded on a Deployment: its replicas back to the baseline
+/// (never 0) if they are still the surged value, and the markers removed.
+/// None when it carries no markers.
+pub fn deployment_revert_ops(dep: &k8s_openapi::api::apps::v1::Deployment) -> Option<Vec<Value>> {
+    use crate::names;
+    let ann = dep.metadata.annotations.as_ref();
+    let m = crate::surge::plan::Markers::from_annotations(ann)?;
+    let current = dep.spec.as_ref().and_then(|s| s.replicas);
+    let mut ops = Vec::new();
+    // Only our own value is undone; a value someone else set stays.
+    if current == Some(m.surged_to) {
+        ops.extend(guarded_set(
+            "/spec/replicas",
+            current.map(|c| json!(c)),
+            json!(m.baseline.max(1)),
+        ));
+    }
+    ops.extend(annotation_ops(
+        ann,
+        &[
+            (names::SURGE_REPLICAS, None),
+            (names::ORIGINAL_MIN_REPLICAS, None),
+        ],
+    ));
+    Some(ops)
+}
+
 pub fn json_patch(ops: Vec<Value>) -> Result<Patch<()>, kube::Error> {
     let p: json_patch::Patch =
         serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;

@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::cache::{keda_resource, owned_by_us, KEDA_GROUP, KEDA_VERSION};
 use crate::crd::EvictionAutoScaler;
 use crate::names;
-use crate::patch::{annotation_ops, guarded_set, json_patch};
+use crate::patch::{annotation_ops, deployment_revert_ops, guarded_set, json_patch};
 use crate::surge::plan::Markers;
 
 #[derive(Debug, Default)]
@@ -110,21 +110,10 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
     }
     let deps: Api<Deployment> = Api::all(client.clone());
     for d in deps.list(&ListParams::default()).await? {
-        let Some(m) = Markers::from_annotations(d.metadata.annotations.as_ref()) else {
+        let Some(ops) = deployment_revert_ops(&d) else {
             continue;
         };
         let ns = d.metadata.namespace.clone().unwrap_or_default();
-        let current = d.spec.as_ref().and_then(|s| s.replicas);
-        let mut ops = Vec::new();
-        // Only our own value is undone; a value someone else set stays.
-        if current == Some(m.surged_to) {
-            ops.extend(guarded_set(
-                "/spec/replicas",
-                current.map(|c| json!(c)),
-                json!(m.baseline.max(1)),
-            ));
-        }
-        ops.extend(annotation_ops(d.metadata.annotations.as_ref(), &CLEAR));
         let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
         api.patch(
             d.metadata.name.as_deref().unwrap_or_default(),

@@ -23,7 +23,7 @@ use crate::budget::pdb_selects;
 use crate::cache::{controller_of, keda_resource, Cache};
 use crate::metrics::{ControllerLabel, Metrics};
 use crate::names;
-use crate::patch::{annotation_ops, guarded_set, json_patch};
+use crate::patch::{annotation_ops, deployment_revert_ops, guarded_set, json_patch};
 use crate::pdb::{hpa_for, matching_pdbs};
 use crate::reconcile::{object_ref, DegradedReasons, Reconciler};
 use crate::surge::plan::{self, Action, Applier, Markers, PodState, Snapshot, SurgeKind};
@@ -607,25 +607,9 @@ impl Worker {
     /// After an autoscaler surge: the Deployment's own pre-surge replicas,
     /// unless someone changed them meanwhile.
     async fn restore_replicas(&self, ns: &str, dep: &Deployment) -> Result<(), kube::Error> {
-        let Some(m) = markers_of(dep.metadata.annotations.as_ref()) else {
+        let Some(ops) = deployment_revert_ops(dep) else {
             return Ok(());
         };
-        let current = dep.spec.as_ref().and_then(|s| s.replicas);
-        let mut ops = Vec::new();
-        if current == Some(m.surged_to) {
-            ops.extend(guarded_set(
-                "/spec/replicas",
-                current.map(|c| json!(c)),
-                json!(m.baseline.max(1)),
-            ));
-        }
-        ops.extend(annotation_ops(
-            dep.metadata.annotations.as_ref(),
-            &[
-                (names::SURGE_REPLICAS, None),
-                (names::ORIGINAL_MIN_REPLICAS, None),
-            ],
-        ));
         self.deployments(ns)
             .patch(
                 &name_of(&dep.metadata),

@@ -5,12 +5,9 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::autoscaling::v2::{
-    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec,
-};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -135,28 +132,9 @@ async fn min_available_follows_replicas_and_hpa_and_cleanup_cascades() {
     wait_min(&ns, "app", 5).await;
 
     let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-    hpas.create(
-        &PostParams::default(),
-        &HorizontalPodAutoscaler {
-            metadata: ObjectMeta {
-                name: Some("app".into()),
-                ..Default::default()
-            },
-            spec: Some(HorizontalPodAutoscalerSpec {
-                min_replicas: Some(2),
-                max_replicas: 10,
-                scale_target_ref: CrossVersionObjectReference {
-                    api_version: Some("apps/v1".into()),
-                    kind: "Deployment".into(),
-                    name: "app".into(),
-                },
-                ..Default::default()
-            }),
-            status: None,
-        },
-    )
-    .await
-    .unwrap();
+    hpas.create(&PostParams::default(), &hpa("app", "app", 2))
+        .await
+        .unwrap();
     wait_min(&ns, "app", 2).await;
 
     let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &eas_resource());

@@ -13,6 +13,9 @@ use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::autoscaling::v2::{
+    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec,
+};
 use k8s_openapi::api::core::v1::{
     Container, Namespace, Pod, PodSpec, PodTemplateSpec, ServiceAccount,
 };
@@ -64,19 +67,7 @@ fn deployed() -> &'static WebhookInfo {
     static INFO: OnceLock<WebhookInfo> = OnceLock::new();
     INFO.get_or_init(|| {
         let _ = cluster_env();
-        let bin = PathBuf::from(env!("CARGO_BIN_EXE_eviction-autoscaler"));
-        let out = Command::new(repo().join("tests/e2e/deploy-local.sh"))
-            .arg("start")
-            .env("CLUSTER_DIR", cluster_dir())
-            .env("EA_BIN", &bin)
-            .output()
-            .expect("run deploy-local.sh");
-        assert!(
-            out.status.success(),
-            "deploy-local.sh failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let info = start_server(&[]);
         // Namespaces kept from failed earlier runs would share app labels
         // with this run's pods (kubectl drain --pod-selector spans namespaces).
         let _ = kubectl(&[
@@ -87,13 +78,7 @@ fn deployed() -> &'static WebhookInfo {
             "--wait=true",
             "--timeout=120s",
         ]);
-        let state = cluster_dir().join("webhook");
-        let port = std::fs::read_to_string(state.join("port"))
-            .expect("port file")
-            .trim()
-            .parse()
-            .expect("port");
-        WebhookInfo { state, port }
+        info
     })
 }
 
@@ -476,6 +461,11 @@ pub fn path_str(p: &Path) -> String {
 /// tests that need another configuration or a crash. Returns its info.
 pub fn restart_server(env: &[(&str, &str)]) -> WebhookInfo {
     let _ = deployed();
+    start_server(env)
+}
+
+/// tests/e2e/deploy-local.sh start, with these settings.
+fn start_server(env: &[(&str, &str)]) -> WebhookInfo {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_eviction-autoscaler"));
     let mut cmd = Command::new(repo().join("tests/e2e/deploy-local.sh"));
     cmd.arg("start")
@@ -531,4 +521,25 @@ pub fn event_count(ns: &str, reason: &str) -> usize {
         "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
     ]);
     out.lines().filter(|l| *l == reason).count()
+}
+
+/// An HPA (autoscaling/v2) for a Deployment.
+pub fn hpa(name: &str, target: &str, min: i32) -> HorizontalPodAutoscaler {
+    HorizontalPodAutoscaler {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(HorizontalPodAutoscalerSpec {
+            min_replicas: Some(min),
+            max_replicas: 10,
+            scale_target_ref: CrossVersionObjectReference {
+                api_version: Some("apps/v1".into()),
+                kind: "Deployment".into(),
+                name: target.into(),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
 }

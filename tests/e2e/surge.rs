@@ -5,12 +5,9 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStrategy, RollingUpdateDeployment};
-use k8s_openapi::api::autoscaling::v2::{
-    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec,
-};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{EvictParams, PostParams};
 use kube::Api;
@@ -331,28 +328,9 @@ async fn hpa_minimum_is_raised_and_restored() {
     .await
     .unwrap();
     let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-    hpas.create(
-        &PostParams::default(),
-        &HorizontalPodAutoscaler {
-            metadata: ObjectMeta {
-                name: Some("h".into()),
-                ..Default::default()
-            },
-            spec: Some(HorizontalPodAutoscalerSpec {
-                min_replicas: Some(2),
-                max_replicas: 10,
-                scale_target_ref: CrossVersionObjectReference {
-                    api_version: Some("apps/v1".into()),
-                    kind: "Deployment".into(),
-                    name: "h".into(),
-                },
-                ..Default::default()
-            }),
-            status: None,
-        },
-    )
-    .await
-    .unwrap();
+    hpas.create(&PostParams::default(), &hpa("h", "h", 2))
+        .await
+        .unwrap();
     wait_ready(&ns, "h", 2).await;
     owned_pdb_blocking(&ns, "h", 2).await;
     let watcher = AvailabilityWatcher::start(&ns, "h");
@@ -616,26 +594,6 @@ fn scaled_object(name: &str, min: i64) -> kube::core::DynamicObject {
     .expect("scaled object")
 }
 
-fn hpa(name: &str, min: i32) -> HorizontalPodAutoscaler {
-    HorizontalPodAutoscaler {
-        metadata: ObjectMeta {
-            name: Some(format!("{name}-hpa")),
-            ..Default::default()
-        },
-        spec: Some(HorizontalPodAutoscalerSpec {
-            min_replicas: Some(min),
-            max_replicas: 10,
-            scale_target_ref: CrossVersionObjectReference {
-                api_version: Some("apps/v1".into()),
-                kind: "Deployment".into(),
-                name: name.into(),
-            },
-            ..Default::default()
-        }),
-        status: None,
-    }
-}
-
 /// Scenario 4 (KEDA): the ScaledObject's minReplicaCount is raised and
 /// restored; with a standalone HPA as well, no surge: Degraded, and the drain
 /// behaves as without the product.
@@ -714,7 +672,7 @@ async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
 
     // KEDA plus a standalone HPA on one Deployment.
     let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-    hpas.create(&PostParams::default(), &hpa("kd", 2))
+    hpas.create(&PostParams::default(), &hpa("kd-hpa", "kd", 2))
         .await
         .unwrap();
     let pods = wait_ready(&ns, "kd", 2).await;
