@@ -92,6 +92,15 @@ impl SignalBook {
         }
     }
 
+    /// Lets the next signal retry a durable write that failed.
+    fn written_failed(&self, s: &Signal) {
+        if let Ok(mut m) = self.inner.lock() {
+            if let Some(e) = m.get_mut(&(s.namespace.clone(), s.deployment.clone())) {
+                e.last_written = None;
+            }
+        }
+    }
+
     fn due_for_write(&self, s: &Signal, now: Instant) -> bool {
         let Ok(mut m) = self.inner.lock() else {
             return false;
@@ -124,14 +133,27 @@ pub async fn consume(mut rx: mpsc::Receiver<Signal>, book: SignalBook, client: C
             "podName": s.pod,
             "evictionTime": Time(k8s_openapi::jiff::Timestamp::now()),
         }}});
-        let client_task = async move {
-            if let Err(e) = api
-                .patch(&s.pdb, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                tracing::debug!(namespace = %s.namespace, eas = %s.pdb, error = %e, "lastEviction not written");
+        let book = book.clone();
+        tokio::spawn(async move {
+            // A Deployment drained right after its creation may not have its
+            // EvictionAutoScaler yet: the reconciler makes it within a second.
+            for attempt in 0..5 {
+                match api
+                    .patch(&s.pdb, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => return,
+                    Err(kube::Error::Api(st)) if st.code == 404 && attempt < 4 => {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(namespace = %s.namespace, eas = %s.pdb, error = %e,
+                            "lastEviction not written; the next signal retries");
+                        book.written_failed(&s);
+                        return;
+                    }
+                }
             }
-        };
-        tokio::spawn(client_task);
+        });
     }
 }

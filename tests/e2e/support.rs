@@ -191,17 +191,21 @@ pub struct NodesGuard {
 
 impl Drop for NodesGuard {
     fn drop(&mut self) {
-        for n in NODE_NAMES {
-            uncordon(n);
-        }
+        reset_nodes();
+    }
+}
+
+/// Every node schedulable and free of the drain taints tests set.
+fn reset_nodes() {
+    for n in NODE_NAMES {
+        uncordon(n);
+        let _ = kubectl(&["taint", "node", n, "karpenter.sh/disrupted:NoSchedule-"]);
     }
 }
 
 pub async fn nodes_lock() -> NodesGuard {
     let g = NODES.lock().await;
-    for n in NODE_NAMES {
-        uncordon(n);
-    }
+    reset_nodes();
     NodesGuard { _g: g }
 }
 

@@ -518,6 +518,15 @@ async fn plain_eviction_api_call_surges_and_succeeds() {
         "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
     ]);
     assert!(events.contains("SurgeStarted"), "{events}");
+    // The durable copy of the signal, for whichever replica leads.
+    let eas = kube::Api::<kube::core::DynamicObject>::namespaced_with(
+        ns.client.clone(),
+        &ns.name,
+        &crate::pdbs::eas_resource(),
+    );
+    let e = eas.get("e").await.expect("EvictionAutoScaler e");
+    assert_eq!(e.data["spec"]["lastEviction"]["podName"], victim.as_str());
+    assert!(e.data["spec"]["lastEviction"]["evictionTime"].is_string());
     wait_replicas(&ns, "e", 2, false, Duration::from_secs(60)).await;
 }
 
@@ -698,4 +707,32 @@ async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
         "yaml",
     ]);
     assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
+}
+
+/// Drain taints are signals like a cordon (karpenter.sh/disrupted here).
+#[tokio::test]
+async fn drain_taint_surges_like_a_cordon() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-taint").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-2";
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment("t", 2, Some(node)), Some(IntOrString::Int(2))),
+    )
+    .await
+    .unwrap();
+    let pods = wait_ready(&ns, "t", 2).await;
+    let on_node = nodes_of(&pods).iter().filter(|n| *n == node).count() as i32;
+    assert!(on_node > 0, "a pod on {node}");
+    owned_pdb_blocking(&ns, "t", 2).await;
+    kubectl_ok(&["taint", "node", node, "karpenter.sh/disrupted=:NoSchedule"]);
+    let surged = wait_for("surge on the taint", Duration::from_secs(20), || async {
+        let (r, s, _) = replicas(&ns, "t").await;
+        (r == 2 + on_node && s.is_some()).then_some(())
+    })
+    .await;
+    kubectl_ok(&["taint", "node", node, "karpenter.sh/disrupted:NoSchedule-"]);
+    wait_replicas(&ns, "t", 2, false, Duration::from_secs(40)).await;
+    surged
 }
