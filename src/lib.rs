@@ -7,6 +7,7 @@ pub mod cache;
 pub mod certs;
 pub mod config;
 pub mod crd;
+pub mod doctor;
 pub mod leader;
 pub mod metrics;
 pub mod names;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use eviction_autoscaler::{certs, config::ServeOpts, crd, run, uninstall};
+use eviction_autoscaler::{certs, config::ServeOpts, crd, doctor, run, uninstall};
 
 #[derive(Parser)]
 #[command(name = "eviction-autoscaler", version, about)]
@@ -30,6 +30,15 @@ enum Command {
     },
     /// Print the EvictionAutoScaler CustomResourceDefinition as YAML.
     Crd,
+    /// Check an installation: apiserver, CRD, webhook configurations, RBAC,
+    /// leader Lease, degraded EvictionAutoScalers. Exits 1 on a failure.
+    Doctor {
+        /// Namespace of the product (its ServiceAccount and Lease).
+        #[arg(long, default_value = "eviction-autoscaler")]
+        namespace: String,
+        #[arg(long, default_value = "eviction-autoscaler")]
+        service_account: String,
+    },
     /// Revert active surges and delete the PDBs and EvictionAutoScalers the
     /// product owns. Remove the webhooks and the Deployment first.
     Uninstall {
@@ -85,6 +94,36 @@ fn main() -> ExitCode {
                     eprintln!("error: {e}");
                     ExitCode::FAILURE
                 }
+            }
+        }
+        Command::Doctor {
+            namespace,
+            service_account,
+        } => {
+            let Some(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+                return ExitCode::FAILURE;
+            };
+            let findings = rt.block_on(async {
+                match kube::Client::try_default().await {
+                    Ok(c) => doctor::run(c, &namespace, &service_account).await,
+                    Err(e) => vec![doctor::Finding {
+                        level: doctor::Level::Fail,
+                        what: format!("no usable kubeconfig: {e}"),
+                    }],
+                }
+            });
+            for f in &findings {
+                let tag = match f.level {
+                    doctor::Level::Ok => "ok  ",
+                    doctor::Level::Warn => "WARN",
+                    doctor::Level::Fail => "FAIL",
+                };
+                println!("{tag} {}", f.what);
+            }
+            if findings.iter().any(|f| f.level == doctor::Level::Fail) {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
             }
         }
         Command::Uninstall { dry_run } => {

@@ -330,3 +330,56 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
     uncordon("kwok-node-1");
     let _ = restart_server(&[]);
 }
+
+/// `eviction-autoscaler doctor` passes on a good installation and names a
+/// webhook registered with failurePolicy Fail.
+#[tokio::test]
+async fn doctor_checks_the_installation() {
+    let _g = nodes_lock().await;
+    let _ = restart_server(&[]);
+    let doctor = || {
+        Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+            .arg("doctor")
+            .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
+            .output()
+            .expect("run doctor")
+    };
+    // The leader may need a moment after the restart.
+    let good = wait_for("doctor passes", Duration::from_secs(30), || async {
+        let out = doctor();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+    })
+    .await;
+    for line in [
+        "CRD",
+        "evictions.eviction-autoscaler.azure.com",
+        "deployments.eviction-autoscaler.azure.com",
+        "RBAC",
+        "leader",
+    ] {
+        assert!(
+            good.lines()
+                .any(|l| l.starts_with("ok") && l.contains(line)),
+            "{line}:\n{good}"
+        );
+    }
+    kubectl_ok(&[
+        "patch",
+        "validatingwebhookconfiguration",
+        "eviction-autoscaler",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Fail"}]"#,
+    ]);
+    let out = doctor();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let _ = restart_server(&[]); // re-registers the webhooks as shipped
+    assert!(!out.status.success(), "doctor must fail:\n{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("failurePolicy")),
+        "{text}"
+    );
+}
