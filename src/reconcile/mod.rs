@@ -133,6 +133,11 @@ impl Reconciler {
 
     pub async fn pass(&self) {
         let mut managed = 0i64;
+        // One read of each store per pass, grouped by namespace.
+        let mut deployments_by_ns = by_namespace(self.cache.deployments.state());
+        let mut pdbs_by_ns = by_namespace(self.cache.pdbs.state());
+        let mut hpas_by_ns = by_namespace(self.cache.hpas.state());
+        let mut eas_by_ns = by_namespace(self.cache.eas.state());
         for ns in self.cache.namespaces.state() {
             let Some(name) = ns.metadata.name.clone() else {
                 continue;
@@ -156,26 +161,19 @@ impl Reconciler {
             }
             // A Deployment being deleted gets no new PDB (garbage collection
             // is removing the old one).
-            let deployments: Vec<_> = self
-                .in_ns(&self.cache.deployments.state(), &name)
+            let deployments: Vec<_> = deployments_by_ns
+                .remove(&name)
+                .unwrap_or_default()
                 .into_iter()
                 .filter(|d| d.metadata.deletion_timestamp.is_none())
                 .collect();
-            let pdbs = self.cache.pdbs_in(&name);
+            let pdbs = pdbs_by_ns.remove(&name).unwrap_or_default();
+            let eas = eas_by_ns.remove(&name).unwrap_or_default();
+            let hpas = hpas_by_ns.remove(&name).unwrap_or_default();
             managed += pdbs.iter().filter(|p| owned_by_us(&p.metadata)).count() as i64;
-            if !sc.enabled && pdbs.is_empty() {
-                let has_eas = self
-                    .cache
-                    .eas
-                    .state()
-                    .iter()
-                    .any(|e| e.metadata.namespace.as_deref() == Some(name.as_str()));
-                if !has_eas {
-                    continue;
-                }
+            if !sc.enabled && pdbs.is_empty() && eas.is_empty() {
+                continue;
             }
-            let hpas = self.in_ns(&self.cache.hpas.state(), &name);
-            let eas = self.in_ns(&self.cache.eas.state(), &name);
             let keda_min = keda_minimums(&self.cache, &name);
             let age = |p: &PodDisruptionBudget| -> i64 {
                 p.metadata
@@ -220,13 +218,6 @@ impl Reconciler {
             }
         }
         self.metrics.managed_pdbs.set(managed);
-    }
-
-    fn in_ns<K: Resource>(&self, all: &[Arc<K>], ns: &str) -> Vec<Arc<K>> {
-        all.iter()
-            .filter(|o| o.meta().namespace.as_deref() == Some(ns))
-            .cloned()
-            .collect()
     }
 
     async fn report_once(&self, key: String, obj: &ObjectReference, reason: &str, note: String) {
@@ -464,6 +455,16 @@ impl Reconciler {
             }
         }
     }
+}
+
+/// Objects grouped by namespace.
+pub fn by_namespace<K: Resource>(all: Vec<Arc<K>>) -> HashMap<String, Vec<Arc<K>>> {
+    let mut out: HashMap<String, Vec<Arc<K>>> = HashMap::new();
+    for o in all {
+        let ns = o.meta().namespace.clone().unwrap_or_default();
+        out.entry(ns).or_default().push(o);
+    }
+    out
 }
 
 /// KEDA minimums by target Deployment (the persisted baseline while surged).

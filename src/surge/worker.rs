@@ -4,7 +4,7 @@
 //! than one writer per Deployment. Markers (baseline and target) go in the
 //! same write as the replica change, so a restart at any moment resumes from them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,12 +20,13 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::budget::pdb_selects;
-use crate::cache::{controller_of, keda_resource, Cache};
+use crate::cache::{controller_of, keda_resource, Cache, SlimPod};
+use crate::crd::EvictionAutoScaler;
 use crate::metrics::{ControllerLabel, Metrics};
 use crate::names;
 use crate::patch::{annotation_ops, deployment_revert_ops, guarded_set, json_patch};
 use crate::pdb::{hpa_for, matching_pdbs};
-use crate::reconcile::{object_ref, DegradedReasons, Reconciler};
+use crate::reconcile::{by_namespace, object_ref, DegradedReasons, Reconciler};
 use crate::surge::plan::{self, Action, Applier, Markers, PodState, Snapshot, SurgeKind};
 use crate::surge::signals::SignalBook;
 
@@ -46,6 +47,13 @@ pub fn node_draining(n: &Node) -> bool {
 
 fn markers_of(ann: Option<&BTreeMap<String, String>>) -> Option<Markers> {
     Markers::from_annotations(ann)
+}
+
+/// The stores as read once at the start of a pass, by namespace.
+struct PassView {
+    pods: HashMap<String, Vec<Arc<SlimPod>>>,
+    pdbs: HashMap<String, Vec<Arc<PodDisruptionBudget>>>,
+    eas: HashMap<String, Vec<Arc<EvictionAutoScaler>>>,
 }
 
 /// Which object carries the surge for a Deployment.
@@ -107,10 +115,16 @@ impl Worker {
     }
 
     /// (namespace, Deployment) pairs worth planning for now.
-    fn candidates(&self, draining: &BTreeSet<String>, now: Instant) -> BTreeSet<(String, String)> {
+    fn candidates(
+        &self,
+        draining: &BTreeSet<String>,
+        pods: &[Arc<SlimPod>],
+        eas: &[Arc<EvictionAutoScaler>],
+        now: Instant,
+    ) -> BTreeSet<(String, String)> {
         let mut out = BTreeSet::new();
         if !draining.is_empty() {
-            for pod in self.cache.pods.state() {
+            for pod in pods {
                 if pod
                     .spec
                     .node_name
@@ -150,7 +164,7 @@ impl Worker {
             }
         }
         // Durable signals written by other replicas.
-        for e in self.cache.eas.state() {
+        for e in eas {
             let recent = e
                 .spec
                 .last_eviction
@@ -178,8 +192,33 @@ impl Worker {
             .collect();
         let mut active = 0i64;
         let mut surge_replicas = 0i64;
-        for (ns, name) in self.candidates(&draining, now) {
-            match self.plan_one(&ns, &name, &draining, now).await {
+        // Each store is read once per pass; pods only when a node drains or
+        // something is to be planned.
+        let eas = self.cache.eas.state();
+        let mut pods = if draining.is_empty() {
+            Vec::new()
+        } else {
+            self.cache.pods.state()
+        };
+        let candidates = self.candidates(&draining, &pods, &eas, now);
+        if !candidates.is_empty() && draining.is_empty() {
+            pods = self.cache.pods.state();
+        }
+        let namespaces: BTreeSet<&str> = candidates.iter().map(|(ns, _)| ns.as_str()).collect();
+        pods.retain(|p| {
+            p.metadata
+                .namespace
+                .as_deref()
+                .is_some_and(|n| namespaces.contains(n))
+        });
+        let view = PassView {
+            pods: by_namespace(pods),
+            pdbs: by_namespace(self.cache.pdbs.state()),
+            eas: by_namespace(eas),
+        };
+        for (ns, name) in &candidates {
+            let (ns, name) = (ns.clone(), name.clone());
+            match self.plan_one(&ns, &name, &draining, now, &view).await {
                 Ok(Some(m)) => {
                     active += 1;
                     surge_replicas += i64::from((m.surged_to - m.baseline).max(0));
@@ -208,11 +247,12 @@ impl Worker {
         name: &str,
         draining: &BTreeSet<String>,
         now: Instant,
+        view: &PassView,
     ) -> Result<Option<Markers>, kube::Error> {
         let Some(dep) = self.cache.deployment(ns, name) else {
             return Ok(None);
         };
-        let pdbs = self.cache.pdbs_in(ns);
+        let pdbs = view.pdbs.get(ns).cloned().unwrap_or_default();
         let matching = matching_pdbs(&dep, &pdbs);
         let [pdb] = matching[..] else {
             return Ok(None); // none, or several (the apiserver refuses those evictions itself)
@@ -244,12 +284,10 @@ impl Worker {
         let cooldown = self.cache.behaviour.cooldown;
         let (mut since, mut denied) = self.signals.get(ns, name, cooldown, now);
         // The durable signal, from whichever replica answered the eviction.
-        if let Some(e) = self
-            .cache
+        if let Some(e) = view
             .eas
-            .state()
-            .iter()
-            .find(|e| e.metadata.namespace.as_deref() == Some(ns) && e.spec.target_name == name)
+            .get(ns)
+            .and_then(|l| l.iter().find(|e| e.spec.target_name == name))
         {
             if let Some(le) = &e.spec.last_eviction {
                 if let Some(t) = &le.eviction_time {
@@ -262,12 +300,12 @@ impl Worker {
             }
         }
         let selector = pdb.spec.as_ref().and_then(|s| s.selector.as_ref());
-        let pods: Vec<PodState> = self
-            .cache
+        let pods: Vec<PodState> = view
             .pods
-            .state()
+            .get(ns)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
             .iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
             .filter(|p| pdb_selects(selector, p.labels()))
             .map(|p| PodState {
                 name: p.metadata.name.clone().unwrap_or_default(),
