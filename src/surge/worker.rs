@@ -131,7 +131,7 @@ impl Worker {
                     .as_ref()
                     .is_some_and(|n| draining.contains(n))
                 {
-                    if let Some(d) = self.cache.owning_deployment(&pod) {
+                    if let Some(d) = self.cache.owning_deployment(pod) {
                         if let (Some(ns), Some(name)) =
                             (d.metadata.namespace.clone(), d.metadata.name.clone())
                         {
