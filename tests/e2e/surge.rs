@@ -524,8 +524,17 @@ async fn plain_eviction_api_call_surges_and_succeeds() {
         &ns.name,
         &crate::pdbs::eas_resource(),
     );
-    let e = eas.get("e").await.expect("EvictionAutoScaler e");
-    assert_eq!(e.data["spec"]["lastEviction"]["podName"], victim.as_str());
+    // Written off the admission path (and retried while the CR is being
+    // created), so it may land a moment after the eviction succeeded.
+    let e = wait_for(
+        "spec.lastEviction written",
+        Duration::from_secs(15),
+        || async {
+            let e = eas.get_opt("e").await.ok().flatten()?;
+            (e.data["spec"]["lastEviction"]["podName"] == victim.as_str()).then_some(e)
+        },
+    )
+    .await;
     assert!(e.data["spec"]["lastEviction"]["evictionTime"].is_string());
     wait_replicas(&ns, "e", 2, false, Duration::from_secs(60)).await;
 }
