@@ -211,7 +211,7 @@ async fn drain_one_node(prefix: &str, max_surge: Option<IntOrString>, want_peak:
         "no pod left on the drained node"
     );
     record_figure(format!(
-        "FIGURES {prefix}: drain took {:.1}s (first eviction to completion), peak {} replicas, {:.1} extra replica-seconds",
+        "{prefix}: kubectl drain ran {:.1}s (from its start, whose first evictions were blocked, to completion), peak {} replicas, {:.1} extra replica-seconds",
         d.took.as_secs_f64(),
         peak(&samples),
         replica_seconds_above(&samples, 3)
