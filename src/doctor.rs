@@ -3,8 +3,8 @@
 //! computed by pure functions over the objects read, so each rule is tested.
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
-    WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
+    ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -107,6 +107,45 @@ pub fn check_webhook(w: &WebhookView, resource: &str) -> Vec<Finding> {
     out
 }
 
+/// Both webhook types carry the same fields; one view serves the checks.
+macro_rules! webhook_view {
+    ($t:ty) => {
+        impl<'a> From<&'a $t> for WebhookView<'a> {
+            fn from(w: &'a $t) -> Self {
+                WebhookView {
+                    name: &w.name,
+                    failure_policy: w.failure_policy.as_deref(),
+                    side_effects: &w.side_effects,
+                    versions: &w.admission_review_versions,
+                    client: &w.client_config,
+                    rules: w.rules.as_deref().unwrap_or_default(),
+                }
+            }
+        }
+    };
+}
+webhook_view!(ValidatingWebhook);
+webhook_view!(MutatingWebhook);
+
+/// The webhooks of one configuration, as read (or why not).
+fn check_configuration<W>(
+    read: Result<Option<Vec<W>>, kube::Error>,
+    resource: &str,
+    missing: Finding,
+) -> Vec<Finding>
+where
+    for<'a> &'a W: Into<WebhookView<'a>>,
+{
+    match read {
+        Ok(Some(webhooks)) => webhooks
+            .iter()
+            .flat_map(|w| check_webhook(&w.into(), resource))
+            .collect(),
+        Ok(None) => vec![missing],
+        Err(e) => vec![warn(format!("cannot read webhook configurations: {e}"))],
+    }
+}
+
 pub fn check_lease(lease: Option<&Lease>, now: Timestamp) -> Finding {
     let Some(spec) = lease.and_then(|l| l.spec.as_ref()) else {
         return warn("no leader Lease yet: no replica runs the controllers");
@@ -186,46 +225,24 @@ pub async fn run(client: Client, namespace: &str, service_account: &str) -> Vec<
         Err(e) => out.push(warn(format!("cannot read CRDs: {e}"))),
     }
 
-    let vwc: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    match vwc.get_opt("eviction-autoscaler").await {
-        Ok(Some(c)) => {
-            for w in c.webhooks.iter().flatten() {
-                out.extend(check_webhook(
-                    &WebhookView {
-                        name: &w.name,
-                        failure_policy: w.failure_policy.as_deref(),
-                        side_effects: &w.side_effects,
-                        versions: &w.admission_review_versions,
-                        client: &w.client_config,
-                        rules: w.rules.as_deref().unwrap_or_default(),
-                    },
-                    "pods/eviction",
-                ));
-            }
-        }
-        Ok(None) => out.push(fail("ValidatingWebhookConfiguration eviction-autoscaler missing: no surge on blocked evictions")),
-        Err(e) => out.push(warn(format!("cannot read webhook configurations: {e}"))),
-    }
-    let mwc: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    match mwc.get_opt("eviction-autoscaler").await {
-        Ok(Some(c)) => {
-            for w in c.webhooks.iter().flatten() {
-                out.extend(check_webhook(
-                    &WebhookView {
-                        name: &w.name,
-                        failure_policy: w.failure_policy.as_deref(),
-                        side_effects: &w.side_effects,
-                        versions: &w.admission_review_versions,
-                        client: &w.client_config,
-                        rules: w.rules.as_deref().unwrap_or_default(),
-                    },
-                    "deployments",
-                ));
-            }
-        }
-        Ok(None) => out.push(warn("MutatingWebhookConfiguration eviction-autoscaler missing: PDBs come from the reconciler only")),
-        Err(e) => out.push(warn(format!("cannot read webhook configurations: {e}"))),
-    }
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get_opt("eviction-autoscaler")
+        .await
+        .map(|c| c.map(|c| c.webhooks.unwrap_or_default()));
+    out.extend(check_configuration(
+        validating,
+        "pods/eviction",
+        fail("ValidatingWebhookConfiguration eviction-autoscaler missing: no surge on blocked evictions"),
+    ));
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt("eviction-autoscaler")
+        .await
+        .map(|c| c.map(|c| c.webhooks.unwrap_or_default()));
+    out.extend(check_configuration(
+        mutating,
+        "deployments",
+        warn("MutatingWebhookConfiguration eviction-autoscaler missing: PDBs come from the reconciler only"),
+    ));
 
     let user = format!("system:serviceaccount:{namespace}:{service_account}");
     let sar: Api<SubjectAccessReview> = Api::all(client.clone());
