@@ -45,6 +45,18 @@ fn start() -> Server {
     let dir = std::env::temp_dir().join(format!("ea-smoke-{}-{}", std::process::id(), free_port()));
     std::fs::create_dir_all(&dir).unwrap();
     certs(&dir);
+    let s = spawn_server(dir, &[]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while curl(&s, &["https://127.0.0.1:PORT/healthz"]).0 != 200 {
+        assert!(Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    s
+}
+
+/// The server on a free port with the certificates in `dir`, a kubeconfig
+/// that points at an unreachable apiserver, and `extra` flags.
+fn spawn_server(dir: PathBuf, extra: &[&std::ffi::OsStr]) -> Server {
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(
         &kubeconfig,
@@ -60,19 +72,14 @@ fn start() -> Server {
         .arg(dir.join("tls.key"))
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--cert-reload-interval", "1s"])
+        .args(extra)
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn server");
-    let s = Server { child, dir, port };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while curl(&s, &["https://127.0.0.1:PORT/healthz"]).0 != 200 {
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    s
+    Server { child, dir, port }
 }
 
 /// Runs curl against the server; returns (HTTP code, body). Code 0 means no HTTP answer.
@@ -269,32 +276,8 @@ fn client_certificates_are_required_when_configured() {
     sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout client-ca.key -out client-ca.crt -days 1 -subj /CN=client-ca");
     sh("openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=kube-apiserver");
     sh("printf 'extendedKeyUsage=clientAuth\\n' > ext.cnf && openssl x509 -req -in client.csr -CA client-ca.crt -CAkey client-ca.key -CAcreateserial -out client.crt -days 1 -extfile ext.cnf");
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters: [{name: x, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: x, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\ncurrent-context: x\n",
-    )
-    .unwrap();
-    let port = free_port();
-    let child = Command::new(bin())
-        .arg("serve")
-        .arg("--tls-cert-file")
-        .arg(dir.join("tls.crt"))
-        .arg("--tls-key-file")
-        .arg(dir.join("tls.key"))
-        .arg("--client-ca-file")
-        .arg(dir.join("client-ca.crt"))
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .env("KUBECONFIG", &kubeconfig)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn server");
-    let s = Server {
-        child,
-        dir: dir.clone(),
-        port,
-    };
+    let ca = dir.join("client-ca.crt");
+    let s = spawn_server(dir.clone(), &["--client-ca-file".as_ref(), ca.as_os_str()]);
     let code = |with_cert: bool| {
         let mut c = Command::new("curl");
         c.args([
