@@ -454,6 +454,62 @@ impl Worker {
         }
     }
 
+    /// The one write each step makes: the applier's value, guarded on the
+    /// value we planned from, and its annotations, in one JSON patch.
+    async fn write_applier(
+        &self,
+        ns: &str,
+        dep: &Deployment,
+        target: &Target,
+        value: Option<i32>,
+        changes: &[(&str, Option<String>)],
+    ) -> Result<(), kube::Error> {
+        let (path, current, annotations) = match target {
+            Target::Deployment | Target::Conflict => (
+                "/spec/replicas",
+                dep.spec.as_ref().and_then(|s| s.replicas).map(|c| json!(c)),
+                dep.metadata.annotations.as_ref(),
+            ),
+            Target::Hpa(h) => (
+                "/spec/minReplicas",
+                h.spec
+                    .as_ref()
+                    .and_then(|s| s.min_replicas)
+                    .map(|c| json!(c)),
+                h.metadata.annotations.as_ref(),
+            ),
+            Target::Keda(so) => (
+                "/spec/minReplicaCount",
+                so.data["spec"].get("minReplicaCount").cloned(),
+                so.metadata.annotations.as_ref(),
+            ),
+        };
+        let mut ops = value.map_or_else(Vec::new, |v| guarded_set(path, current, json!(v)));
+        ops.extend(annotation_ops(annotations, changes));
+        let patch = json_patch(ops)?;
+        let pp = PatchParams::default();
+        match target {
+            Target::Deployment | Target::Conflict => {
+                self.deployments(ns)
+                    .patch(&name_of(&dep.metadata), &pp, &patch)
+                    .await?;
+            }
+            Target::Hpa(h) => {
+                self.hpas(ns)
+                    .patch(&name_of(&h.metadata), &pp, &patch)
+                    .await?;
+            }
+            Target::Keda(so) => {
+                self.scaled_objects(ns)
+                    .patch(&name_of(&so.metadata), &pp, &patch)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Markers and value in one write: a concurrent change of the value fails
+    /// it and is re-planned. An autoscaler's Deployment is raised as well.
     async fn write_surge(
         &self,
         ns: &str,
@@ -466,48 +522,10 @@ impl Worker {
             (names::SURGE_REPLICAS, Some(to.to_string())),
             (names::ORIGINAL_MIN_REPLICAS, Some(baseline.to_string())),
         ];
-        match target {
-            Target::Deployment | Target::Conflict => {
-                // Markers and replicas in one write, guarded on the replicas we
-                // planned from: a concurrent user scale fails it and is re-planned.
-                let current = dep.spec.as_ref().and_then(|s| s.replicas);
-                let mut ops = guarded_set("/spec/replicas", current.map(|c| json!(c)), json!(to));
-                ops.extend(annotation_ops(dep.metadata.annotations.as_ref(), &markers));
-                self.deployments(ns)
-                    .patch(
-                        &name_of(&dep.metadata),
-                        &PatchParams::default(),
-                        &json_patch(ops)?,
-                    )
-                    .await?;
-            }
-            Target::Hpa(h) => {
-                let current = h.spec.as_ref().and_then(|s| s.min_replicas);
-                let mut ops =
-                    guarded_set("/spec/minReplicas", current.map(|c| json!(c)), json!(to));
-                ops.extend(annotation_ops(h.metadata.annotations.as_ref(), &markers));
-                self.hpas(ns)
-                    .patch(
-                        &name_of(&h.metadata),
-                        &PatchParams::default(),
-                        &json_patch(ops)?,
-                    )
-                    .await?;
-                self.raise_replicas(ns, dep, to).await?;
-            }
-            Target::Keda(so) => {
-                let current = so.data["spec"].get("minReplicaCount").cloned();
-                let mut ops = guarded_set("/spec/minReplicaCount", current, json!(to));
-                ops.extend(annotation_ops(so.metadata.annotations.as_ref(), &markers));
-                self.scaled_objects(ns)
-                    .patch(
-                        &name_of(&so.metadata),
-                        &PatchParams::default(),
-                        &json_patch(ops)?,
-                    )
-                    .await?;
-                self.raise_replicas(ns, dep, to).await?;
-            }
+        self.write_applier(ns, dep, target, Some(to), &markers)
+            .await?;
+        if matches!(target, Target::Hpa(_) | Target::Keda(_)) {
+            self.raise_replicas(ns, dep, to).await?;
         }
         Ok(())
     }
@@ -565,33 +583,12 @@ impl Worker {
         target: &Target,
         new_baseline: i32,
     ) -> Result<(), kube::Error> {
-        let pp = PatchParams::default();
         let v = new_baseline.to_string();
         let changes = [
             (names::ORIGINAL_MIN_REPLICAS, Some(v.clone())),
             (names::SURGE_REPLICAS, Some(v)),
         ];
-        match target {
-            Target::Hpa(h) => {
-                let ops = annotation_ops(h.metadata.annotations.as_ref(), &changes);
-                self.hpas(ns)
-                    .patch(&name_of(&h.metadata), &pp, &json_patch(ops)?)
-                    .await?;
-            }
-            Target::Keda(so) => {
-                let ops = annotation_ops(so.metadata.annotations.as_ref(), &changes);
-                self.scaled_objects(ns)
-                    .patch(&name_of(&so.metadata), &pp, &json_patch(ops)?)
-                    .await?;
-            }
-            Target::Deployment | Target::Conflict => {
-                let ops = annotation_ops(dep.metadata.annotations.as_ref(), &changes);
-                self.deployments(ns)
-                    .patch(&name_of(&dep.metadata), &pp, &json_patch(ops)?)
-                    .await?;
-            }
-        }
-        Ok(())
+        self.write_applier(ns, dep, target, None, &changes).await
     }
 
     async fn write_revert(
@@ -601,45 +598,22 @@ impl Worker {
         target: &Target,
         baseline: i32,
     ) -> Result<(), kube::Error> {
-        let pp = PatchParams::default();
         let clear = [
             (names::SURGE_REPLICAS, None),
             (names::ORIGINAL_MIN_REPLICAS, None),
         ];
         match target {
+            // Never scale a Deployment to 0 ourselves.
             Target::Deployment | Target::Conflict => {
-                // Never scale a Deployment to 0 ourselves.
-                let current = dep.spec.as_ref().and_then(|s| s.replicas).map(|c| json!(c));
-                let mut ops = guarded_set("/spec/replicas", current, json!(baseline.max(1)));
-                ops.extend(annotation_ops(dep.metadata.annotations.as_ref(), &clear));
-                self.deployments(ns)
-                    .patch(&name_of(&dep.metadata), &pp, &json_patch(ops)?)
-                    .await?;
+                self.write_applier(ns, dep, target, Some(baseline.max(1)), &clear)
+                    .await
             }
-            Target::Hpa(h) => {
-                let current = h
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.min_replicas)
-                    .map(|c| json!(c));
-                let mut ops = guarded_set("/spec/minReplicas", current, json!(baseline));
-                ops.extend(annotation_ops(h.metadata.annotations.as_ref(), &clear));
-                self.hpas(ns)
-                    .patch(&name_of(&h.metadata), &pp, &json_patch(ops)?)
+            Target::Hpa(_) | Target::Keda(_) => {
+                self.write_applier(ns, dep, target, Some(baseline), &clear)
                     .await?;
-                self.restore_replicas(ns, dep).await?;
-            }
-            Target::Keda(so) => {
-                let current = so.data["spec"].get("minReplicaCount").cloned();
-                let mut ops = guarded_set("/spec/minReplicaCount", current, json!(baseline));
-                ops.extend(annotation_ops(so.metadata.annotations.as_ref(), &clear));
-                self.scaled_objects(ns)
-                    .patch(&name_of(&so.metadata), &pp, &json_patch(ops)?)
-                    .await?;
-                self.restore_replicas(ns, dep).await?;
+                self.restore_replicas(ns, dep).await
             }
         }
-        Ok(())
     }
 
     /// After an autoscaler surge: the Deployment's own pre-surge replicas,
