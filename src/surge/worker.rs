@@ -552,26 +552,12 @@ impl Worker {
         }
         let original =
             markers_of(dep.metadata.annotations.as_ref()).map_or(current, |m| m.baseline);
-        let mut ops = guarded_set(
-            "/spec/replicas",
-            dep.spec.as_ref().and_then(|s| s.replicas).map(|c| json!(c)),
-            json!(to),
-        );
-        ops.extend(annotation_ops(
-            dep.metadata.annotations.as_ref(),
-            &[
-                (names::SURGE_REPLICAS, Some(to.to_string())),
-                (names::ORIGINAL_MIN_REPLICAS, Some(original.to_string())),
-            ],
-        ));
-        self.deployments(ns)
-            .patch(
-                &name_of(&dep.metadata),
-                &PatchParams::default(),
-                &json_patch(ops)?,
-            )
-            .await?;
-        Ok(())
+        let markers = [
+            (names::SURGE_REPLICAS, Some(to.to_string())),
+            (names::ORIGINAL_MIN_REPLICAS, Some(original.to_string())),
+        ];
+        self.write_applier(ns, dep, &Target::Deployment, Some(to), &markers)
+            .await
     }
 
     /// Someone else's value stays: the markers now record it as both the
