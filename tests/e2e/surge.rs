@@ -629,6 +629,15 @@ async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
         "crd/scaledobjects.keda.sh",
         "--timeout=30s",
     ]);
+    // The product looks for KEDA's API every 5 s; run alone on a fresh
+    // cluster this test must not drain before it has noticed KEDA.
+    let wh = WebhookInfo::get();
+    wait_for(
+        "the server watches ScaledObjects",
+        Duration::from_secs(20),
+        || async { wh.log().contains("KEDA ScaledObjects found").then_some(()) },
+    )
+    .await;
     let ns = TestNs::new("e2e-kedasurge").await;
     let so_api = kube::Api::<kube::core::DynamicObject>::namespaced_with(
         ns.client.clone(),
