@@ -5,10 +5,12 @@
 pub mod budget;
 pub mod cache;
 pub mod certs;
+pub mod client;
 pub mod config;
 pub mod crd;
 pub mod doctor;
 pub mod leader;
+pub mod markers;
 pub mod metrics;
 pub mod names;
 pub mod patch;

@@ -104,8 +104,8 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             };
             let findings = rt.block_on(async {
-                match kube::Client::try_default().await {
-                    Ok(c) => doctor::run(c, &namespace, &service_account).await,
+                match eviction_autoscaler::client::infer().await {
+                    Ok(c) => doctor::run(c.api, &namespace, &service_account).await,
                     Err(e) => vec![doctor::Finding {
                         level: doctor::Level::Fail,
                         what: format!("no usable kubeconfig: {e}"),
@@ -131,7 +131,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             };
             let result = rt.block_on(async {
-                let client = kube::Client::try_default().await?;
+                let client = eviction_autoscaler::client::infer().await?.api;
                 uninstall::run(client, dry_run).await
             });
             match result {

@@ -62,9 +62,8 @@ pub fn guarded_set(path: &str, expected: Option<Value>, value: Value) -> Vec<Val
 /// (never 0) if they are still the surged value, and the markers removed.
 /// None when it carries no markers.
 pub fn deployment_revert_ops(dep: &k8s_openapi::api::apps::v1::Deployment) -> Option<Vec<Value>> {
-    use crate::names;
     let ann = dep.metadata.annotations.as_ref();
-    let m = crate::surge::plan::Markers::from_annotations(ann)?;
+    let m = crate::markers::Markers::from_annotations(ann)?;
     let current = dep.spec.as_ref().and_then(|s| s.replicas);
     let mut ops = Vec::new();
     // Only our own value is undone; a value someone else set stays.
@@ -75,13 +74,7 @@ pub fn deployment_revert_ops(dep: &k8s_openapi::api::apps::v1::Deployment) -> Op
             json!(m.baseline.max(1)),
         ));
     }
-    ops.extend(annotation_ops(
-        ann,
-        &[
-            (names::SURGE_REPLICAS, None),
-            (names::ORIGINAL_MIN_REPLICAS, None),
-        ],
-    ));
+    ops.extend(annotation_ops(ann, &crate::markers::Markers::CLEAR));
     Some(ops)
 }
 

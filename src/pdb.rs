@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::budget::pdb_selects;
 use crate::cache::owned_by_us;
+use crate::markers::Markers;
 use crate::names;
 
 /// The Deployment's pod-template labels (what PDB selectors are matched against).
@@ -52,14 +53,8 @@ pub fn hpa_for<'a>(
 /// Replicas not counting our own surge: the persisted baseline when a surge
 /// marker is present, else `spec.replicas` (default 1).
 pub fn baseline_replicas(dep: &Deployment) -> i32 {
-    let marker = dep
-        .metadata
-        .annotations
-        .as_ref()
-        .filter(|a| a.contains_key(names::SURGE_REPLICAS))
-        .and_then(|a| a.get(names::ORIGINAL_MIN_REPLICAS))
-        .and_then(|v| v.trim().parse::<i32>().ok());
-    marker.unwrap_or_else(|| dep.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1))
+    let current = dep.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    Markers::baseline_or(dep.metadata.annotations.as_ref(), current)
 }
 
 /// The floor the PDB keeps: the autoscaler minimum (its persisted baseline
@@ -67,15 +62,8 @@ pub fn baseline_replicas(dep: &Deployment) -> i32 {
 pub fn min_available_for(dep: &Deployment, hpa: Option<&HorizontalPodAutoscaler>) -> i32 {
     match hpa {
         Some(h) => {
-            let ann = h.metadata.annotations.as_ref();
-            let surged = ann.is_some_and(|a| a.contains_key(names::SURGE_REPLICAS));
-            let original = ann
-                .and_then(|a| a.get(names::ORIGINAL_MIN_REPLICAS))
-                .and_then(|v| v.trim().parse::<i32>().ok());
-            match (surged, original) {
-                (true, Some(o)) => o,
-                _ => h.spec.as_ref().and_then(|s| s.min_replicas).unwrap_or(1),
-            }
+            let current = h.spec.as_ref().and_then(|s| s.min_replicas).unwrap_or(1);
+            Markers::baseline_or(h.metadata.annotations.as_ref(), current)
         }
         None => baseline_replicas(dep),
     }

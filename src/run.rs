@@ -66,13 +66,14 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         cert.clone(),
         opts.client_ca_file.as_deref(),
     )?);
-    let client = kube::Client::try_default().await?;
+    let clients = crate::client::infer().await?;
+    let client = clients.api.clone();
     let behaviour = Arc::new(opts.behaviour.clone());
     tracing::info!(?behaviour, listen = %opts.listen, "starting");
 
     let mut tasks = JoinSet::new();
     tasks.spawn(cert.clone().watch(opts.cert_reload_interval));
-    let cache = cache::start(client.clone(), behaviour.clone(), &mut tasks);
+    let cache = cache::start(clients.watch.clone(), behaviour.clone(), &mut tasks);
     let metrics = Arc::new(Metrics::new());
     let (signals, signal_rx) = mpsc::channel(1024);
 

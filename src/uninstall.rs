@@ -13,7 +13,6 @@ use serde_json::json;
 
 use crate::cache::{keda_resource, owned_by_us, KEDA_GROUP, KEDA_VERSION};
 use crate::crd::EvictionAutoScaler;
-use crate::names;
 use crate::patch::{annotation_ops, deployment_revert_ops, guarded_set, json_patch};
 use crate::surge::plan::Markers;
 
@@ -32,10 +31,7 @@ fn key(ns: Option<&str>, kind: &str, name: Option<&str>) -> String {
     )
 }
 
-const CLEAR: [(&str, Option<String>); 2] = [
-    (names::SURGE_REPLICAS, None),
-    (names::ORIGINAL_MIN_REPLICAS, None),
-];
+const CLEAR: [(&str, Option<String>); 2] = Markers::CLEAR;
 
 fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
     match r {

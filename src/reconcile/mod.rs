@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use crate::cache::{owned_by_us, Cache};
 use crate::crd::{EvictionAutoScaler, EvictionAutoScalerSpec, EvictionAutoScalerStatus};
+use crate::markers::Markers;
 use crate::metrics::{ControllerLabel, Metrics};
 use crate::names;
 use crate::patch::{guarded_set, json_patch};
@@ -480,15 +481,8 @@ pub fn keda_minimums(cache: &Cache, ns: &str) -> BTreeMap<String, i32> {
         if !kind.eq_ignore_ascii_case("deployment") {
             continue;
         }
-        let ann = so.metadata.annotations.as_ref();
-        let surged = ann.is_some_and(|a| a.contains_key(names::SURGE_REPLICAS));
-        let original = ann
-            .and_then(|a| a.get(names::ORIGINAL_MIN_REPLICAS))
-            .and_then(|v| v.parse::<i32>().ok());
-        let min = match (surged, original) {
-            (true, Some(o)) => o,
-            _ => spec["minReplicaCount"].as_i64().unwrap_or(0) as i32,
-        };
+        let current = spec["minReplicaCount"].as_i64().unwrap_or(0) as i32;
+        let min = Markers::baseline_or(so.metadata.annotations.as_ref(), current);
         out.insert(name.to_string(), min);
     }
     out

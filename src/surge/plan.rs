@@ -60,14 +60,13 @@
 //! - Readiness does not matter for displacement: a not-ready pod on a draining
 //!   node must still leave (the spec excludes only terminating and completed).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::budget::{disruptions_allowed, IntOrPercent, Rule};
-use crate::names;
 
 /// A pod selected by the Deployment's PDB.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,38 +104,7 @@ impl Applier {
     }
 }
 
-/// The persisted surge state on the applier object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Markers {
-    /// `original-min-replicas`: the value before the surge.
-    pub baseline: i32,
-    /// `evictionSurgeReplicas`: the value the surge set.
-    pub surged_to: i32,
-}
-
-impl Markers {
-    /// Both annotations must be present and integers; otherwise there is no
-    /// surge to manage.
-    pub fn from_annotations(annotations: Option<&BTreeMap<String, String>>) -> Option<Markers> {
-        let get = |k: &str| {
-            annotations
-                .and_then(|a| a.get(k))
-                .and_then(|v| v.trim().parse::<i32>().ok())
-        };
-        Some(Markers {
-            baseline: get(names::ORIGINAL_MIN_REPLICAS)?,
-            surged_to: get(names::SURGE_REPLICAS)?,
-        })
-    }
-
-    /// The annotations to write (with the value, in one patch).
-    pub fn to_annotations(self) -> [(&'static str, String); 2] {
-        [
-            (names::SURGE_REPLICAS, self.surged_to.to_string()),
-            (names::ORIGINAL_MIN_REPLICAS, self.baseline.to_string()),
-        ]
-    }
-}
+pub use crate::markers::Markers;
 
 /// Everything the planner looks at, for one Deployment and its PDB.
 #[derive(Debug, Clone)]
@@ -1436,32 +1404,6 @@ mod tests {
                 Want::Is(Action::Revert { baseline: 0 }),
             ),
         ]);
-    }
-
-    #[test]
-    fn markers_round_trip() {
-        let m = Markers {
-            baseline: 3,
-            surged_to: 5,
-        };
-        let ann: BTreeMap<String, String> = m
-            .to_annotations()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-        assert_eq!(ann[names::SURGE_REPLICAS], "5");
-        assert_eq!(ann[names::ORIGINAL_MIN_REPLICAS], "3");
-        assert_eq!(Markers::from_annotations(Some(&ann)), Some(m));
-        assert_eq!(Markers::from_annotations(None), None);
-        let mut half = ann.clone();
-        half.remove(names::SURGE_REPLICAS);
-        assert_eq!(Markers::from_annotations(Some(&half)), None);
-        let mut bad = ann.clone();
-        bad.insert(names::ORIGINAL_MIN_REPLICAS.into(), "three".into());
-        assert_eq!(Markers::from_annotations(Some(&bad)), None);
-        let mut spaced = ann;
-        spaced.insert(names::SURGE_REPLICAS.into(), " 5 ".into());
-        assert_eq!(Markers::from_annotations(Some(&spaced)), Some(m));
     }
 
     /// The worker's writes, as the next snapshot sees them.

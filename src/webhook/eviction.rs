@@ -10,6 +10,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::budget::pdb_selects;
 use crate::cache::{Cache, SlimPod};
+use crate::markers::Markers;
 use crate::names;
 
 /// What the decision reads: implemented by the watch caches, and by plain
@@ -187,17 +188,12 @@ pub enum SurgeState {
 /// Reads the surge markers on a Deployment (`evictionSurgeReplicas` holds
 /// the surged count, `original-min-replicas` the baseline).
 pub fn surge_state_from_markers(dep: &Deployment) -> SurgeState {
-    let ann = dep.metadata.annotations.as_ref();
-    let get = |k: &str| {
-        ann.and_then(|a| a.get(k))
-            .and_then(|v| v.trim().parse::<i32>().ok())
-    };
-    match (
-        get(names::ORIGINAL_MIN_REPLICAS),
-        get(names::SURGE_REPLICAS),
-    ) {
-        (Some(from), Some(to)) => SurgeState::Active { from, to },
-        _ => SurgeState::Requested,
+    match Markers::from_annotations(dep.metadata.annotations.as_ref()) {
+        Some(m) => SurgeState::Active {
+            from: m.baseline,
+            to: m.surged_to,
+        },
+        None => SurgeState::Requested,
     }
 }
 

@@ -1,0 +1,104 @@
+//! The surge markers (behaviour.md section 1): `original-min-replicas` (the
+//! baseline) and `evictionSurgeReplicas` (the value the surge set), on the
+//! object the surge changed. The one parser and the one writer of both, so
+//! every reader (webhook message, PDB floor, KEDA minimum, surge worker,
+//! uninstall) agrees on what counts as a surge.
+
+use std::collections::BTreeMap;
+
+use crate::names;
+
+/// The persisted surge state on the applier object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Markers {
+    /// `original-min-replicas`: the value before the surge.
+    pub baseline: i32,
+    /// `evictionSurgeReplicas`: the value the surge set.
+    pub surged_to: i32,
+}
+
+impl Markers {
+    /// Both annotations present and integers (surrounding blanks ignored);
+    /// anything else is no surge we manage.
+    pub fn from_annotations(annotations: Option<&BTreeMap<String, String>>) -> Option<Markers> {
+        let get = |k: &str| {
+            annotations
+                .and_then(|a| a.get(k))
+                .and_then(|v| v.trim().parse::<i32>().ok())
+        };
+        Some(Markers {
+            baseline: get(names::ORIGINAL_MIN_REPLICAS)?,
+            surged_to: get(names::SURGE_REPLICAS)?,
+        })
+    }
+
+    /// Does the object carry either marker (even a malformed one)? Such an
+    /// object is ours to clean up.
+    pub fn any_present(annotations: Option<&BTreeMap<String, String>>) -> bool {
+        annotations.is_some_and(|a| {
+            a.contains_key(names::SURGE_REPLICAS) || a.contains_key(names::ORIGINAL_MIN_REPLICAS)
+        })
+    }
+
+    /// The annotations to write (with the value, in one patch).
+    pub fn to_annotations(self) -> [(&'static str, String); 2] {
+        [
+            (names::SURGE_REPLICAS, self.surged_to.to_string()),
+            (names::ORIGINAL_MIN_REPLICAS, self.baseline.to_string()),
+        ]
+    }
+
+    /// Annotation changes that set these markers.
+    pub fn set_changes(self) -> [(&'static str, Option<String>); 2] {
+        let [a, b] = self.to_annotations();
+        [(a.0, Some(a.1)), (b.0, Some(b.1))]
+    }
+
+    /// Annotation changes that remove both markers.
+    pub const CLEAR: [(&'static str, Option<String>); 2] = [
+        (names::SURGE_REPLICAS, None),
+        (names::ORIGINAL_MIN_REPLICAS, None),
+    ];
+
+    /// The value not counting our surge: the baseline when markers are
+    /// present, else `current`.
+    pub fn baseline_or(annotations: Option<&BTreeMap<String, String>>, current: i32) -> i32 {
+        Markers::from_annotations(annotations).map_or(current, |m| m.baseline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_round_trip() {
+        let m = Markers {
+            baseline: 3,
+            surged_to: 5,
+        };
+        let ann: BTreeMap<String, String> = m
+            .to_annotations()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(ann[names::SURGE_REPLICAS], "5");
+        assert_eq!(ann[names::ORIGINAL_MIN_REPLICAS], "3");
+        assert_eq!(Markers::from_annotations(Some(&ann)), Some(m));
+        assert_eq!(Markers::from_annotations(None), None);
+        assert!(Markers::any_present(Some(&ann)));
+        let mut half = ann.clone();
+        half.remove(names::SURGE_REPLICAS);
+        assert_eq!(Markers::from_annotations(Some(&half)), None);
+        assert!(Markers::any_present(Some(&half)));
+        assert_eq!(Markers::baseline_or(Some(&half), 7), 7);
+        let mut bad = ann.clone();
+        bad.insert(names::ORIGINAL_MIN_REPLICAS.into(), "three".into());
+        assert_eq!(Markers::from_annotations(Some(&bad)), None);
+        let mut spaced = ann.clone();
+        spaced.insert(names::SURGE_REPLICAS.into(), " 5 ".into());
+        assert_eq!(Markers::from_annotations(Some(&spaced)), Some(m));
+        assert_eq!(Markers::baseline_or(Some(&ann), 7), 3);
+        assert!(!Markers::any_present(None));
+    }
+}
