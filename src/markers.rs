@@ -32,12 +32,10 @@ impl Markers {
         })
     }
 
-    /// Does the object carry either marker (even a malformed one)? Such an
-    /// object is ours to clean up.
+    /// Does the object carry any of our surge annotations (even a malformed
+    /// one)? Such an object is ours to clean up.
     pub fn any_present(annotations: Option<&BTreeMap<String, String>>) -> bool {
-        annotations.is_some_and(|a| {
-            a.contains_key(names::SURGE_REPLICAS) || a.contains_key(names::ORIGINAL_MIN_REPLICAS)
-        })
+        annotations.is_some_and(|a| Markers::CLEAR.iter().any(|(k, _)| a.contains_key(*k)))
     }
 
     /// The annotations to write (with the value, in one patch).
@@ -54,10 +52,11 @@ impl Markers {
         [(a.0, Some(a.1)), (b.0, Some(b.1))]
     }
 
-    /// Annotation changes that remove both markers.
-    pub const CLEAR: [(&'static str, Option<String>); 2] = [
+    /// Annotation changes that remove both markers (and the adoption note).
+    pub const CLEAR: [(&'static str, Option<String>); 3] = [
         (names::SURGE_REPLICAS, None),
         (names::ORIGINAL_MIN_REPLICAS, None),
+        (ADOPTED_DISPLACED, None),
     ];
 
     /// The value not counting our surge: the baseline when markers are
@@ -65,6 +64,19 @@ impl Markers {
     pub fn baseline_or(annotations: Option<&BTreeMap<String, String>>, current: i32) -> i32 {
         Markers::from_annotations(annotations).map_or(current, |m| m.baseline)
     }
+}
+
+/// Ours, beside the markers: set when a user's change during a surge is
+/// adopted, to the number of displaced pods counted then. The episode is not
+/// surged again unless more pods are displaced (behaviour.md section 5), so a
+/// GitOps tool that re-asserts its value never alternates with us.
+pub const ADOPTED_DISPLACED: &str = "eviction-autoscaler.azure.com/adopted-displaced";
+
+/// The adoption note, if present and an integer.
+pub fn adopted_displaced(annotations: Option<&BTreeMap<String, String>>) -> Option<i32> {
+    annotations
+        .and_then(|a| a.get(ADOPTED_DISPLACED))
+        .and_then(|v| v.trim().parse::<i32>().ok())
 }
 
 #[cfg(test)]

@@ -123,10 +123,13 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     tasks.spawn(worker.run(leader.clone()));
 
     // Every replica records its webhook's signals (memory and durable copy).
+    // Signals older than twice the cooldown are never read again.
+    let keep = (behaviour.cooldown * 2).max(Duration::from_secs(600));
     tasks.spawn(crate::surge::signals::consume(
         signal_rx,
         book,
         client.clone(),
+        keep,
     ));
 
     let webhooks = Arc::new(Webhooks {

@@ -31,7 +31,7 @@ fn key(ns: Option<&str>, kind: &str, name: Option<&str>) -> String {
     )
 }
 
-const CLEAR: [(&str, Option<String>); 2] = Markers::CLEAR;
+const CLEAR: [(&str, Option<String>); 3] = Markers::CLEAR;
 
 fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
     match r {

@@ -109,7 +109,9 @@ pub use crate::markers::Markers;
 /// Everything the planner looks at, for one Deployment and its PDB.
 #[derive(Debug, Clone)]
 pub struct Snapshot<'a> {
-    pub pdb_spec: &'a PodDisruptionBudgetSpec,
+    /// The one PDB that selects the Deployment's pods; `None` when there is
+    /// none or several (then only an active surge is carried to its end).
+    pub pdb_spec: Option<&'a PodDisruptionBudgetSpec>,
     /// `status.disruptionsAllowed` (0 when the status is absent).
     pub pdb_disruptions_allowed: i32,
     /// The Deployment's `spec.replicas` now (default 1 resolved by the caller).
@@ -121,13 +123,27 @@ pub struct Snapshot<'a> {
     pub applier: Applier,
     /// Parsed from the applier object's annotations ([`Markers::from_annotations`]).
     pub markers: Option<Markers>,
-    /// Pods selected by the PDB.
+    /// Displaced pods counted when a user's change was adopted in this
+    /// episode ([`crate::markers::adopted_displaced`]): no new surge until more are displaced.
+    pub adopted_displaced: Option<i32>,
+    /// May a surge start or grow? False out of scope (section 2: invisible);
+    /// an active surge is still carried to its end (section 6).
+    pub may_surge: bool,
+    /// The Deployment's own pods (selected by its selector and, when there is
+    /// one, by the PDB).
     pub pods: Vec<PodState>,
+    /// Pods the PDB selects that belong to something else (another
+    /// Deployment, a StatefulSet): they count in the budget (section 5, last rule).
+    pub other_pods: i32,
+    /// The Deployment's Ready, non-terminating pods (the scale-back gate).
+    pub ready_pods: i32,
     /// Cordoned or drain-tainted nodes.
     pub draining_nodes: BTreeSet<String>,
     /// Pods whose eviction was denied within the cooldown window.
     pub denied_pods: BTreeSet<String>,
-    /// Time since the last signal for this Deployment; `None` = never.
+    /// Time since the last signal for this Deployment (a blocked eviction,
+    /// displaced pods seen, or this leader's start while a surge is active);
+    /// `None` = never.
     pub since_last_signal: Option<Duration>,
     pub zero_surge_override: Option<IntOrPercent>,
     pub cooldown: Duration,
@@ -145,8 +161,9 @@ pub enum Action {
         kind: SurgeKind,
     },
     /// Someone else changed the value during a surge: keep their value, which
-    /// is the new baseline; remove the markers or set both to `new_baseline`.
-    AdoptUserChange { new_baseline: i32 },
+    /// is the new baseline; set both markers to `new_baseline` and record
+    /// `displaced` (no new surge in this episode unless more are displaced).
+    AdoptUserChange { new_baseline: i32, displaced: i32 },
     /// Set the value to `baseline` and remove the markers.
     Revert { baseline: i32 },
     /// A surge is needed and cannot help: Degraded, an Event, the 429 message.
@@ -213,6 +230,10 @@ fn plan_idle(s: &Snapshot, displaced: i32, current: Option<i32>) -> Action {
     if displaced == 0 || s.pdb_disruptions_allowed > 0 {
         return Action::None;
     }
+    // Out of scope, or no single PDB to size for: nothing new starts.
+    let Some(spec) = s.pdb_spec.filter(|_| s.may_surge) else {
+        return Action::None;
+    };
     let Some(current) = current else {
         return Action::Impossible {
             reason: CONFLICT.into(),
@@ -223,7 +244,7 @@ fn plan_idle(s: &Snapshot, displaced: i32, current: Option<i32>) -> Action {
         return Action::None;
     }
     let baseline = current.max(0);
-    match size(s, baseline, None, displaced) {
+    match size(s, spec, baseline, None, displaced) {
         Err(reason) => Action::Impossible { reason },
         Ok(target) if target > baseline => Action::Surge {
             baseline,
@@ -242,6 +263,7 @@ fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -
         if !ours || current != m.surged_to {
             return Action::AdoptUserChange {
                 new_baseline: current,
+                displaced,
             };
         }
     }
@@ -250,10 +272,9 @@ fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -
         if let Some(remaining) = cooldown_remaining(s) {
             return Action::Wait(Wait::Cooldown { remaining });
         }
-        if s.pdb_disruptions_allowed > 0 || !budget_can_open(s, m.surged_to) {
-            return Action::Revert {
-                baseline: restore_value(s.applier, m.baseline),
-            };
+        let restore = restore_value(s.applier, m.baseline);
+        if safe_to_scale_back(s, m.surged_to, deployment_after(s, restore)) {
+            return Action::Revert { baseline: restore };
         }
         return Action::Wait(Wait::NoDisruptionAllowed);
     }
@@ -262,7 +283,15 @@ fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -
             reason: CONFLICT.into(),
         };
     }
-    match size(s, m.baseline, Some(m.surged_to), displaced) {
+    // The episode goes on as it is: out of scope, no single PDB, or a
+    // user's value adopted for this many displaced pods (no write loop).
+    let Some(spec) = s.pdb_spec.filter(|_| s.may_surge) else {
+        return Action::Wait(Wait::Draining { displaced });
+    };
+    if s.adopted_displaced.is_some_and(|n| displaced <= n) {
+        return Action::Wait(Wait::Draining { displaced });
+    }
+    match size(s, spec, m.baseline, Some(m.surged_to), displaced) {
         Err(reason) => Action::Impossible { reason },
         // Never shrink mid-drain: only a larger target is written.
         Ok(want) if want > m.surged_to => Action::Surge {
@@ -270,7 +299,10 @@ fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -
             target: want,
             kind: SurgeKind::TopUp,
         },
-        Ok(_) if matches!(s.applier, Applier::Hpa { .. }) && s.replicas < m.surged_to => {
+        Ok(_)
+            if matches!(s.applier, Applier::Hpa { .. } | Applier::Keda { .. })
+                && s.replicas < m.surged_to =>
+        {
             Action::Surge {
                 baseline: m.baseline,
                 target: m.surged_to,
@@ -279,6 +311,35 @@ fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -
         }
         Ok(_) => Action::Wait(Wait::Draining { displaced }),
     }
+}
+
+/// No displaced pods and the cooldown has passed: the first two conditions
+/// of a scale back (section 6), shared with the other marked objects.
+pub fn drain_over(s: &Snapshot) -> bool {
+    displaced_count(s) == 0 && cooldown_remaining(s).is_none()
+}
+
+/// The Deployment's replicas once the applier is restored to `restore`.
+fn deployment_after(s: &Snapshot, restore: i32) -> i32 {
+    match s.applier {
+        Applier::Deployment | Applier::Conflict => restore,
+        // An autoscaler keeps the Deployment at its minimum at least.
+        Applier::Hpa { .. } | Applier::Keda { .. } => restore.max(0),
+    }
+}
+
+/// Scaling the Deployment back to `replicas_after` cannot break the budget
+/// (section 6): the PDB is gone or not single, it allows a disruption, at
+/// least `replicas_after` pods are Ready (the ReplicaSet removes unready pods
+/// first), or it could not allow one even at the surged scale (waiting would
+/// strand the surge).
+pub fn safe_to_scale_back(s: &Snapshot, surged_to: i32, replicas_after: i32) -> bool {
+    let Some(spec) = s.pdb_spec else {
+        return true;
+    };
+    s.pdb_disruptions_allowed > 0
+        || s.ready_pods >= replicas_after
+        || !budget_can_open(s, spec, surged_to)
 }
 
 /// `Some(time left)` while the cooldown since the last signal runs.
@@ -298,8 +359,8 @@ fn restore_value(applier: Applier, baseline: i32) -> i32 {
 }
 
 /// Could the budget allow a disruption at this scale with every pod healthy?
-fn budget_can_open(s: &Snapshot, replicas: i32) -> bool {
-    Rule::from_spec(s.pdb_spec).is_ok_and(|r| allowed_at(r, replicas, running_floor(s)) > 0)
+fn budget_can_open(s: &Snapshot, spec: &PodDisruptionBudgetSpec, replicas: i32) -> bool {
+    Rule::from_spec(spec).is_ok_and(|r| allowed_at(r, replicas, running_floor(s), s.other_pods) > 0)
 }
 
 /// Replicas the Deployment runs regardless of our surge: an autoscaler may
@@ -312,10 +373,11 @@ fn running_floor(s: &Snapshot) -> i32 {
     }
 }
 
-/// `disruptionsAllowed` the PDB would compute with the applier at `replicas`
-/// and every pod healthy. Non-decreasing in `replicas` for every rule.
-fn allowed_at(rule: Rule, replicas: i32, floor: i32) -> i32 {
-    let scale = replicas.max(floor).max(0);
+/// `disruptionsAllowed` the PDB would compute with the applier at `replicas`,
+/// `others` pods of other workloads under the same PDB, and every pod
+/// healthy. Non-decreasing in `replicas` for every rule.
+fn allowed_at(rule: Rule, replicas: i32, floor: i32, others: i32) -> i32 {
+    let scale = replicas.max(floor).max(0).saturating_add(others.max(0));
     let (expected, desired) = rule.expected_and_desired(scale, scale);
     disruptions_allowed(scale, desired, expected)
 }
@@ -324,16 +386,16 @@ fn allowed_at(rule: Rule, replicas: i32, floor: i32) -> i32 {
 /// place is never lowered by the caller), or why no surge can help.
 fn size(
     s: &Snapshot,
+    spec: &PodDisruptionBudgetSpec,
     baseline: i32,
     surged_to: Option<i32>,
     displaced: i32,
 ) -> Result<i32, String> {
-    let rule =
-        Rule::from_spec(s.pdb_spec).map_err(|e| format!("the PDB's budget is invalid: {e}"))?;
+    let rule = Rule::from_spec(spec).map_err(|e| format!("the PDB's budget is invalid: {e}"))?;
     let cap = surge_cap(s, baseline)?;
     let cap_target = baseline.saturating_add(cap.replicas);
     let floor = running_floor(s);
-    let allowed = |t: i32| allowed_at(rule, t, floor);
+    let allowed = |t: i32| allowed_at(rule, t, floor, s.other_pods);
 
     let highest = surged_to.map_or(cap_target, |m| m.max(cap_target));
     if allowed(highest) == 0 {
@@ -504,16 +566,20 @@ mod tests {
     /// Three replicas, pods p0..p2 on nodes n0..n2, nothing draining, budget blocked.
     fn snap(spec: &PodDisruptionBudgetSpec) -> Snapshot<'_> {
         Snapshot {
-            pdb_spec: spec,
+            pdb_spec: Some(spec),
             pdb_disruptions_allowed: 0,
             replicas: 3,
             max_surge: None,
             recreate: false,
             applier: Applier::Deployment,
             markers: None,
+            adopted_displaced: None,
+            may_surge: true,
             pods: (0..3)
                 .map(|i| pod(&format!("p{i}"), &format!("n{i}")))
                 .collect(),
+            other_pods: 0,
+            ready_pods: 0,
             draining_nodes: BTreeSet::new(),
             denied_pods: BTreeSet::new(),
             since_last_signal: None,
@@ -1145,7 +1211,7 @@ mod tests {
                 Want::Is(Action::Wait(Wait::Draining { displaced: 1 })),
             ),
             row(
-                "KEDA: its HPA has not caught up yet (no resume for KEDA)",
+                "KEDA: the Deployment's raise was interrupted: resume it",
                 min_available(int(2)),
                 |s| {
                     s.applier = Applier::Keda { min: 3 };
@@ -1155,7 +1221,7 @@ mod tests {
                     });
                     on_draining_node(s, 2, 1);
                 },
-                Want::Is(Action::Wait(Wait::Draining { displaced: 1 })),
+                Want::Is(surge(2, 3, SurgeKind::Resume)),
             ),
         ]);
     }
@@ -1171,7 +1237,10 @@ mod tests {
                     s.replicas = 7;
                     drain(s, "n0");
                 },
-                Want::Is(Action::AdoptUserChange { new_baseline: 7 }),
+                Want::Is(Action::AdoptUserChange {
+                    new_baseline: 7,
+                    displaced: 1,
+                }),
             ),
             row(
                 "scaled back to the baseline by someone (e.g. GitOps)",
@@ -1181,7 +1250,10 @@ mod tests {
                     s.replicas = 3;
                     drain(s, "n0");
                 },
-                Want::Is(Action::AdoptUserChange { new_baseline: 3 }),
+                Want::Is(Action::AdoptUserChange {
+                    new_baseline: 3,
+                    displaced: 1,
+                }),
             ),
             row(
                 "scaled during the cooldown: not undone by a revert",
@@ -1191,7 +1263,10 @@ mod tests {
                     s.replicas = 2;
                     s.pdb_disruptions_allowed = 1;
                 },
-                Want::Is(Action::AdoptUserChange { new_baseline: 2 }),
+                Want::Is(Action::AdoptUserChange {
+                    new_baseline: 2,
+                    displaced: 0,
+                }),
             ),
             row(
                 "scaled to 0 by someone",
@@ -1200,7 +1275,10 @@ mod tests {
                     active(s, 3, 4);
                     s.replicas = 0;
                 },
-                Want::Is(Action::AdoptUserChange { new_baseline: 0 }),
+                Want::Is(Action::AdoptUserChange {
+                    new_baseline: 0,
+                    displaced: 0,
+                }),
             ),
             row(
                 "HPA minimum changed",
@@ -1211,7 +1289,10 @@ mod tests {
                     s.applier = Applier::Hpa { min: 5 };
                     drain(s, "n0");
                 },
-                Want::Is(Action::AdoptUserChange { new_baseline: 5 }),
+                Want::Is(Action::AdoptUserChange {
+                    new_baseline: 5,
+                    displaced: 1,
+                }),
             ),
             row(
                 "KEDA minimum changed",
@@ -1221,7 +1302,10 @@ mod tests {
                     active(s, 2, 3);
                     s.applier = Applier::Keda { min: 1 };
                 },
-                Want::Is(Action::AdoptUserChange { new_baseline: 1 }),
+                Want::Is(Action::AdoptUserChange {
+                    new_baseline: 1,
+                    displaced: 0,
+                }),
             ),
             row(
                 "HPA scaling the Deployment is not a user change",
@@ -1243,7 +1327,10 @@ mod tests {
                         surged_to: 3,
                     });
                 },
-                Want::Is(Action::AdoptUserChange { new_baseline: 3 }),
+                Want::Is(Action::AdoptUserChange {
+                    new_baseline: 3,
+                    displaced: 0,
+                }),
             ),
             row(
                 "negative baseline marker",
@@ -1254,7 +1341,10 @@ mod tests {
                         surged_to: 3,
                     });
                 },
-                Want::Is(Action::AdoptUserChange { new_baseline: 3 }),
+                Want::Is(Action::AdoptUserChange {
+                    new_baseline: 3,
+                    displaced: 0,
+                }),
             ),
         ]);
     }
@@ -1422,7 +1512,10 @@ mod tests {
                         *min = target;
                         s.replicas = s.replicas.max(target);
                     }
-                    Applier::Keda { min } => *min = target,
+                    Applier::Keda { min } => {
+                        *min = target;
+                        s.replicas = s.replicas.max(target);
+                    }
                 }
             }
             Action::AdoptUserChange { .. } => s.markers = None,
@@ -1508,7 +1601,13 @@ mod tests {
         step(&mut s, start(3, 4));
         // Someone scales to 6 during the surge: theirs wins, markers go.
         s.replicas = 6;
-        step(&mut s, Action::AdoptUserChange { new_baseline: 6 });
+        step(
+            &mut s,
+            Action::AdoptUserChange {
+                new_baseline: 6,
+                displaced: 1,
+            },
+        );
         assert_eq!(s.markers, None);
         // Still blocked: a new surge on top of their value (25% of 6 = 2).
         step(&mut s, start(6, 7));
@@ -1571,14 +1670,18 @@ mod tests {
     impl Case {
         fn snapshot(&self) -> Snapshot<'_> {
             Snapshot {
-                pdb_spec: &self.spec,
+                pdb_spec: Some(&self.spec),
                 pdb_disruptions_allowed: self.allowed,
                 replicas: self.replicas,
                 max_surge: self.max_surge.clone(),
                 recreate: self.recreate,
                 applier: self.applier,
                 markers: self.markers,
+                adopted_displaced: None,
+                may_surge: true,
                 pods: self.pods.clone(),
+                other_pods: 0,
+                ready_pods: 0,
                 draining_nodes: self.draining.clone(),
                 denied_pods: self.denied.clone(),
                 since_last_signal: self.since,
@@ -1760,10 +1863,171 @@ mod tests {
         }
 
         #[test]
-        fn allowed_is_monotone(spec in spec(), t in 0..200i32, floor in 0..50i32) {
+        fn allowed_is_monotone(spec in spec(), t in 0..200i32, floor in 0..50i32, others in 0..20i32) {
             if let Ok(rule) = Rule::from_spec(&spec) {
-                prop_assert!(allowed_at(rule, t, floor) <= allowed_at(rule, t + 1, floor));
+                prop_assert!(allowed_at(rule, t, floor, others) <= allowed_at(rule, t + 1, floor, others));
             }
         }
+    }
+}
+
+/// The rules added for the safety invariants (behaviour.md sections 5 and 6).
+#[cfg(test)]
+mod invariant_tests {
+    use super::*;
+
+    fn spec(min: i32) -> PodDisruptionBudgetSpec {
+        PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(min)),
+            ..Default::default()
+        }
+    }
+
+    fn pods(n: i32, on: &str) -> Vec<PodState> {
+        (0..n)
+            .map(|i| PodState {
+                name: format!("p{i}"),
+                node: Some(if i == 0 { on.into() } else { "other".into() }),
+                terminating: false,
+                completed: false,
+            })
+            .collect()
+    }
+
+    fn base(spec: &PodDisruptionBudgetSpec) -> Snapshot<'_> {
+        Snapshot {
+            pdb_spec: Some(spec),
+            pdb_disruptions_allowed: 0,
+            replicas: 3,
+            max_surge: Some(IntOrString::String("100%".into())),
+            recreate: false,
+            applier: Applier::Deployment,
+            markers: None,
+            adopted_displaced: None,
+            may_surge: true,
+            pods: pods(3, "a"),
+            other_pods: 0,
+            ready_pods: 3,
+            draining_nodes: ["a".to_string()].into(),
+            denied_pods: BTreeSet::new(),
+            since_last_signal: Some(Duration::ZERO),
+            zero_surge_override: None,
+            cooldown: Duration::from_secs(60),
+        }
+    }
+
+    fn active(s: &mut Snapshot, baseline: i32, to: i32) {
+        s.markers = Some(Markers {
+            baseline,
+            surged_to: to,
+        });
+        s.replicas = to;
+    }
+
+    fn drained(s: &mut Snapshot) {
+        s.draining_nodes.clear();
+        s.since_last_signal = Some(Duration::from_secs(61));
+    }
+
+    #[test]
+    fn no_single_pdb_or_out_of_scope_only_ends_a_surge() {
+        let sp = spec(3);
+        // Nothing starts without exactly one PDB, or out of scope.
+        let mut s = base(&sp);
+        s.pdb_spec = None;
+        assert_eq!(plan(&s), Action::None);
+        let mut s = base(&sp);
+        s.may_surge = false;
+        assert_eq!(plan(&s), Action::None);
+        // An active surge is neither topped up nor stranded.
+        let mut s = base(&sp);
+        s.pdb_spec = None;
+        active(&mut s, 3, 4);
+        s.pods = pods(4, "a");
+        s.pods[1].node = Some("a".into());
+        assert_eq!(plan(&s), Action::Wait(Wait::Draining { displaced: 2 }));
+        drained(&mut s);
+        s.ready_pods = 0;
+        assert_eq!(plan(&s), Action::Revert { baseline: 3 }, "no PDB: revert");
+        let mut s = base(&sp);
+        s.may_surge = false;
+        active(&mut s, 3, 6);
+        drained(&mut s);
+        s.ready_pods = 6;
+        assert_eq!(plan(&s), Action::Revert { baseline: 3 }, "out of scope");
+    }
+
+    #[test]
+    fn scale_back_gate_is_readiness_not_disruptions_allowed() {
+        let sp = spec(3);
+        let mut s = base(&sp);
+        active(&mut s, 3, 6);
+        drained(&mut s);
+        // One crash-looping pod keeps disruptionsAllowed at 0 forever; 5 Ready
+        // of the 3 to keep is safe.
+        s.pdb_disruptions_allowed = 0;
+        s.ready_pods = 5;
+        assert_eq!(plan(&s), Action::Revert { baseline: 3 });
+        // Surge pods that never schedule: the 3 originals are Ready.
+        s.ready_pods = 3;
+        assert_eq!(plan(&s), Action::Revert { baseline: 3 });
+        // Fewer Ready than the baseline, budget closed: wait.
+        s.ready_pods = 2;
+        assert_eq!(plan(&s), Action::Wait(Wait::NoDisruptionAllowed));
+        s.pdb_disruptions_allowed = 1;
+        assert_eq!(plan(&s), Action::Revert { baseline: 3 });
+    }
+
+    #[test]
+    fn adopted_value_is_not_surged_again_unless_more_are_displaced() {
+        let sp = spec(3);
+        let mut s = base(&sp);
+        active(&mut s, 3, 6);
+        // GitOps puts 3 back mid-drain.
+        s.replicas = 3;
+        assert_eq!(
+            plan(&s),
+            Action::AdoptUserChange {
+                new_baseline: 3,
+                displaced: 1
+            }
+        );
+        s.markers = Some(Markers {
+            baseline: 3,
+            surged_to: 3,
+        });
+        s.adopted_displaced = Some(1);
+        assert_eq!(plan(&s), Action::Wait(Wait::Draining { displaced: 1 }));
+        // Another node cordoned: more displaced than counted → top-up again.
+        s.pods[1].node = Some("b".into());
+        s.draining_nodes.insert("b".into());
+        assert!(matches!(
+            plan(&s),
+            Action::Surge {
+                kind: SurgeKind::TopUp,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_pdb_over_several_deployments_counts_every_pod() {
+        // minAvailable 5 over a (3 pods) and b (2 pods): sized with all 5.
+        let sp = spec(5);
+        let mut s = base(&sp);
+        s.max_surge = None; // 25% of 3 → 1
+        assert!(
+            matches!(plan(&s), Action::Impossible { .. }),
+            "alone, 4 pods can never satisfy minAvailable 5"
+        );
+        s.other_pods = 2;
+        assert_eq!(
+            plan(&s),
+            Action::Surge {
+                baseline: 3,
+                target: 4,
+                kind: SurgeKind::Start
+            }
+        );
     }
 }

@@ -18,6 +18,8 @@ use crate::webhook::Signal;
 
 /// How often one EvictionAutoScaler's lastEviction is written at most.
 const DURABLE_EVERY: Duration = Duration::from_secs(5);
+/// How often the signal memory is pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 struct Entry {
@@ -85,6 +87,35 @@ impl SignalBook {
             .unwrap_or_default()
     }
 
+    /// Displaced pods were seen on a draining node: a signal without a pod
+    /// denied (the cooldown counts from the last one).
+    pub fn touch(&self, ns: &str, dep: &str, now: Instant) {
+        if let Ok(mut m) = self.inner.lock() {
+            m.entry((ns.to_string(), dep.to_string())).or_default().last = Some(now);
+        }
+    }
+
+    /// Drop what no decision reads any more: signals older than `keep`.
+    /// Every replica records (followers too), so every replica prunes.
+    pub fn prune(&self, keep: Duration, now: Instant) {
+        if let Ok(mut m) = self.inner.lock() {
+            m.retain(|_, e| {
+                e.denied
+                    .retain(|_, t| now.saturating_duration_since(*t) <= keep);
+                e.last
+                    .is_some_and(|t| now.saturating_duration_since(t) <= keep)
+            });
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().map_or(0, |m| m.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Forget a Deployment once its surge is over.
     pub fn forget(&self, ns: &str, dep: &str) {
         if let Ok(mut m) = self.inner.lock() {
@@ -119,9 +150,20 @@ impl SignalBook {
 }
 
 /// Consumes the webhook's signals (runs in every replica, leader or not).
-pub async fn consume(mut rx: mpsc::Receiver<Signal>, book: SignalBook, client: Client) {
+/// `keep` bounds the memory: signals older than it are pruned.
+pub async fn consume(
+    mut rx: mpsc::Receiver<Signal>,
+    book: SignalBook,
+    client: Client,
+    keep: Duration,
+) {
+    let mut pruned = Instant::now();
     while let Some(s) = rx.recv().await {
         let now = Instant::now();
+        if now.saturating_duration_since(pruned) >= PRUNE_EVERY {
+            book.prune(keep, now);
+            pruned = now;
+        }
         book.record(&s, now);
         if !book.due_for_write(&s, now) {
             continue;

@@ -1,0 +1,268 @@
+//! Carries out surge steps (behaviour.md section 8: nothing stalls). The
+//! writes go through [`SurgeApi`], a one-method interface that the kube
+//! client implements here and an in-memory apiserver implements in tests, so
+//! the same [`Core`] runs against both.
+//!
+//! - Every call is bounded by [`CALL_TIMEOUT`] (on top of the client's own).
+//! - Deployments are stepped concurrently, at most [`CONCURRENCY`] at once:
+//!   one slow object never holds back the others.
+//! - A Deployment whose write failed is not stepped again until its backoff
+//!   has passed (doubling from [`BACKOFF_MIN`] to [`BACKOFF_MAX`]; a value
+//!   someone else changed retries sooner), and is reset by a success.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::api::PatchParams;
+use kube::core::DynamicObject;
+use kube::{Api, Client};
+use serde_json::Value;
+
+use crate::budget::IntOrPercent;
+use crate::cache::keda_resource;
+use crate::patch::json_patch;
+use crate::surge::signals::SignalBook;
+use crate::surge::step::{self, Facts, ObjKey, ObjKind, Settings, Step};
+use crate::surge::view::ClusterView;
+
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONCURRENCY: usize = 8;
+pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// A guarded write that failed because the value changed: re-plan soon.
+pub const BACKOFF_CONFLICT_MAX: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// The value a write was guarded on changed (JSON patch `test` failed).
+    #[error("the object changed since it was read: {0}")]
+    Conflict(String),
+    #[error("not found")]
+    NotFound,
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<kube::Error> for ApiError {
+    fn from(e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(s) if s.code == 404 => ApiError::NotFound,
+            // A failed `test` op answers 422 (Invalid); 409 is a conflict.
+            kube::Error::Api(s) if s.code == 409 || s.code == 422 => {
+                ApiError::Conflict(s.message.clone())
+            }
+            e => ApiError::Other(e.to_string()),
+        }
+    }
+}
+
+/// The writes a surge makes: one JSON patch to one object.
+pub trait SurgeApi: Send + Sync {
+    fn patch(
+        &self,
+        target: &ObjKey,
+        ops: &[Value],
+    ) -> impl Future<Output = Result<(), ApiError>> + Send;
+}
+
+/// The real apiserver.
+#[derive(Clone)]
+pub struct KubeApi(pub Client);
+
+impl SurgeApi for KubeApi {
+    async fn patch(&self, target: &ObjKey, ops: &[Value]) -> Result<(), ApiError> {
+        let patch = json_patch(ops.to_vec()).map_err(|e| ApiError::Other(e.to_string()))?;
+        let pp = PatchParams::default();
+        let ns = &target.namespace;
+        let name = &target.name;
+        let call = async {
+            match target.kind {
+                ObjKind::Deployment => Api::<Deployment>::namespaced(self.0.clone(), ns)
+                    .patch(name, &pp, &patch)
+                    .await
+                    .map(drop),
+                ObjKind::Hpa => Api::<HorizontalPodAutoscaler>::namespaced(self.0.clone(), ns)
+                    .patch(name, &pp, &patch)
+                    .await
+                    .map(drop),
+                ObjKind::ScaledObject => {
+                    Api::<DynamicObject>::namespaced_with(self.0.clone(), ns, &keda_resource())
+                        .patch(name, &pp, &patch)
+                        .await
+                        .map(drop)
+                }
+            }
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(r) => r.map_err(ApiError::from),
+            Err(_) => Err(ApiError::Timeout(CALL_TIMEOUT)),
+        }
+    }
+}
+
+/// What happened to one step.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub step: Step,
+    /// Writes done before the first failure.
+    pub written: usize,
+    pub error: Option<ApiError>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    not_before: Instant,
+    failures: u32,
+}
+
+type Key = (String, String);
+
+/// The surge worker's decisions and writes, without the run loop, Events or
+/// metrics: what the in-memory model drives.
+pub struct Core<A> {
+    pub api: A,
+    pub book: SignalBook,
+    /// When this replica became leader (a restart starts a new Core).
+    pub lead_start: Instant,
+    pub settings: Settings,
+    backoff: Mutex<HashMap<Key, Retry>>,
+}
+
+impl<A: SurgeApi> Core<A> {
+    pub fn new(
+        api: A,
+        book: SignalBook,
+        lead_start: Instant,
+        cooldown: Duration,
+        zero_surge_override: Option<IntOrPercent>,
+    ) -> Self {
+        Core {
+            api,
+            book,
+            lead_start,
+            settings: Settings {
+                cooldown,
+                zero_surge_override,
+            },
+            backoff: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Plans every candidate Deployment and carries out the writes.
+    pub async fn pass(&self, view: ClusterView, now: Instant) -> Vec<Outcome> {
+        let cooldown = self.settings.cooldown;
+        let window = cooldown.max(Duration::from_secs(1)) * 2;
+        let mut signalled: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
+        for (ns, dep) in self.book.recent(window, now) {
+            signalled.entry(ns).or_default().insert(dep);
+        }
+        let idx = view.index();
+        let mut steps = Vec::new();
+        for (ns, objs) in &idx.namespaces {
+            let empty = Default::default();
+            let sig = signalled.get(ns).unwrap_or(&empty);
+            for name in objs.candidates(&idx.draining, sig) {
+                if self.backing_off(ns, &name, now) {
+                    continue;
+                }
+                let (since_signal, denied) = self.book.get(ns, &name, cooldown, now);
+                let facts = Facts {
+                    since_signal,
+                    denied: denied.into_iter().collect(),
+                    lead_for: now.saturating_duration_since(self.lead_start),
+                };
+                let s = step::step(
+                    ns,
+                    objs,
+                    &idx.draining,
+                    &name,
+                    &facts,
+                    self.settings,
+                    idx.wall_now,
+                );
+                if s.on_draining > 0 {
+                    // A draining node that still holds pods is a signal (section 6).
+                    self.book.touch(ns, &name, now);
+                }
+                steps.push(s);
+            }
+        }
+        let outcomes: Vec<Outcome> = futures::stream::iter(steps)
+            .map(|s| self.execute(s))
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        for o in &outcomes {
+            self.record(o, now);
+        }
+        outcomes
+    }
+
+    async fn execute(&self, step: Step) -> Outcome {
+        let mut written = 0;
+        for w in &step.writes {
+            if let Err(e) = self.api.patch(&w.target, &w.ops).await {
+                return Outcome {
+                    step,
+                    written,
+                    error: Some(e),
+                };
+            }
+            written += 1;
+        }
+        Outcome {
+            step,
+            written,
+            error: None,
+        }
+    }
+
+    fn record(&self, o: &Outcome, now: Instant) {
+        let key = (o.step.namespace.clone(), o.step.deployment.clone());
+        let Ok(mut b) = self.backoff.lock() else {
+            return;
+        };
+        match &o.error {
+            None => {
+                b.remove(&key);
+                if matches!(o.step.action, crate::surge::plan::Action::Revert { .. })
+                    && o.step.active.is_none()
+                {
+                    self.book.forget(&key.0, &key.1);
+                }
+            }
+            Some(e) => {
+                let failures = b.get(&key).map_or(0, |r| r.failures).saturating_add(1);
+                let cap = if matches!(e, ApiError::Conflict(_)) {
+                    BACKOFF_CONFLICT_MAX
+                } else {
+                    BACKOFF_MAX
+                };
+                let delay = BACKOFF_MIN
+                    .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+                    .min(cap);
+                b.insert(
+                    key,
+                    Retry {
+                        not_before: now + delay,
+                        failures,
+                    },
+                );
+            }
+        }
+    }
+
+    fn backing_off(&self, ns: &str, dep: &str, now: Instant) -> bool {
+        self.backoff.lock().is_ok_and(|b| {
+            b.get(&(ns.to_string(), dep.to_string()))
+                .is_some_and(|r| now < r.not_before)
+        })
+    }
+}

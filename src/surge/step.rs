@@ -1,0 +1,507 @@
+//! One surge step for one Deployment (behaviour.md sections 5 and 6): the
+//! objects that can carry a surge (the Deployment, the HPAs and ScaledObjects
+//! that target it), the planner's decision for the one that is the applier
+//! now, and the guarded JSON patches that carry it out. Pure: the executor
+//! (`apply.rs`) sends the writes in order and stops at the first failure.
+//!
+//! # Why nothing is stranded
+//!
+//! Every object that carries our annotations is ours to bring back, whatever
+//! happened around it; the step never needs the PDB, the scope, the opt-out
+//! or the current applier to do that:
+//!
+//! - The applier now (Deployment, HPA, ScaledObject) is planned by
+//!   [`plan::plan`]. Without exactly one PDB, or out of scope, it only carries
+//!   an active surge to its end (no start, no top-up).
+//! - Every other object with markers (the Deployment an autoscaler surge
+//!   raised, an autoscaler that is no longer the applier because another was
+//!   added or removed, both under a KEDA + HPA conflict) is reverted once the
+//!   drain is over ([`plan::drain_over`]); the Deployment only when scaling
+//!   it back is safe ([`plan::safe_to_scale_back`]).
+//! - An autoscaler whose Deployment is gone is reverted once the cooldown
+//!   has passed.
+//! - Half-written or malformed annotations of ours are removed.
+//!
+//! Each write tests the value it was planned from, so a concurrent change by
+//! someone else fails it and the next step adopts their value instead.
+//! A multi-object change (autoscaler minimum, then the Deployment) resumes
+//! from what is persisted: the autoscaler's markers are written first, and a
+//! Deployment left below them is raised by [`plan::SurgeKind::Resume`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::jiff::Timestamp;
+use kube::core::DynamicObject;
+use serde_json::{json, Value};
+
+use crate::budget::{pdb_selects, IntOrPercent};
+use crate::markers::{self, Markers};
+use crate::patch::{annotation_ops, escape, guarded_set};
+use crate::pdb::matching_pdbs;
+use crate::surge::plan::{self, Action, Applier, PodState, Snapshot};
+use crate::surge::view::{hpa_is_kedas, hpa_target, scaled_object_target, NsObjects};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjKind {
+    Deployment,
+    Hpa,
+    ScaledObject,
+}
+
+/// An object a write goes to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjKey {
+    pub kind: ObjKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// One JSON patch to one object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write {
+    pub target: ObjKey,
+    pub ops: Vec<Value>,
+}
+
+/// What the signals say about one Deployment, from this replica's memory.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// Since the last blocked eviction or displaced pod seen here.
+    pub since_signal: Option<Duration>,
+    /// Pods denied an eviction within the cooldown.
+    pub denied: BTreeSet<String>,
+    /// How long this replica has led: a surge found at start counts as
+    /// signalled then, so a restart never cuts a cooldown short.
+    pub lead_for: Duration,
+}
+
+/// Settings the step reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub cooldown: Duration,
+    pub zero_surge_override: Option<IntOrPercent>,
+}
+
+/// The outcome of planning one Deployment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub namespace: String,
+    pub deployment: String,
+    /// The applier's decision (Events, Degraded, metrics).
+    pub action: Action,
+    /// In order; the executor stops at the first failure.
+    pub writes: Vec<Write>,
+    pub displaced: i32,
+    /// The Deployment's pods still on draining nodes (a signal, section 6).
+    pub on_draining: i32,
+    pub pdb: Option<String>,
+    /// The surge in place once the writes are done (metrics).
+    pub active: Option<Markers>,
+    /// A surge (of any object) is undone by these writes.
+    pub reverted: bool,
+}
+
+/// An object that can carry a surge, as read.
+struct Surgeable<'a> {
+    key: ObjKey,
+    /// JSON pointer of the value a surge changes.
+    path: &'static str,
+    /// The value as stored (`None` when absent).
+    raw: Option<i32>,
+    /// The value Kubernetes assumes when it is absent.
+    default: i32,
+    annotations: Option<&'a BTreeMap<String, String>>,
+}
+
+impl Surgeable<'_> {
+    fn value(&self) -> i32 {
+        self.raw.unwrap_or(self.default)
+    }
+    fn markers(&self) -> Option<Markers> {
+        Markers::from_annotations(self.annotations)
+    }
+    fn write(&self, ops: Vec<Value>) -> Option<Write> {
+        (!ops.is_empty()).then(|| Write {
+            target: self.key.clone(),
+            ops,
+        })
+    }
+
+    /// Value and markers in one patch, guarded on the value read.
+    fn surge(&self, baseline: i32, to: i32) -> Option<Write> {
+        let mut ops = guarded_set(self.path, self.raw.map(|v| json!(v)), json!(to));
+        let m = Markers {
+            baseline,
+            surged_to: to,
+        };
+        let [a, b] = m.set_changes();
+        ops.extend(annotation_ops(
+            self.annotations,
+            &[a, b, (markers::ADOPTED_DISPLACED, None)],
+        ));
+        self.write(ops)
+    }
+
+    /// Their value stays: both markers record it, with the displaced count.
+    fn adopt(&self, new_baseline: i32, displaced: i32) -> Option<Write> {
+        let mut ops = self.test_value();
+        let m = Markers {
+            baseline: new_baseline,
+            surged_to: new_baseline,
+        };
+        let [a, b] = m.set_changes();
+        ops.extend(annotation_ops(
+            self.annotations,
+            &[
+                a,
+                b,
+                (markers::ADOPTED_DISPLACED, Some(displaced.to_string())),
+            ],
+        ));
+        self.write(ops)
+    }
+
+    /// The value back to `restore` if it is still the one we set, and our
+    /// annotations removed. A value someone else set is left alone.
+    fn revert(&self, m: Markers, restore: i32) -> Option<Write> {
+        let mut ops = Vec::new();
+        if self.raw == Some(m.surged_to) && m.surged_to != m.baseline && restore != m.surged_to {
+            ops.extend(guarded_set(
+                self.path,
+                Some(json!(m.surged_to)),
+                json!(restore),
+            ));
+        } else {
+            ops.extend(self.test_value());
+        }
+        ops.extend(annotation_ops(self.annotations, &Markers::CLEAR));
+        self.write(ops)
+    }
+
+    /// Our annotations removed, nothing else (half-written or malformed).
+    fn clean(&self) -> Option<Write> {
+        self.write(annotation_ops(self.annotations, &Markers::CLEAR))
+    }
+
+    fn test_value(&self) -> Vec<Value> {
+        self.raw
+            .map(|v| vec![json!({"op": "test", "path": self.path, "value": v})])
+            .unwrap_or_default()
+    }
+}
+
+fn key(kind: ObjKind, ns: &str, name: Option<&String>) -> ObjKey {
+    ObjKey {
+        kind,
+        namespace: ns.to_string(),
+        name: name.cloned().unwrap_or_default(),
+    }
+}
+
+fn of_deployment<'a>(ns: &str, d: &'a Deployment) -> Surgeable<'a> {
+    Surgeable {
+        key: key(ObjKind::Deployment, ns, d.metadata.name.as_ref()),
+        path: "/spec/replicas",
+        raw: d.spec.as_ref().and_then(|s| s.replicas),
+        default: 1,
+        annotations: d.metadata.annotations.as_ref(),
+    }
+}
+
+fn of_hpa<'a>(ns: &str, h: &'a HorizontalPodAutoscaler) -> Surgeable<'a> {
+    Surgeable {
+        key: key(ObjKind::Hpa, ns, h.metadata.name.as_ref()),
+        path: "/spec/minReplicas",
+        raw: h.spec.as_ref().and_then(|s| s.min_replicas),
+        default: 1,
+        annotations: h.metadata.annotations.as_ref(),
+    }
+}
+
+fn of_scaled_object<'a>(ns: &str, so: &'a DynamicObject) -> Surgeable<'a> {
+    Surgeable {
+        key: key(ObjKind::ScaledObject, ns, so.metadata.name.as_ref()),
+        path: "/spec/minReplicaCount",
+        raw: so.data["spec"]["minReplicaCount"]
+            .as_i64()
+            .and_then(|v| i32::try_from(v).ok()),
+        default: 0,
+        annotations: so.metadata.annotations.as_ref(),
+    }
+}
+
+/// The durable signal: time since the newest `lastEviction` of the
+/// Deployment's EvictionAutoScalers, and its pod.
+fn durable_signal(
+    objs: &NsObjects,
+    name: &str,
+    wall_now: Option<Timestamp>,
+) -> Option<(Duration, String)> {
+    let now = wall_now?;
+    objs.eas
+        .iter()
+        .filter(|e| e.spec.target_name.eq_ignore_ascii_case(name))
+        .filter_map(|e| e.spec.last_eviction.as_ref())
+        .filter_map(|le| {
+            let t = le.eviction_time.as_ref()?;
+            let secs = (now - t.0).get_seconds().max(0);
+            Some((
+                Duration::from_secs(secs.unsigned_abs()),
+                le.pod_name.clone(),
+            ))
+        })
+        .min_by_key(|(d, _)| *d)
+}
+
+fn min_since(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Plans one step for the Deployment `name` of namespace `ns` (which may be
+/// gone while autoscalers of ours still target it).
+pub fn step(
+    ns: &str,
+    objs: &NsObjects,
+    draining: &BTreeSet<String>,
+    name: &str,
+    facts: &Facts,
+    settings: Settings,
+    wall_now: Option<Timestamp>,
+) -> Step {
+    let dep = objs.deployment(name);
+    let hpas: Vec<&Arc<HorizontalPodAutoscaler>> = objs
+        .hpas
+        .iter()
+        .filter(|h| hpa_target(h) == Some(name))
+        .collect();
+    let sos: Vec<&Arc<DynamicObject>> = objs
+        .scaled_objects
+        .iter()
+        .filter(|so| scaled_object_target(so) == Some(name))
+        .collect();
+    let dep_s = dep.map(|d| of_deployment(ns, d));
+    let hpa_s: Vec<Surgeable> = hpas.iter().map(|h| of_hpa(ns, h)).collect();
+    let so_s: Vec<Surgeable> = sos.iter().map(|so| of_scaled_object(ns, so)).collect();
+    let all: Vec<&Surgeable> = dep_s.iter().chain(&hpa_s).chain(&so_s).collect();
+
+    let mut writes: Vec<Write> = all
+        .iter()
+        .filter(|o| Markers::any_present(o.annotations) && o.markers().is_none())
+        .filter_map(|o| o.clean())
+        .collect();
+
+    let marked = all.iter().any(|o| o.markers().is_some());
+    let durable = durable_signal(objs, name, wall_now);
+    let mut since = min_since(facts.since_signal, durable.as_ref().map(|(d, _)| *d));
+    if marked {
+        since = min_since(since, Some(facts.lead_for));
+    }
+    let mut denied = facts.denied.clone();
+    if let Some((age, pod)) = durable {
+        if age <= settings.cooldown && !pod.is_empty() {
+            denied.insert(pod);
+        }
+    }
+    let mut out = Step {
+        namespace: ns.to_string(),
+        deployment: name.to_string(),
+        action: Action::None,
+        writes: Vec::new(),
+        displaced: 0,
+        on_draining: 0,
+        pdb: None,
+        active: None,
+        reverted: false,
+    };
+
+    let (Some(dep), Some(dep_s)) = (dep, dep_s.as_ref()) else {
+        // The Deployment is gone: its autoscalers' surges end after the cooldown.
+        let quiet = since.is_none_or(|d| d >= settings.cooldown);
+        for o in &all {
+            if let Some(m) = o.markers() {
+                if quiet {
+                    writes.extend(o.revert(m, m.baseline.max(0)));
+                    out.reverted = true;
+                    out.action = Action::Revert {
+                        baseline: m.baseline.max(0),
+                    };
+                } else {
+                    out.active = Some(m);
+                }
+            }
+        }
+        out.writes = writes;
+        return out;
+    };
+
+    // The budget: exactly one PDB over the Deployment's pods, or none to size for.
+    let pdbs = matching_pdbs(dep, &objs.pdbs);
+    let pdb: Option<&Arc<PodDisruptionBudget>> = match pdbs[..] {
+        [p] => Some(p),
+        _ => None,
+    };
+    out.pdb = pdb.and_then(|p| p.metadata.name.clone());
+    let default_spec = PodDisruptionBudgetSpec::default();
+    let pdb_spec = pdb.map(|p| p.spec.as_ref().unwrap_or(&default_spec));
+    let pdb_selector = pdb.and_then(|p| p.spec.as_ref().and_then(|s| s.selector.as_ref()));
+    let dep_selector = dep.spec.as_ref().map(|s| &s.selector);
+    let mut own = Vec::new();
+    let mut other_pods = 0i32;
+    let mut ready_pods = 0i32;
+    for p in &objs.pods {
+        let labels = p.labels();
+        let by_dep = pdb_selects(dep_selector, labels);
+        let by_pdb = pdb.is_some_and(|_| pdb_selects(pdb_selector, labels));
+        let completed = matches!(p.status.phase.as_deref(), Some("Succeeded" | "Failed"));
+        if by_dep && (pdb.is_none() || by_pdb) {
+            if p.is_ready() && !p.is_terminating() {
+                ready_pods += 1;
+            }
+            own.push(PodState {
+                name: p.metadata.name.clone().unwrap_or_default(),
+                node: p.spec.node_name.clone(),
+                terminating: p.is_terminating(),
+                completed,
+            });
+        } else if by_pdb && !by_dep && !p.is_terminating() && !completed {
+            other_pods = other_pods.saturating_add(1);
+        }
+    }
+
+    // The applier now: KEDA, else a standalone HPA, else the Deployment.
+    let keda = so_s.first();
+    let standalone = hpa_s.iter().zip(&hpas).find(|(_, h)| !hpa_is_kedas(h));
+    let (applier, primary): (Applier, Option<&Surgeable>) = match (keda, standalone) {
+        (Some(_), Some(_)) => (Applier::Conflict, None),
+        (Some(so), None) => (Applier::Keda { min: so.value() }, Some(so)),
+        (None, Some((h, _))) => (Applier::Hpa { min: h.value() }, Some(h)),
+        (None, None) => (Applier::Deployment, Some(dep_s)),
+    };
+    let spec = dep.spec.clone().unwrap_or_default();
+    let strategy = spec.strategy.clone().unwrap_or_default();
+    let snapshot = Snapshot {
+        pdb_spec,
+        pdb_disruptions_allowed: pdb
+            .and_then(|p| p.status.as_ref())
+            .map_or(0, |s| s.disruptions_allowed),
+        replicas: dep_s.value(),
+        max_surge: strategy.rolling_update.and_then(|r| r.max_surge),
+        recreate: strategy.type_.as_deref() == Some("Recreate"),
+        applier,
+        markers: primary.and_then(|p| p.markers()),
+        adopted_displaced: primary.and_then(|p| markers::adopted_displaced(p.annotations)),
+        may_surge: objs.in_scope,
+        pods: own,
+        other_pods,
+        ready_pods,
+        draining_nodes: draining.clone(),
+        denied_pods: denied,
+        since_last_signal: since,
+        zero_surge_override: settings.zero_surge_override,
+        cooldown: settings.cooldown,
+    };
+    let action = plan::plan(&snapshot);
+    out.displaced = plan::displaced_count(&snapshot);
+    out.on_draining = snapshot
+        .pods
+        .iter()
+        .filter(|p| !p.terminating && !p.completed)
+        .filter(|p| p.node.as_ref().is_some_and(|n| draining.contains(n)))
+        .count()
+        .try_into()
+        .unwrap_or(i32::MAX);
+    out.active = snapshot.markers;
+    let autoscaled = matches!(applier, Applier::Hpa { .. } | Applier::Keda { .. });
+    let mut dep_written = false;
+    if let Some(p) = primary {
+        match action {
+            Action::Surge {
+                baseline,
+                target,
+                kind,
+            } => {
+                // A resume finds the applier's value and markers in place.
+                if kind != plan::SurgeKind::Resume {
+                    writes.extend(p.surge(baseline, target));
+                }
+                // An autoscaler without metrics does not act on a new minimum.
+                if autoscaled && dep_s.value() < target {
+                    let dep_baseline = dep_s.markers().map_or(dep_s.value(), |m| m.baseline);
+                    writes.extend(dep_s.surge(dep_baseline, target));
+                }
+                dep_written = autoscaled;
+                out.active = Some(Markers {
+                    baseline,
+                    surged_to: target,
+                });
+            }
+            Action::AdoptUserChange {
+                new_baseline,
+                displaced,
+            } => {
+                writes.extend(p.adopt(new_baseline, displaced));
+                out.active = Some(Markers {
+                    baseline: new_baseline,
+                    surged_to: new_baseline,
+                });
+            }
+            Action::Revert { baseline } => {
+                if let Some(m) = p.markers() {
+                    writes.extend(p.revert(m, baseline));
+                    out.reverted = true;
+                }
+                out.active = None;
+            }
+            _ => {}
+        }
+    }
+
+    // Every other object with markers: back once the drain is over.
+    let primary_key = primary.map(|p| &p.key);
+    let over = plan::drain_over(&snapshot) || matches!(action, Action::Revert { .. });
+    let applier_after = match (&action, primary) {
+        (Action::Revert { baseline }, _) => *baseline,
+        (_, Some(p)) => p.markers().map_or(p.value(), |m| m.baseline),
+        (_, None) => 0,
+    };
+    for o in &all {
+        if Some(&o.key) == primary_key || (dep_written && o.key == dep_s.key) {
+            continue;
+        }
+        let Some(m) = o.markers() else { continue };
+        if !over {
+            out.active = out.active.or(Some(m));
+            continue;
+        }
+        if o.key.kind == ObjKind::Deployment {
+            // Never below what the autoscaler keeps, never 0 by us.
+            let floor = if autoscaled { applier_after } else { 0 };
+            let restore = m.baseline.max(floor).max(1);
+            if plan::safe_to_scale_back(&snapshot, m.surged_to, restore) {
+                writes.extend(o.revert(m, restore));
+                out.reverted = true;
+            } else {
+                out.active = out.active.or(Some(m));
+            }
+        } else {
+            writes.extend(o.revert(m, m.baseline.max(0)));
+            out.reverted = true;
+        }
+    }
+    out.action = action;
+    out.writes = writes;
+    out
+}
+
+/// RFC 6902 path of an annotation (for tests and the model).
+pub fn annotation_path(key: &str) -> String {
+    format!("/metadata/annotations/{}", escape(key))
+}

@@ -1,0 +1,219 @@
+//! What the surge step reads: a plain-data snapshot of the cluster, taken
+//! from the watch caches once per pass (or built by hand in tests), with the
+//! per-namespace indexes the step needs. No client, no clock of its own.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use kube::core::DynamicObject;
+
+use crate::cache::{controller_of, SlimPod};
+use crate::config::Behaviour;
+use crate::crd::EvictionAutoScaler;
+use crate::markers::Markers;
+use crate::scope;
+
+/// Taints that mean a node is being drained, besides `spec.unschedulable`.
+pub const DRAIN_TAINTS: [&str; 3] = [
+    "node.kubernetes.io/unschedulable",
+    "karpenter.sh/disrupted",
+    "ToBeDeletedByClusterAutoscaler",
+];
+
+pub fn node_draining(n: &Node) -> bool {
+    let spec = n.spec.as_ref();
+    spec.and_then(|s| s.unschedulable).unwrap_or(false)
+        || spec
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| DRAIN_TAINTS.contains(&t.key.as_str())))
+}
+
+/// The cluster as one pass sees it.
+#[derive(Clone, Default)]
+pub struct ClusterView {
+    pub deployments: Vec<Arc<Deployment>>,
+    pub hpas: Vec<Arc<HorizontalPodAutoscaler>>,
+    pub scaled_objects: Vec<Arc<DynamicObject>>,
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    /// Only filled when something may need planning (see the worker).
+    pub pods: Vec<Arc<SlimPod>>,
+    pub nodes: Vec<Arc<Node>>,
+    pub namespaces: Vec<Arc<Namespace>>,
+    pub eas: Vec<Arc<EvictionAutoScaler>>,
+    pub behaviour: Arc<Behaviour>,
+    /// Wall clock, for the durable `lastEviction` timestamps.
+    pub wall_now: Option<Timestamp>,
+}
+
+/// One namespace's objects.
+#[derive(Default)]
+pub struct NsObjects {
+    pub deployments: Vec<Arc<Deployment>>,
+    pub hpas: Vec<Arc<HorizontalPodAutoscaler>>,
+    pub scaled_objects: Vec<Arc<DynamicObject>>,
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    pub pods: Vec<Arc<SlimPod>>,
+    pub eas: Vec<Arc<EvictionAutoScaler>>,
+    pub in_scope: bool,
+}
+
+/// A [`ClusterView`] indexed by namespace, with the draining nodes.
+pub struct Indexed {
+    pub namespaces: HashMap<String, NsObjects>,
+    pub draining: BTreeSet<String>,
+    pub behaviour: Arc<Behaviour>,
+    pub wall_now: Option<Timestamp>,
+}
+
+fn ns_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.namespace.clone().unwrap_or_default()
+}
+
+impl ClusterView {
+    pub fn draining_nodes(&self) -> BTreeSet<String> {
+        self.nodes
+            .iter()
+            .filter(|n| node_draining(n))
+            .filter_map(|n| n.metadata.name.clone())
+            .collect()
+    }
+
+    pub fn index(self) -> Indexed {
+        let draining = self.draining_nodes();
+        let mut m: HashMap<String, NsObjects> = HashMap::new();
+        for d in self.deployments {
+            m.entry(ns_of(&d.metadata)).or_default().deployments.push(d);
+        }
+        for h in self.hpas {
+            m.entry(ns_of(&h.metadata)).or_default().hpas.push(h);
+        }
+        for so in self.scaled_objects {
+            m.entry(ns_of(&so.metadata))
+                .or_default()
+                .scaled_objects
+                .push(so);
+        }
+        for p in self.pdbs {
+            m.entry(ns_of(&p.metadata)).or_default().pdbs.push(p);
+        }
+        for p in self.pods {
+            m.entry(ns_of(&p.metadata)).or_default().pods.push(p);
+        }
+        for e in self.eas {
+            m.entry(ns_of(&e.metadata)).or_default().eas.push(e);
+        }
+        let annotations: HashMap<String, Arc<Namespace>> = self
+            .namespaces
+            .into_iter()
+            .filter_map(|n| n.metadata.name.clone().map(|name| (name, n)))
+            .collect();
+        for (name, objs) in m.iter_mut() {
+            let ann = annotations
+                .get(name)
+                .and_then(|n| n.metadata.annotations.as_ref());
+            objs.in_scope = scope::namespace_scope(name, ann, &self.behaviour).enabled;
+        }
+        Indexed {
+            namespaces: m,
+            draining,
+            behaviour: self.behaviour,
+            wall_now: self.wall_now,
+        }
+    }
+}
+
+/// The Deployment an HPA's `scaleTargetRef` names, if it names one.
+pub fn hpa_target(h: &HorizontalPodAutoscaler) -> Option<&str> {
+    let t = &h.spec.as_ref()?.scale_target_ref;
+    (t.kind == "Deployment").then_some(t.name.as_str())
+}
+
+/// The Deployment a ScaledObject's `scaleTargetRef` names (kind defaults to
+/// Deployment, any case).
+pub fn scaled_object_target(so: &DynamicObject) -> Option<&str> {
+    let t = &so.data["spec"]["scaleTargetRef"];
+    let kind = t["kind"].as_str().unwrap_or("Deployment");
+    if kind.eq_ignore_ascii_case("deployment") {
+        t["name"].as_str()
+    } else {
+        None
+    }
+}
+
+/// Is this HPA KEDA's own (controlled by a ScaledObject)?
+pub fn hpa_is_kedas(h: &HorizontalPodAutoscaler) -> bool {
+    controller_of(&h.metadata).is_some_and(|o| o.kind == "ScaledObject")
+}
+
+impl NsObjects {
+    /// Deployments worth a step now: pods on draining nodes, a recent
+    /// signal, or any object of ours carrying surge annotations (also an
+    /// autoscaler whose Deployment is gone, so nothing is stranded).
+    pub fn candidates(
+        &self,
+        draining: &BTreeSet<String>,
+        signalled: &BTreeSet<String>,
+    ) -> BTreeSet<String> {
+        let mut out: BTreeSet<String> = signalled.clone();
+        for d in &self.deployments {
+            let Some(name) = d.metadata.name.as_deref() else {
+                continue;
+            };
+            if Markers::any_present(d.metadata.annotations.as_ref()) {
+                out.insert(name.to_string());
+            }
+        }
+        for h in &self.hpas {
+            if Markers::any_present(h.metadata.annotations.as_ref()) {
+                if let Some(t) = hpa_target(h) {
+                    out.insert(t.to_string());
+                }
+            }
+        }
+        for so in &self.scaled_objects {
+            if Markers::any_present(so.metadata.annotations.as_ref()) {
+                if let Some(t) = scaled_object_target(so) {
+                    out.insert(t.to_string());
+                }
+            }
+        }
+        if !draining.is_empty() {
+            let on_draining: Vec<&SlimPod> = self
+                .pods
+                .iter()
+                .filter(|p| {
+                    p.spec
+                        .node_name
+                        .as_ref()
+                        .is_some_and(|n| draining.contains(n))
+                })
+                .map(|p| p.as_ref())
+                .collect();
+            if !on_draining.is_empty() {
+                for d in &self.deployments {
+                    let sel = d.spec.as_ref().map(|s| &s.selector);
+                    if on_draining
+                        .iter()
+                        .any(|p| crate::budget::pdb_selects(sel, p.labels()))
+                    {
+                        if let Some(name) = d.metadata.name.clone() {
+                            out.insert(name);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub fn deployment(&self, name: &str) -> Option<&Arc<Deployment>> {
+        self.deployments
+            .iter()
+            .find(|d| d.metadata.name.as_deref() == Some(name))
+    }
+}
