@@ -26,9 +26,10 @@ use serde_json::Value;
 use crate::budget::IntOrPercent;
 use crate::cache::keda_resource;
 use crate::patch::json_patch;
+use crate::surge::plan::Action;
 use crate::surge::signals::SignalBook;
 use crate::surge::step::{self, Facts, ObjKey, ObjKind, Settings, Step};
-use crate::surge::view::ClusterView;
+use crate::surge::view::{ClusterView, Indexed, NsObjects};
 
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const CONCURRENCY: usize = 8;
@@ -63,13 +64,17 @@ impl From<kube::Error> for ApiError {
     }
 }
 
-/// The writes a surge makes: one JSON patch to one object.
+/// The calls a surge makes: one JSON patch to one object, and a fresh read
+/// of one object after a guarded patch failed.
 pub trait SurgeApi: Send + Sync {
     fn patch(
         &self,
         target: &ObjKey,
         ops: &[Value],
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
+
+    /// The object as the apiserver has it now; `None` when it is gone.
+    fn get(&self, target: &ObjKey) -> impl Future<Output = Result<Option<Value>, ApiError>> + Send;
 }
 
 /// The real apiserver.
@@ -105,6 +110,43 @@ impl SurgeApi for KubeApi {
             Err(_) => Err(ApiError::Timeout(CALL_TIMEOUT)),
         }
     }
+
+    async fn get(&self, target: &ObjKey) -> Result<Option<Value>, ApiError> {
+        let ns = &target.namespace;
+        let name = &target.name;
+        let to_value = |v: Result<Option<Value>, serde_json::Error>| {
+            v.map_err(|e| ApiError::Other(e.to_string()))
+        };
+        let call = async {
+            Ok::<_, ApiError>(match target.kind {
+                ObjKind::Deployment => to_value(
+                    Api::<Deployment>::namespaced(self.0.clone(), ns)
+                        .get_opt(name)
+                        .await?
+                        .map(serde_json::to_value)
+                        .transpose(),
+                )?,
+                ObjKind::Hpa => to_value(
+                    Api::<HorizontalPodAutoscaler>::namespaced(self.0.clone(), ns)
+                        .get_opt(name)
+                        .await?
+                        .map(serde_json::to_value)
+                        .transpose(),
+                )?,
+                ObjKind::ScaledObject => to_value(
+                    Api::<DynamicObject>::namespaced_with(self.0.clone(), ns, &keda_resource())
+                        .get_opt(name)
+                        .await?
+                        .map(serde_json::to_value)
+                        .transpose(),
+                )?,
+            })
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(r) => r,
+            Err(_) => Err(ApiError::Timeout(CALL_TIMEOUT)),
+        }
+    }
 }
 
 /// What happened to one step.
@@ -133,6 +175,8 @@ pub struct Core<A> {
     pub lead_start: Instant,
     pub settings: Settings,
     backoff: Mutex<HashMap<Key, Retry>>,
+    /// Deployments whose adoption write failed: the user's change was seen.
+    adoptions: Mutex<std::collections::HashSet<Key>>,
 }
 
 impl<A: SurgeApi> Core<A> {
@@ -152,6 +196,7 @@ impl<A: SurgeApi> Core<A> {
                 zero_surge_override,
             },
             backoff: Mutex::new(HashMap::new()),
+            adoptions: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -173,9 +218,14 @@ impl<A: SurgeApi> Core<A> {
                     continue;
                 }
                 let (since_signal, denied) = self.book.get(ns, &name, cooldown, now);
+                let adoption_pending = self
+                    .adoptions
+                    .lock()
+                    .is_ok_and(|a| a.contains(&(ns.clone(), name.clone())));
                 let facts = Facts {
                     since_signal,
                     denied: denied.into_iter().collect(),
+                    adoption_pending,
                     lead_for: now.saturating_duration_since(self.lead_start),
                 };
                 let s = step::step(
@@ -191,11 +241,23 @@ impl<A: SurgeApi> Core<A> {
                     // A draining node that still holds pods is a signal (section 6).
                     self.book.touch(ns, &name, now);
                 }
-                steps.push(s);
+                steps.push((s, facts));
             }
         }
+        let idx = &idx;
         let outcomes: Vec<Outcome> = futures::stream::iter(steps)
-            .map(|s| self.execute(s))
+            .map(|(s, facts)| async move {
+                let first = self.execute(s).await;
+                if !matches!(first.error, Some(ApiError::Conflict(_))) {
+                    return first;
+                }
+                // The value changed under us: re-plan once from fresh reads,
+                // so a user's change seen mid-write is adopted at once.
+                match idx.namespaces.get(&first.step.namespace) {
+                    Some(objs) => self.replan(objs, idx, first, &facts).await,
+                    None => first,
+                }
+            })
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
@@ -203,6 +265,40 @@ impl<A: SurgeApi> Core<A> {
             self.record(o, now);
         }
         outcomes
+    }
+
+    async fn replan(
+        &self,
+        objs: &NsObjects,
+        idx: &Indexed,
+        failed: Outcome,
+        facts: &Facts,
+    ) -> Outcome {
+        let mut fresh = objs.clone();
+        let targets: std::collections::BTreeSet<ObjKey> = failed
+            .step
+            .writes
+            .iter()
+            .map(|w| w.target.clone())
+            .collect();
+        for t in &targets {
+            match self.api.get(t).await {
+                Ok(v) => fresh.replace(t, v),
+                Err(_) => return failed,
+            }
+        }
+        let again = step::step(
+            &failed.step.namespace,
+            &fresh,
+            &idx.draining,
+            &failed.step.deployment,
+            facts,
+            self.settings,
+            idx.wall_now,
+        );
+        let mut second = self.execute(again).await;
+        second.written += failed.written;
+        second
     }
 
     async fn execute(&self, step: Step) -> Outcome {
@@ -226,15 +322,21 @@ impl<A: SurgeApi> Core<A> {
 
     fn record(&self, o: &Outcome, now: Instant) {
         let key = (o.step.namespace.clone(), o.step.deployment.clone());
+        if let Ok(mut a) = self.adoptions.lock() {
+            let adopting = matches!(o.step.action, Action::AdoptUserChange { .. });
+            if adopting && o.error.is_some() {
+                a.insert(key.clone());
+            } else if o.error.is_none() {
+                a.remove(&key);
+            }
+        }
         let Ok(mut b) = self.backoff.lock() else {
             return;
         };
         match &o.error {
             None => {
                 b.remove(&key);
-                if matches!(o.step.action, crate::surge::plan::Action::Revert { .. })
-                    && o.step.active.is_none()
-                {
+                if matches!(o.step.action, Action::Revert { .. }) && o.step.active.is_none() {
                     self.book.forget(&key.0, &key.1);
                 }
             }

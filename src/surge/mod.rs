@@ -1,6 +1,8 @@
 //! Surge on blocked evictions and cordons (behaviour.md sections 5 and 6).
 
 pub mod apply;
+#[cfg(test)]
+mod model;
 pub mod plan;
 pub mod signals;
 pub mod step;

@@ -126,6 +126,9 @@ pub struct Snapshot<'a> {
     /// Displaced pods counted when a user's change was adopted in this
     /// episode ([`crate::markers::adopted_displaced`]): no new surge until more are displaced.
     pub adopted_displaced: Option<i32>,
+    /// A user's change was seen and its adoption not yet persisted (the
+    /// write failed): adopt the current value even if it equals the surge.
+    pub adoption_pending: bool,
     /// May a surge start or grow? False out of scope (section 2: invisible);
     /// an active surge is still carried to its end (section 6).
     pub may_surge: bool,
@@ -260,7 +263,7 @@ fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -
     if let Some(current) = current {
         let ours = m.baseline >= 0 && m.surged_to >= m.baseline;
         // We write value and markers together, so a different value is someone else's.
-        if !ours || current != m.surged_to {
+        if !ours || current != m.surged_to || s.adoption_pending {
             return Action::AdoptUserChange {
                 new_baseline: current,
                 displaced,
@@ -334,6 +337,10 @@ fn deployment_after(s: &Snapshot, restore: i32) -> i32 {
 /// first), or it could not allow one even at the surged scale (waiting would
 /// strand the surge).
 pub fn safe_to_scale_back(s: &Snapshot, surged_to: i32, replicas_after: i32) -> bool {
+    // Nothing goes down: nothing to guard.
+    if s.replicas <= replicas_after {
+        return true;
+    }
     let Some(spec) = s.pdb_spec else {
         return true;
     };
@@ -574,6 +581,7 @@ mod tests {
             applier: Applier::Deployment,
             markers: None,
             adopted_displaced: None,
+            adoption_pending: false,
             may_surge: true,
             pods: (0..3)
                 .map(|i| pod(&format!("p{i}"), &format!("n{i}")))
@@ -1678,6 +1686,7 @@ mod tests {
                 applier: self.applier,
                 markers: self.markers,
                 adopted_displaced: None,
+                adoption_pending: false,
                 may_surge: true,
                 pods: self.pods.clone(),
                 other_pods: 0,
@@ -1904,6 +1913,7 @@ mod invariant_tests {
             applier: Applier::Deployment,
             markers: None,
             adopted_displaced: None,
+            adoption_pending: false,
             may_surge: true,
             pods: pods(3, "a"),
             other_pods: 0,

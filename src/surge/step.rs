@@ -75,6 +75,9 @@ pub struct Facts {
     pub since_signal: Option<Duration>,
     /// Pods denied an eviction within the cooldown.
     pub denied: BTreeSet<String>,
+    /// An adoption of a user's value failed to persist (see
+    /// [`Snapshot::adoption_pending`]).
+    pub adoption_pending: bool,
     /// How long this replica has led: a surge found at start counts as
     /// signalled then, so a restart never cuts a cooldown short.
     pub lead_for: Duration,
@@ -398,6 +401,7 @@ pub fn step(
         applier,
         markers: primary.and_then(|p| p.markers()),
         adopted_displaced: primary.and_then(|p| markers::adopted_displaced(p.annotations)),
+        adoption_pending: facts.adoption_pending,
         may_surge: objs.in_scope,
         pods: own,
         other_pods,
@@ -432,10 +436,21 @@ pub fn step(
                 if kind != plan::SurgeKind::Resume {
                     writes.extend(p.surge(baseline, target));
                 }
-                // An autoscaler without metrics does not act on a new minimum.
+                // An autoscaler without metrics does not act on a new minimum:
+                // raise the Deployment too, unless someone else holds its
+                // replicas (a GitOps tool): their value is adopted, once.
                 if autoscaled && dep_s.value() < target {
-                    let dep_baseline = dep_s.markers().map_or(dep_s.value(), |m| m.baseline);
-                    writes.extend(dep_s.surge(dep_baseline, target));
+                    let adopted = markers::adopted_displaced(dep_s.annotations);
+                    match dep_s.markers() {
+                        Some(m) if dep_s.raw != Some(m.surged_to) => {
+                            writes.extend(dep_s.adopt(dep_s.value(), out.displaced));
+                        }
+                        Some(m) if adopted.is_none_or(|n| out.displaced > n) => {
+                            writes.extend(dep_s.surge(m.baseline, target));
+                        }
+                        Some(_) => {}
+                        None => writes.extend(dep_s.surge(dep_s.value(), target)),
+                    }
                 }
                 dep_written = autoscaled;
                 out.active = Some(Markers {
@@ -467,25 +482,28 @@ pub fn step(
     // Every other object with markers: back once the drain is over.
     let primary_key = primary.map(|p| &p.key);
     let over = plan::drain_over(&snapshot) || matches!(action, Action::Revert { .. });
-    let applier_after = match (&action, primary) {
-        (Action::Revert { baseline }, _) => *baseline,
-        (_, Some(p)) => p.markers().map_or(p.value(), |m| m.baseline),
-        (_, None) => 0,
-    };
     for o in &all {
         if Some(&o.key) == primary_key || (dep_written && o.key == dep_s.key) {
             continue;
         }
         let Some(m) = o.markers() else { continue };
         if !over {
+            if o.raw != Some(m.surged_to) {
+                // Someone else's value: persist it as the baseline now, so a
+                // later return to our number is not mistaken for ours.
+                writes.extend(o.adopt(o.value(), out.displaced));
+            }
             out.active = out.active.or(Some(m));
             continue;
         }
         if o.key.kind == ObjKind::Deployment {
-            // Never below what the autoscaler keeps, never 0 by us.
-            let floor = if autoscaled { applier_after } else { 0 };
-            let restore = m.baseline.max(floor).max(1);
-            if plan::safe_to_scale_back(&snapshot, m.surged_to, restore) {
+            // Exactly the recorded baseline (section 6), never 0 by us; an
+            // autoscaler above it raises the Deployment itself.
+            let restore = m.baseline.max(1);
+            // The gate guards a scale-down; removing markers from a value
+            // someone else set lowers nothing.
+            let lowers = o.raw == Some(m.surged_to) && restore < m.surged_to;
+            if !lowers || plan::safe_to_scale_back(&snapshot, m.surged_to, restore) {
                 writes.extend(o.revert(m, restore));
                 out.reverted = true;
             } else {

@@ -17,6 +17,7 @@ use crate::config::Behaviour;
 use crate::crd::EvictionAutoScaler;
 use crate::markers::Markers;
 use crate::scope;
+use crate::surge::step::{ObjKey, ObjKind};
 
 /// Taints that mean a node is being drained, besides `spec.unschedulable`.
 pub const DRAIN_TAINTS: [&str; 3] = [
@@ -51,7 +52,7 @@ pub struct ClusterView {
 }
 
 /// One namespace's objects.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct NsObjects {
     pub deployments: Vec<Arc<Deployment>>,
     pub hpas: Vec<Arc<HorizontalPodAutoscaler>>,
@@ -209,6 +210,50 @@ impl NsObjects {
             }
         }
         out
+    }
+
+    /// Puts a freshly read object (JSON as the apiserver sent it) in place
+    /// of the cached one; `None` removes it (gone). An object that does not
+    /// decode is left as cached.
+    pub fn replace(&mut self, key: &ObjKey, fresh: Option<serde_json::Value>) {
+        fn swap<K: serde::de::DeserializeOwned>(
+            list: &mut Vec<Arc<K>>,
+            name: &str,
+            name_of: impl Fn(&K) -> Option<&str>,
+            fresh: Option<serde_json::Value>,
+        ) {
+            let decoded = match fresh {
+                None => None,
+                Some(v) => match serde_json::from_value::<K>(v) {
+                    Ok(k) => Some(k),
+                    Err(_) => return,
+                },
+            };
+            list.retain(|o| name_of(o) != Some(name));
+            if let Some(k) = decoded {
+                list.push(Arc::new(k));
+            }
+        }
+        match key.kind {
+            ObjKind::Deployment => swap(
+                &mut self.deployments,
+                &key.name,
+                |d: &Deployment| d.metadata.name.as_deref(),
+                fresh,
+            ),
+            ObjKind::Hpa => swap(
+                &mut self.hpas,
+                &key.name,
+                |h: &HorizontalPodAutoscaler| h.metadata.name.as_deref(),
+                fresh,
+            ),
+            ObjKind::ScaledObject => swap(
+                &mut self.scaled_objects,
+                &key.name,
+                |o: &DynamicObject| o.metadata.name.as_deref(),
+                fresh,
+            ),
+        }
     }
 
     pub fn deployment(&self, name: &str) -> Option<&Arc<Deployment>> {

@@ -1,0 +1,1095 @@
+//! A randomized state-machine test of the surge worker (the safety
+//! invariants of behaviour.md sections 5 and 6). An in-memory apiserver holds
+//! one namespace with two Deployments (`web`, `api`, sharing the label
+//! `tier: web`), their pods on three nodes, PDBs, HPAs and ScaledObjects; it
+//! simulates the controllers a real cluster runs (scheduler, Deployment
+//! controller, disruption controller, this product's PDB reconciler as
+//! behaviour.md section 3 states it) and the eviction API with the webhook's
+//! signal. The real [`Core`] (planner, step, executor) writes to it through
+//! [`SurgeApi`], with the real JSON patches (so every `test` guard counts).
+//!
+//! A history is a random sequence of cordons, drains, PDB edits, scope and
+//! opt-out changes, autoscalers added and removed, users scaling, writes that
+//! fail, time out after being applied, or race with a user, and restarts.
+//! After each history quiesces (nodes back, cooldown passed):
+//! 1. no object carries our annotations, and every value is its recorded
+//!    baseline (the user's last value where they changed it);
+//! 3. every write of ours changed a value only from a baseline to a surge it
+//!    recorded in the same patch, or from the value it recorded back down;
+//! 4. the user's value wins and stays; with a GitOps tool re-asserting it,
+//!    the worker does not keep surging (no write loop); quiesced, it writes nothing.
+//!
+//! `SURGE_HISTORIES` sets the number of histories (default 10,000; `make
+//! model-long` runs more).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::autoscaling::v2::{
+    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec,
+};
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, PodTemplateSpec};
+use k8s_openapi::api::policy::v1::{
+    PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use kube::core::{ApiResource, DynamicObject};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use crate::budget::{disruptions_allowed, pdb_selects, Rule};
+use crate::cache::{owned_by_us, SlimCondition, SlimPod, SlimPodSpec, SlimPodStatus};
+use crate::config::Behaviour;
+use crate::markers::Markers;
+use crate::names;
+use crate::surge::apply::{ApiError, Core, SurgeApi};
+use crate::surge::signals::SignalBook;
+use crate::surge::step::{ObjKey, ObjKind};
+use crate::surge::view::ClusterView;
+use crate::webhook::Signal;
+
+const NS: &str = "shop";
+const NODES: [&str; 3] = ["n0", "n1", "n2"];
+const DEPS: [&str; 2] = ["web", "api"];
+const COOLDOWN: Duration = Duration::from_secs(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// The next write fails before it is applied.
+    Fail,
+    /// The next write is applied, and its answer is lost (a timeout).
+    LostAnswer,
+    /// Someone changes the value just before the next write lands.
+    Race(i32),
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Tick(u8),
+    Cordon(usize),
+    Uncordon(usize),
+    /// `kubectl drain`: cordon, then one round of evictions.
+    Drain(usize),
+    /// Evict one pod of a Deployment (a plain Eviction API call).
+    Evict(usize),
+    PdbDeleteAll,
+    /// A user PDB for `web` (replacing ours, as the reconciler steps aside).
+    PdbUser(u8),
+    /// A user PDB over both Deployments (`tier: web`).
+    PdbShared(i32),
+    Scope(bool),
+    OptOut(bool),
+    HpaAdd(i32),
+    HpaRemove,
+    SoAdd(i32),
+    SoRemove,
+    UserScale(usize, i32),
+    UserHpaMin(i32),
+    UserSoMin(i32),
+    GitOps(bool),
+    Fault(Fault),
+    Restart,
+    /// Nothing changes for a few passes (the no-write-loop check).
+    Hold(u8),
+}
+
+#[derive(Debug, Clone)]
+struct Pod {
+    dep: String,
+    node: Option<String>,
+    ready: bool,
+}
+
+/// One recorded write: the object before and after.
+#[derive(Debug, Clone)]
+struct Audit {
+    key: ObjKey,
+    before: Value,
+    after: Value,
+}
+
+struct State {
+    deployments: BTreeMap<String, Deployment>,
+    hpa: Option<HorizontalPodAutoscaler>,
+    so: Option<DynamicObject>,
+    pdbs: BTreeMap<String, PodDisruptionBudget>,
+    pods: BTreeMap<String, Pod>,
+    cordoned: [bool; 3],
+    ns_enabled: bool,
+    opt_out: bool,
+    /// The values someone other than us set last (the expected end state).
+    user: BTreeMap<(ObjKind, String), i32>,
+    /// A GitOps tool re-asserts `web`'s replicas every tick.
+    gitops: bool,
+    faults: Vec<Fault>,
+    audits: Vec<Audit>,
+    next_pod: u64,
+    wall: Timestamp,
+    rv: u64,
+}
+
+/// The in-memory apiserver the worker writes to.
+#[derive(Clone)]
+struct Model(Arc<Mutex<State>>);
+
+fn labels(dep: &str) -> BTreeMap<String, String> {
+    [("app".into(), dep.into()), ("tier".into(), "web".into())].into()
+}
+
+fn selector(pairs: &[(&str, &str)]) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn deployment(name: &str, replicas: i32, max_surge: &str) -> Deployment {
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: selector(&[("app", name)]),
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::String(max_surge.into())),
+                    max_unavailable: None,
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(name)),
+                    ..Default::default()
+                }),
+                spec: None,
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn pdb(
+    name: &str,
+    ours: bool,
+    sel: LabelSelector,
+    spec: PodDisruptionBudgetSpec,
+) -> PodDisruptionBudget {
+    let annotations = ours.then(|| {
+        [
+            (
+                names::OWNED_BY.to_string(),
+                names::OWNED_BY_VALUE.to_string(),
+            ),
+            (names::TARGET.to_string(), name.to_string()),
+        ]
+        .into()
+    });
+    PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            annotations,
+            generation: Some(1),
+            ..Default::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            selector: Some(sel),
+            ..spec
+        }),
+        status: None,
+    }
+}
+
+fn min_available(v: IntOrString) -> PodDisruptionBudgetSpec {
+    PodDisruptionBudgetSpec {
+        min_available: Some(v),
+        ..Default::default()
+    }
+}
+
+fn replicas_of(d: &Deployment) -> i32 {
+    d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+}
+
+fn hpa_min(h: &HorizontalPodAutoscaler) -> i32 {
+    h.spec.as_ref().and_then(|s| s.min_replicas).unwrap_or(1)
+}
+
+fn so_min(so: &DynamicObject) -> i32 {
+    so.data["spec"]["minReplicaCount"].as_i64().unwrap_or(0) as i32
+}
+
+fn value_of(kind: ObjKind, v: &Value) -> Option<i64> {
+    match kind {
+        ObjKind::Deployment => v["spec"]["replicas"].as_i64(),
+        ObjKind::Hpa => v["spec"]["minReplicas"].as_i64(),
+        ObjKind::ScaledObject => v["spec"]["minReplicaCount"].as_i64(),
+    }
+}
+
+fn markers_of(v: &Value) -> Option<Markers> {
+    let ann: Option<BTreeMap<String, String>> =
+        serde_json::from_value(v["metadata"]["annotations"].clone()).ok();
+    Markers::from_annotations(ann.as_ref())
+}
+
+impl State {
+    fn new(web_replicas: i32, api_replicas: i32, max_surge: &str) -> State {
+        let mut s = State {
+            deployments: BTreeMap::new(),
+            hpa: None,
+            so: None,
+            pdbs: BTreeMap::new(),
+            pods: BTreeMap::new(),
+            cordoned: [false; 3],
+            ns_enabled: true,
+            opt_out: false,
+            user: BTreeMap::new(),
+            gitops: false,
+            faults: Vec::new(),
+            audits: Vec::new(),
+            next_pod: 0,
+            wall: Timestamp::UNIX_EPOCH,
+            rv: 0,
+        };
+        for (name, r) in [("web", web_replicas), ("api", api_replicas)] {
+            s.deployments
+                .insert(name.into(), deployment(name, r, max_surge));
+            s.user.insert((ObjKind::Deployment, name.into()), r);
+        }
+        s.settle();
+        s
+    }
+
+    fn dep_value(&self, name: &str) -> i32 {
+        self.deployments.get(name).map_or(0, replicas_of)
+    }
+
+    fn pods_of(&self, dep: &str) -> Vec<String> {
+        self.pods
+            .iter()
+            .filter(|(_, p)| p.dep == dep)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    fn free_node(&self, i: u64) -> Option<String> {
+        let free: Vec<&str> = NODES
+            .iter()
+            .zip(self.cordoned)
+            .filter(|(_, c)| !c)
+            .map(|(n, _)| *n)
+            .collect();
+        (!free.is_empty()).then(|| free[(i as usize) % free.len()].to_string())
+    }
+
+    /// Scheduler, Deployment controller and kubelet, one round.
+    fn controllers(&mut self) {
+        // Pods scheduled last round become Ready; unscheduled ones are placed.
+        let pending: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.node.is_none())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for (n, p) in self.pods.iter_mut() {
+            if p.node.is_some() {
+                p.ready = true;
+            }
+            let _ = n;
+        }
+        for (i, name) in pending.iter().enumerate() {
+            let node = self.free_node(i as u64);
+            if let Some(p) = self.pods.get_mut(name) {
+                p.node = node;
+            }
+        }
+        for dep in DEPS {
+            let want = self.dep_value(dep).max(0) as usize;
+            let mut have = self.pods_of(dep);
+            while have.len() < want {
+                self.next_pod += 1;
+                let name = format!("{dep}-{}", self.next_pod);
+                let node = self.free_node(self.next_pod);
+                self.pods.insert(
+                    name.clone(),
+                    Pod {
+                        dep: dep.into(),
+                        node,
+                        ready: false,
+                    },
+                );
+                have.push(name);
+            }
+            if have.len() > want {
+                // The ReplicaSet removes unscheduled, then unready, then newest pods first.
+                have.sort_by_key(|n| {
+                    let p = &self.pods[n];
+                    let seq: u64 = n
+                        .rsplit('-')
+                        .next()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    (p.node.is_some(), p.ready, u64::MAX - seq)
+                });
+                for n in have.iter().take(have.len() - want) {
+                    self.pods.remove(n);
+                }
+            }
+        }
+    }
+
+    /// This product's PDB reconciler, as behaviour.md section 3 states it.
+    fn reconciler(&mut self) {
+        for dep in DEPS {
+            let Some(d) = self.deployments.get(dep) else {
+                continue;
+            };
+            let tl = labels(dep);
+            let theirs = self.pdbs.values().any(|p| {
+                !owned_by_us(&p.metadata)
+                    && pdb_selects(p.spec.as_ref().and_then(|s| s.selector.as_ref()), &tl)
+            });
+            let in_scope = self.ns_enabled && !(dep == "web" && self.opt_out);
+            if !in_scope || theirs {
+                // Out of scope, opted out, or stepping aside for the user's PDB.
+                self.pdbs.remove(dep);
+                continue;
+            }
+            let floor = match (&self.so, &self.hpa) {
+                (Some(so), _) if dep == "web" => {
+                    Markers::baseline_or(so.metadata.annotations.as_ref(), so_min(so))
+                }
+                _ => crate::pdb::min_available_for(d, self.hpa.as_ref().filter(|_| dep == "web")),
+            };
+            let p = self.pdbs.entry(dep.to_string()).or_insert_with(|| {
+                pdb(
+                    dep,
+                    true,
+                    selector(&[("app", dep)]),
+                    min_available(IntOrString::Int(floor)),
+                )
+            });
+            if let Some(spec) = p.spec.as_mut() {
+                spec.min_available = Some(IntOrString::Int(floor));
+            }
+        }
+    }
+
+    /// The disruption controller: every PDB's status from the pods.
+    fn disruption(&mut self) {
+        let pods: Vec<(BTreeMap<String, String>, bool, String)> = self
+            .pods
+            .values()
+            .map(|p| (labels(&p.dep), p.ready, p.dep.clone()))
+            .collect();
+        let scales: BTreeMap<String, i32> = DEPS
+            .iter()
+            .map(|d| (d.to_string(), self.dep_value(d)))
+            .collect();
+        for p in self.pdbs.values_mut() {
+            let sel = p.spec.as_ref().and_then(|s| s.selector.as_ref());
+            let chosen: Vec<&(BTreeMap<String, String>, bool, String)> = pods
+                .iter()
+                .filter(|(l, _, _)| pdb_selects(sel, l))
+                .collect();
+            let owners: BTreeSet<&String> = chosen.iter().map(|(_, _, d)| d).collect();
+            let scale: i32 = owners.iter().map(|d| scales[*d]).sum();
+            let healthy = chosen.iter().filter(|(_, r, _)| *r).count() as i32;
+            let status = match p.spec.as_ref().map(Rule::from_spec) {
+                Some(Ok(rule)) => {
+                    let (expected, desired) = rule.expected_and_desired(chosen.len() as i32, scale);
+                    PodDisruptionBudgetStatus {
+                        current_healthy: healthy,
+                        desired_healthy: desired,
+                        expected_pods: expected,
+                        disruptions_allowed: disruptions_allowed(healthy, desired, expected),
+                        observed_generation: p.metadata.generation,
+                        ..Default::default()
+                    }
+                }
+                _ => PodDisruptionBudgetStatus::default(),
+            };
+            p.status = Some(status);
+        }
+    }
+
+    fn settle(&mut self) {
+        if self.gitops {
+            let v = self.user[&(ObjKind::Deployment, "web".to_string())];
+            if let Some(spec) = self
+                .deployments
+                .get_mut("web")
+                .and_then(|d| d.spec.as_mut())
+            {
+                spec.replicas = Some(v);
+            }
+        }
+        self.controllers();
+        self.reconciler();
+        self.disruption();
+    }
+
+    /// The eviction API with the webhook in front: returns whether the pod went.
+    fn evict(&mut self, pod: &str, book: &SignalBook, now: Instant) -> bool {
+        self.disruption();
+        let Some(p) = self.pods.get(pod).cloned() else {
+            return true;
+        };
+        let l = labels(&p.dep);
+        let matching: Vec<String> = self
+            .pdbs
+            .iter()
+            .filter(|(_, b)| pdb_selects(b.spec.as_ref().and_then(|s| s.selector.as_ref()), &l))
+            .map(|(n, _)| n.clone())
+            .collect();
+        match matching.len() {
+            0 => {
+                self.pods.remove(pod);
+                true
+            }
+            1 => {
+                let allowed = self.pdbs[&matching[0]]
+                    .status
+                    .as_ref()
+                    .map_or(0, |s| s.disruptions_allowed);
+                if allowed > 0 || p.node.is_none() {
+                    self.pods.remove(pod);
+                    true
+                } else {
+                    // The webhook's 429 and its signal (in scope only).
+                    if self.ns_enabled {
+                        book.record(
+                            &Signal {
+                                namespace: NS.into(),
+                                deployment: p.dep.clone(),
+                                pdb: matching[0].clone(),
+                                pod: pod.into(),
+                            },
+                            now,
+                        );
+                    }
+                    false
+                }
+            }
+            // The apiserver's 500: several PDBs.
+            _ => false,
+        }
+    }
+
+    fn view(&self) -> ClusterView {
+        let nodes = NODES
+            .iter()
+            .zip(self.cordoned)
+            .map(|(n, c)| {
+                Arc::new(Node {
+                    metadata: ObjectMeta {
+                        name: Some(n.to_string()),
+                        ..Default::default()
+                    },
+                    spec: Some(NodeSpec {
+                        unschedulable: Some(c),
+                        ..Default::default()
+                    }),
+                    status: None,
+                })
+            })
+            .collect();
+        let pods = self
+            .pods
+            .iter()
+            .map(|(name, p)| {
+                Arc::new(SlimPod {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(NS.into()),
+                        labels: Some(labels(&p.dep)),
+                        owner_references: Some(vec![OwnerReference {
+                            kind: "ReplicaSet".into(),
+                            name: format!("{}-rs", p.dep),
+                            controller: Some(true),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    },
+                    spec: SlimPodSpec {
+                        node_name: p.node.clone(),
+                    },
+                    status: SlimPodStatus {
+                        phase: Some(
+                            if p.node.is_some() {
+                                "Running"
+                            } else {
+                                "Pending"
+                            }
+                            .into(),
+                        ),
+                        conditions: vec![SlimCondition {
+                            type_: "Ready".into(),
+                            status: if p.ready { "True" } else { "False" }.into(),
+                        }],
+                    },
+                })
+            })
+            .collect();
+        let ns_ann: BTreeMap<String, String> =
+            [(names::ENABLE.to_string(), self.ns_enabled.to_string())].into();
+        ClusterView {
+            deployments: self.deployments.values().cloned().map(Arc::new).collect(),
+            hpas: self.hpa.iter().cloned().map(Arc::new).collect(),
+            scaled_objects: self.so.iter().cloned().map(Arc::new).collect(),
+            pdbs: self.pdbs.values().cloned().map(Arc::new).collect(),
+            pods,
+            nodes,
+            namespaces: vec![Arc::new(Namespace {
+                metadata: ObjectMeta {
+                    name: Some(NS.into()),
+                    annotations: Some(ns_ann),
+                    ..Default::default()
+                },
+                ..Default::default()
+            })],
+            eas: Vec::new(),
+            behaviour: Arc::new(Behaviour::default()),
+            wall_now: Some(self.wall),
+        }
+    }
+
+    fn object(&self, key: &ObjKey) -> Option<Value> {
+        match key.kind {
+            ObjKind::Deployment => self
+                .deployments
+                .get(&key.name)
+                .and_then(|d| serde_json::to_value(d).ok()),
+            ObjKind::Hpa => self
+                .hpa
+                .as_ref()
+                .filter(|h| h.metadata.name.as_deref() == Some(key.name.as_str()))
+                .and_then(|h| serde_json::to_value(h).ok()),
+            ObjKind::ScaledObject => self
+                .so
+                .as_ref()
+                .filter(|s| s.metadata.name.as_deref() == Some(key.name.as_str()))
+                .and_then(|s| serde_json::to_value(s).ok()),
+        }
+    }
+
+    fn store(&mut self, key: &ObjKey, v: Value) -> Result<(), String> {
+        self.rv += 1;
+        match key.kind {
+            ObjKind::Deployment => {
+                let d: Deployment = serde_json::from_value(v).map_err(|e| e.to_string())?;
+                self.deployments.insert(key.name.clone(), d);
+            }
+            ObjKind::Hpa => self.hpa = Some(serde_json::from_value(v).map_err(|e| e.to_string())?),
+            ObjKind::ScaledObject => {
+                self.so = Some(serde_json::from_value(v).map_err(|e| e.to_string())?)
+            }
+        }
+        Ok(())
+    }
+
+    /// Someone else sets a value (a user, GitOps, a race). Setting the value
+    /// already there changes nothing on a real apiserver (not even
+    /// managedFields), so it is no new intent either.
+    fn set_by_user(&mut self, kind: ObjKind, name: &str, v: i32) {
+        let current = match kind {
+            ObjKind::Deployment => self.deployments.get(name).map(replicas_of),
+            ObjKind::Hpa => self.hpa.as_ref().map(hpa_min),
+            ObjKind::ScaledObject => self.so.as_ref().map(so_min),
+        };
+        if current == Some(v) {
+            return;
+        }
+        match kind {
+            ObjKind::Deployment => {
+                if let Some(spec) = self.deployments.get_mut(name).and_then(|d| d.spec.as_mut()) {
+                    spec.replicas = Some(v);
+                }
+            }
+            ObjKind::Hpa => {
+                if let Some(spec) = self.hpa.as_mut().and_then(|h| h.spec.as_mut()) {
+                    spec.min_replicas = Some(v);
+                }
+            }
+            ObjKind::ScaledObject => {
+                if let Some(so) = self.so.as_mut() {
+                    so.data["spec"]["minReplicaCount"] = json!(v);
+                }
+            }
+        }
+        self.user.insert((kind, name.to_string()), v);
+    }
+
+    fn has_our_annotations(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (n, d) in &self.deployments {
+            if Markers::any_present(d.metadata.annotations.as_ref()) {
+                out.push(format!("Deployment {n}: {:?}", d.metadata.annotations));
+            }
+        }
+        if let Some(h) = &self.hpa {
+            if Markers::any_present(h.metadata.annotations.as_ref()) {
+                out.push(format!("HPA: {:?}", h.metadata.annotations));
+            }
+        }
+        if let Some(so) = &self.so {
+            if Markers::any_present(so.metadata.annotations.as_ref()) {
+                out.push(format!("ScaledObject: {:?}", so.metadata.annotations));
+            }
+        }
+        out
+    }
+}
+
+impl SurgeApi for Model {
+    async fn get(&self, target: &ObjKey) -> Result<Option<Value>, ApiError> {
+        let Ok(s) = self.0.lock() else {
+            return Err(ApiError::Other("poisoned".into()));
+        };
+        Ok(s.object(target))
+    }
+
+    async fn patch(&self, target: &ObjKey, ops: &[Value]) -> Result<(), ApiError> {
+        let Ok(mut s) = self.0.lock() else {
+            return Err(ApiError::Other("poisoned".into()));
+        };
+        let fault = if s.faults.is_empty() {
+            None
+        } else {
+            Some(s.faults.remove(0))
+        };
+        if fault == Some(Fault::Fail) {
+            return Err(ApiError::Other("injected failure".into()));
+        }
+        if let Some(Fault::Race(v)) = fault {
+            // Known limit: a racing change back to exactly our surged number
+            // is indistinguishable from our own value once the leader that
+            // saw the user's change restarts (only managedFields could tell,
+            // and the caches drop them). The model races to any other value.
+            let ours = s
+                .object(target)
+                .and_then(|o| markers_of(&o))
+                .map(|m| m.surged_to);
+            let v = if ours == Some(v) { v + 1 } else { v };
+            s.set_by_user(target.kind, &target.name, v);
+        }
+        let Some(before) = s.object(target) else {
+            return Err(ApiError::NotFound);
+        };
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.to_vec()))
+            .map_err(|e| ApiError::Other(e.to_string()))?;
+        let mut after = before.clone();
+        json_patch::patch(&mut after, &patch).map_err(|e| ApiError::Conflict(e.to_string()))?;
+        s.store(target, after.clone()).map_err(ApiError::Other)?;
+        s.audits.push(Audit {
+            key: target.clone(),
+            before,
+            after,
+        });
+        if fault == Some(Fault::LostAnswer) {
+            return Err(ApiError::Timeout(Duration::from_secs(10)));
+        }
+        Ok(())
+    }
+}
+
+/// Invariant 3 for one write: a value changes only from a baseline to the
+/// surge recorded with it, or from the value we recorded.
+fn check_audit(a: &Audit) -> Result<(), String> {
+    let (b, v) = (
+        value_of(a.key.kind, &a.before),
+        value_of(a.key.kind, &a.after),
+    );
+    if b == v {
+        return Ok(());
+    }
+    let (mb, ma) = (markers_of(&a.before), markers_of(&a.after));
+    let b32 = b.unwrap_or(-1) as i32;
+    let v32 = v.unwrap_or(-1) as i32;
+    // A start records the value found (someone else's, if stale markers said otherwise).
+    let start = mb.is_none_or(|m| m.surged_to != b32)
+        && ma
+            == Some(Markers {
+                baseline: b32,
+                surged_to: v32,
+            })
+        && v32 > b32;
+    let raise_more = mb.is_some_and(|m| m.surged_to == b32)
+        && ma.is_some_and(|m| m.surged_to == v32 && Some(m.baseline) == mb.map(|x| x.baseline))
+        && v32 > b32;
+    let revert =
+        mb.is_some_and(|m| m.surged_to == b32 && v32 >= m.baseline && v32 < b32) && ma.is_none();
+    if start || raise_more || revert {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} {}: value {b:?} -> {v:?} with markers {mb:?} -> {ma:?}",
+            a.key.kind, a.key.name
+        ))
+    }
+}
+
+struct Run {
+    model: Model,
+    book: SignalBook,
+    core: Core<Model>,
+    now: Instant,
+    passes_writes: Vec<usize>,
+}
+
+impl Run {
+    fn new(web: i32, api: i32, max_surge: &str) -> Run {
+        let model = Model(Arc::new(Mutex::new(State::new(web, api, max_surge))));
+        let book = SignalBook::default();
+        let now = Instant::now();
+        let core = Core::new(model.clone(), book.clone(), now, COOLDOWN, None);
+        Run {
+            model,
+            book,
+            core,
+            now,
+            passes_writes: Vec::new(),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut g = self.model.0.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut g)
+    }
+
+    fn advance(&mut self, secs: u64) {
+        self.now += Duration::from_secs(secs);
+        let d = Duration::from_secs(secs);
+        self.with(|s| {
+            s.wall += d;
+        });
+    }
+
+    /// Controllers, one worker pass, controllers.
+    fn pass(&mut self) {
+        self.with(State::settle);
+        let before = self.with(|s| s.audits.len());
+        let view = self.with(|s| s.view());
+        futures::executor::block_on(self.core.pass(view, self.now));
+        let after = self.with(|s| s.audits.len());
+        self.passes_writes.push(after - before);
+        self.with(State::settle);
+    }
+
+    fn apply(&mut self, op: &Op) {
+        let now = self.now;
+        let book = self.book.clone();
+        match *op {
+            Op::Tick(n) => self.advance(u64::from(n)),
+            Op::Cordon(i) => self.with(|s| s.cordoned[i] = true),
+            Op::Uncordon(i) => self.with(|s| s.cordoned[i] = false),
+            Op::Drain(i) => self.with(|s| {
+                s.cordoned[i] = true;
+                let on: Vec<String> = s
+                    .pods
+                    .iter()
+                    .filter(|(_, p)| p.node.as_deref() == Some(NODES[i]))
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for p in on {
+                    s.evict(&p, &book, now);
+                }
+            }),
+            Op::Evict(d) => self.with(|s| {
+                if let Some(p) = s.pods_of(DEPS[d % 2]).first().cloned() {
+                    s.evict(&p, &book, now);
+                }
+            }),
+            Op::PdbDeleteAll => self.with(|s| s.pdbs.clear()),
+            Op::PdbUser(v) => self.with(|s| {
+                let spec = match v % 4 {
+                    0 => min_available(IntOrString::Int(s.dep_value("web").max(1))),
+                    1 => min_available(IntOrString::String("80%".into())),
+                    2 => PodDisruptionBudgetSpec {
+                        max_unavailable: Some(IntOrString::Int(0)),
+                        ..Default::default()
+                    },
+                    _ => PodDisruptionBudgetSpec {
+                        max_unavailable: Some(IntOrString::String("10%".into())),
+                        ..Default::default()
+                    },
+                };
+                s.pdbs.insert("web-user".into(), pdb("web-user", false, selector(&[("app", "web")]), spec));
+            }),
+            Op::PdbShared(min) => self.with(|s| {
+                s.pdbs.insert(
+                    "tier".into(),
+                    pdb("tier", false, selector(&[("tier", "web")]), min_available(IntOrString::Int(min))),
+                );
+            }),
+            Op::Scope(on) => self.with(|s| s.ns_enabled = on),
+            Op::OptOut(on) => self.with(|s| {
+                s.opt_out = on;
+                if let Some(d) = s.deployments.get_mut("web") {
+                    let a = d.metadata.annotations.get_or_insert_with(BTreeMap::new);
+                    if on {
+                        a.insert(names::PDB_CREATE.into(), "false".into());
+                    } else {
+                        a.remove(names::PDB_CREATE);
+                    }
+                }
+            }),
+            Op::HpaAdd(min) => self.with(|s| {
+                if s.hpa.is_none() {
+                    s.hpa = Some(HorizontalPodAutoscaler {
+                        metadata: ObjectMeta {
+                            name: Some("web".into()),
+                            namespace: Some(NS.into()),
+                            ..Default::default()
+                        },
+                        spec: Some(HorizontalPodAutoscalerSpec {
+                            min_replicas: Some(min),
+                            max_replicas: 20,
+                            scale_target_ref: CrossVersionObjectReference {
+                                api_version: Some("apps/v1".into()),
+                                kind: "Deployment".into(),
+                                name: "web".into(),
+                            },
+                            ..Default::default()
+                        }),
+                        status: None,
+                    });
+                    s.user.insert((ObjKind::Hpa, "web".into()), min);
+                }
+            }),
+            Op::HpaRemove => self.with(|s| {
+                s.hpa = None;
+                s.user.remove(&(ObjKind::Hpa, "web".into()));
+            }),
+            Op::SoAdd(min) => self.with(|s| {
+                if s.so.is_none() {
+                    let ar = ApiResource::from_gvk_with_plural(
+                        &kube::core::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+                        "scaledobjects",
+                    );
+                    let mut so = DynamicObject::new("web", &ar).within(NS);
+                    so.data = json!({"spec": {"minReplicaCount": min, "scaleTargetRef": {"name": "web"}}});
+                    s.so = Some(so);
+                    s.user.insert((ObjKind::ScaledObject, "web".into()), min);
+                }
+            }),
+            Op::SoRemove => self.with(|s| {
+                s.so = None;
+                s.user.remove(&(ObjKind::ScaledObject, "web".into()));
+            }),
+            Op::UserScale(d, v) => self.with(|s| s.set_by_user(ObjKind::Deployment, DEPS[d % 2], v)),
+            Op::UserHpaMin(v) => self.with(|s| {
+                if s.hpa.is_some() {
+                    s.set_by_user(ObjKind::Hpa, "web", v);
+                }
+            }),
+            Op::UserSoMin(v) => self.with(|s| {
+                if s.so.is_some() {
+                    s.set_by_user(ObjKind::ScaledObject, "web", v);
+                }
+            }),
+            Op::GitOps(on) => self.with(|s| s.gitops = on),
+            Op::Fault(f) => self.with(|s| s.faults.push(f)),
+            Op::Restart => {
+                self.core = Core::new(self.model.clone(), SignalBook::default(), self.now, COOLDOWN, None);
+                // A new leader has none of the old one's memory.
+                self.book = self.core.book.clone();
+            }
+            Op::Hold(_) => {}
+        }
+    }
+
+    /// Runs one history and checks the invariants; `Err` says which broke.
+    fn history(&mut self, ops: &[Op]) -> Result<(), String> {
+        for op in ops {
+            self.apply(op);
+            if let Op::Hold(n) = op {
+                let gitops = self.with(|s| s.gitops);
+                let mut from = 0;
+                for i in 0..(*n).max(4) {
+                    if i == 2 {
+                        from = self.with(|s| s.audits.len());
+                    }
+                    self.advance(1);
+                    self.pass();
+                }
+                // Invariant 4: while a GitOps tool re-asserts `web`'s replicas
+                // and nothing else changes, we change that value at most once
+                // more (a revert), never back and forth.
+                let ours = self.with(|s| {
+                    s.audits[from..]
+                        .iter()
+                        .filter(|a| a.key.kind == ObjKind::Deployment && a.key.name == "web")
+                        .filter(|a| {
+                            value_of(a.key.kind, &a.before) != value_of(a.key.kind, &a.after)
+                        })
+                        .count()
+                });
+                if gitops && ours > 1 {
+                    return Err(format!(
+                        "write loop: {ours} changes of web's replicas while only GitOps acted"
+                    ));
+                }
+            } else {
+                self.advance(1);
+                self.pass();
+            }
+            self.check_audits()?;
+        }
+        // Quiesce: nodes back, faults gone, time passes.
+        self.with(|s| {
+            s.cordoned = [false; 3];
+            s.faults.clear();
+        });
+        let mut quiet = 0;
+        for _ in 0..200 {
+            self.advance(5);
+            self.pass();
+            let clean = self.with(|s| s.has_our_annotations().is_empty());
+            quiet = if clean && self.passes_writes.last() == Some(&0) {
+                quiet + 1
+            } else {
+                0
+            };
+            if quiet >= 3 {
+                break;
+            }
+        }
+        self.check_audits()?;
+        let left = self.with(|s| s.has_our_annotations());
+        if !left.is_empty() {
+            return Err(format!("stranded after quiescing: {left:?}"));
+        }
+        // Invariant 4, quiesced: nothing more to write.
+        let start = self.passes_writes.len();
+        for _ in 0..5 {
+            self.advance(5);
+            self.pass();
+        }
+        let late: usize = self.passes_writes[start..].iter().sum();
+        if late > 0 {
+            return Err(format!("{late} writes after quiescing"));
+        }
+        self.check_values()
+    }
+
+    fn check_audits(&self) -> Result<(), String> {
+        self.with(|s| s.audits.iter().try_for_each(check_audit))
+    }
+
+    /// Invariants 1 and 4: every value is the user's (or, for a Deployment
+    /// behind an autoscaler, at least that autoscaler's minimum).
+    fn check_values(&self) -> Result<(), String> {
+        self.with(|s| {
+            for dep in DEPS {
+                let want = s.user[&(ObjKind::Deployment, dep.to_string())];
+                let got = s.dep_value(dep);
+                // A Deployment raised behind an autoscaler from 0 (KEDA's scale
+                // to zero) comes back to 1: we never scale one to 0.
+                let ok = got == want || (want == 0 && got == 1);
+                if !ok {
+                    return Err(format!("Deployment {dep}: {got} replicas, want {want}"));
+                }
+            }
+            if let Some(h) = &s.hpa {
+                let want = s.user[&(ObjKind::Hpa, "web".to_string())];
+                if hpa_min(h) != want {
+                    return Err(format!("HPA minReplicas {} want {want}", hpa_min(h)));
+                }
+            }
+            if let Some(so) = &s.so {
+                let want = s.user[&(ObjKind::ScaledObject, "web".to_string())];
+                if so_min(so) != want {
+                    return Err(format!(
+                        "ScaledObject minReplicaCount {} want {want}",
+                        so_min(so)
+                    ));
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (1u8..30).prop_map(Op::Tick),
+        3 => (0usize..3).prop_map(Op::Cordon),
+        3 => (0usize..3).prop_map(Op::Uncordon),
+        5 => (0usize..3).prop_map(Op::Drain),
+        2 => (0usize..2).prop_map(Op::Evict),
+        1 => Just(Op::PdbDeleteAll),
+        1 => (0u8..4).prop_map(Op::PdbUser),
+        1 => (2i32..7).prop_map(Op::PdbShared),
+        1 => any::<bool>().prop_map(Op::Scope),
+        1 => any::<bool>().prop_map(Op::OptOut),
+        1 => (1i32..5).prop_map(Op::HpaAdd),
+        1 => Just(Op::HpaRemove),
+        1 => (0i32..4).prop_map(Op::SoAdd),
+        1 => Just(Op::SoRemove),
+        2 => ((0usize..2), (0i32..7)).prop_map(|(d, v)| Op::UserScale(d, v)),
+        1 => (1i32..6).prop_map(Op::UserHpaMin),
+        1 => (0i32..6).prop_map(Op::UserSoMin),
+        1 => any::<bool>().prop_map(Op::GitOps),
+        2 => prop_oneof![Just(Fault::Fail), Just(Fault::LostAnswer), (0i32..7).prop_map(Fault::Race)].prop_map(Op::Fault),
+        2 => Just(Op::Restart),
+        1 => (4u8..10).prop_map(Op::Hold),
+    ]
+}
+
+fn histories() -> u32 {
+    std::env::var("SURGE_HISTORIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
+/// Runs the histories with proptest's runner (shrinking a failure to a
+/// minimal history) and prints how many ran.
+#[test]
+fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
+    let n = histories();
+    let config = ProptestConfig {
+        cases: n,
+        max_shrink_iters: 4000,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let strategy = (
+        1i32..6,
+        1i32..4,
+        prop_oneof![Just("25%"), Just("100%"), Just("1"), Just("0")],
+        proptest::collection::vec(op(), 1..30),
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let started = Instant::now();
+    let result = runner.run(&strategy, |(web, api, max_surge, ops)| {
+        let mut run = Run::new(web, api, max_surge);
+        run.history(&ops).map_err(TestCaseError::fail)
+    });
+    if let Err(e) = result {
+        panic!("surge model: {e}");
+    }
+    eprintln!(
+        "surge model: {n} histories passed in {:.1} s (invariants 1, 3 and 4; SURGE_HISTORIES={n})",
+        started.elapsed().as_secs_f64()
+    );
+}
