@@ -4,7 +4,7 @@ CLUSTER_DIR ?= $(CURDIR)/.cluster
 export CLUSTER_DIR
 CARGO ?= cargo
 
-.PHONY: build release test unit e2e lint fmt demo bench cluster-up cluster-down deploy-local undeploy-local crd clean
+.PHONY: build release test unit model-long e2e lint fmt demo bench cluster-up cluster-down deploy-local undeploy-local crd clean
 
 build:
 	$(CARGO) build --bin eviction-autoscaler
@@ -23,8 +23,15 @@ test: unit
 	if [ $$started = 1 ]; then tests/cluster/down.sh; fi; \
 	exit $$rc
 
+## The surge model (src/surge/model.rs) prints how many random histories it
+## ran; SURGE_HISTORIES sets the number (default 10,000).
 unit:
-	$(CARGO) test --lib --bins --test server_smoke
+	$(CARGO) test --lib --bins --test server_smoke -- --skip surge::model
+	$(CARGO) test --lib surge::model -- --nocapture
+
+## The surge model's long run: many more histories, optimised build.
+model-long:
+	SURGE_HISTORIES=$${SURGE_HISTORIES:-200000} $(CARGO) test --release --lib surge::model -- --nocapture
 
 ## End-to-end tests against a running local cluster (make cluster-up).
 ## They fail, never skip, when it is not there.
