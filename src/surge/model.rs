@@ -10,7 +10,8 @@
 //!
 //! A history is a random sequence of cordons, drains, PDB edits, scope and
 //! opt-out changes, autoscalers added and removed, users scaling, writes that
-//! fail, time out after being applied, or race with a user, and restarts.
+//! fail, time out after being applied, or race with a user, restarts, pods
+//! that crash-loop and nodes too full for the surge pods to schedule.
 //! After each history quiesces (nodes back, cooldown passed):
 //! 1. no object carries our annotations, and every value is its recorded
 //!    baseline (the user's last value where they changed it);
@@ -97,6 +98,10 @@ enum Op {
     Restart,
     /// Nothing changes for a few passes (the no-write-loop check).
     Hold(u8),
+    /// One pod of a Deployment crash-loops: never Ready again.
+    CrashLoop(usize),
+    /// Pods per node at most (0: no limit); surge pods may never schedule.
+    Capacity(u8),
 }
 
 #[derive(Debug, Clone)]
@@ -104,6 +109,7 @@ struct Pod {
     dep: String,
     node: Option<String>,
     ready: bool,
+    crash: bool,
 }
 
 /// One recorded write: the object before and after.
@@ -121,6 +127,7 @@ struct State {
     pdbs: BTreeMap<String, PodDisruptionBudget>,
     pods: BTreeMap<String, Pod>,
     cordoned: [bool; 3],
+    capacity: usize,
     ns_enabled: bool,
     opt_out: bool,
     /// The values someone other than us set last (the expected end state).
@@ -259,6 +266,7 @@ impl State {
             pdbs: BTreeMap::new(),
             pods: BTreeMap::new(),
             cordoned: [false; 3],
+            capacity: 0,
             ns_enabled: true,
             opt_out: false,
             user: BTreeMap::new(),
@@ -291,11 +299,18 @@ impl State {
     }
 
     fn free_node(&self, i: u64) -> Option<String> {
+        let used = |n: &str| {
+            self.pods
+                .values()
+                .filter(|p| p.node.as_deref() == Some(n))
+                .count()
+        };
         let free: Vec<&str> = NODES
             .iter()
             .zip(self.cordoned)
             .filter(|(_, c)| !c)
             .map(|(n, _)| *n)
+            .filter(|n| self.capacity == 0 || used(n) < self.capacity)
             .collect();
         (!free.is_empty()).then(|| free[(i as usize) % free.len()].to_string())
     }
@@ -309,11 +324,8 @@ impl State {
             .filter(|(_, p)| p.node.is_none())
             .map(|(n, _)| n.clone())
             .collect();
-        for (n, p) in self.pods.iter_mut() {
-            if p.node.is_some() {
-                p.ready = true;
-            }
-            let _ = n;
+        for p in self.pods.values_mut() {
+            p.ready = p.node.is_some() && !p.crash;
         }
         for (i, name) in pending.iter().enumerate() {
             let node = self.free_node(i as u64);
@@ -334,6 +346,7 @@ impl State {
                         dep: dep.into(),
                         node,
                         ready: false,
+                        crash: false,
                     },
                 );
                 have.push(name);
@@ -914,6 +927,15 @@ impl Run {
                 self.book = self.core.book.clone();
             }
             Op::Hold(_) => {}
+            Op::CrashLoop(d) => self.with(|s| {
+                if let Some(p) = s.pods_of(DEPS[d % 2]).first().cloned() {
+                    if let Some(p) = s.pods.get_mut(&p) {
+                        p.crash = true;
+                        p.ready = false;
+                    }
+                }
+            }),
+            Op::Capacity(n) => self.with(|s| s.capacity = usize::from(n)),
         }
     }
 
@@ -1052,6 +1074,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => prop_oneof![Just(Fault::Fail), Just(Fault::LostAnswer), (0i32..7).prop_map(Fault::Race)].prop_map(Op::Fault),
         2 => Just(Op::Restart),
         1 => (4u8..10).prop_map(Op::Hold),
+        1 => (0usize..2).prop_map(Op::CrashLoop),
+        1 => (0u8..4).prop_map(Op::Capacity),
     ]
 }
 

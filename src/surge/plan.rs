@@ -140,6 +140,8 @@ pub struct Snapshot<'a> {
     pub other_pods: i32,
     /// The Deployment's Ready, non-terminating pods (the scale-back gate).
     pub ready_pods: i32,
+    /// A rollout is in progress (more than one ReplicaSet holds pods).
+    pub rolling_out: bool,
     /// Cordoned or drain-tainted nodes.
     pub draining_nodes: BTreeSet<String>,
     /// Pods whose eviction was denied within the cooldown window.
@@ -332,10 +334,14 @@ fn deployment_after(s: &Snapshot, restore: i32) -> i32 {
 }
 
 /// Scaling the Deployment back to `replicas_after` cannot break the budget
-/// (section 6): the PDB is gone or not single, it allows a disruption, at
-/// least `replicas_after` pods are Ready (the ReplicaSet removes unready pods
-/// first), or it could not allow one even at the surged scale (waiting would
-/// strand the surge).
+/// (section 6): the PDB is gone or not single; it allows a disruption; at
+/// least `replicas_after` pods are Ready; or no rollout is in progress, so
+/// one ReplicaSet scales down and removes unscheduled and unready pods before
+/// Ready ones (with fewer Ready pods than `replicas_after`, none is removed:
+/// waiting for them, as when a pod crash-loops or surge pods cannot
+/// schedule, would strand the surge). During a rollout scaling is
+/// proportional across ReplicaSets, Ready pods included: then we wait, unless
+/// the budget could not allow a disruption even at the surged scale.
 pub fn safe_to_scale_back(s: &Snapshot, surged_to: i32, replicas_after: i32) -> bool {
     // Nothing goes down: nothing to guard.
     if s.replicas <= replicas_after {
@@ -346,6 +352,7 @@ pub fn safe_to_scale_back(s: &Snapshot, surged_to: i32, replicas_after: i32) -> 
     };
     s.pdb_disruptions_allowed > 0
         || s.ready_pods >= replicas_after
+        || !s.rolling_out
         || !budget_can_open(s, spec, surged_to)
 }
 
@@ -588,6 +595,7 @@ mod tests {
                 .collect(),
             other_pods: 0,
             ready_pods: 0,
+            rolling_out: true,
             draining_nodes: BTreeSet::new(),
             denied_pods: BTreeSet::new(),
             since_last_signal: None,
@@ -1691,6 +1699,7 @@ mod tests {
                 pods: self.pods.clone(),
                 other_pods: 0,
                 ready_pods: 0,
+                rolling_out: true,
                 draining_nodes: self.draining.clone(),
                 denied_pods: self.denied.clone(),
                 since_last_signal: self.since,
@@ -1918,6 +1927,7 @@ mod invariant_tests {
             pods: pods(3, "a"),
             other_pods: 0,
             ready_pods: 3,
+            rolling_out: false,
             draining_nodes: ["a".to_string()].into(),
             denied_pods: BTreeSet::new(),
             since_last_signal: Some(Duration::ZERO),
@@ -1973,6 +1983,12 @@ mod invariant_tests {
         let mut s = base(&sp);
         active(&mut s, 3, 6);
         drained(&mut s);
+        // No rollout: the ReplicaSet removes unready pods first, so even with
+        // one Ready pod the scale back removes none of them.
+        s.ready_pods = 1;
+        assert_eq!(plan(&s), Action::Revert { baseline: 3 });
+        // Mid-rollout, scaling is proportional: wait for readiness or room.
+        s.rolling_out = true;
         // One crash-looping pod keeps disruptionsAllowed at 0 forever; 5 Ready
         // of the 3 to keep is safe.
         s.pdb_disruptions_allowed = 0;

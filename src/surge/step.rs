@@ -268,6 +268,16 @@ fn min_since(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     }
 }
 
+/// A rollout is in progress: the controller has not caught up with the
+/// spec, or not every pod is of the newest ReplicaSet.
+fn rolling_out(d: &Deployment) -> bool {
+    let Some(st) = d.status.as_ref() else {
+        return false;
+    };
+    st.observed_generation.unwrap_or(0) < d.metadata.generation.unwrap_or(0)
+        || st.updated_replicas.unwrap_or(0) < st.replicas.unwrap_or(0)
+}
+
 /// Plans one step for the Deployment `name` of namespace `ns` (which may be
 /// gone while autoscalers of ours still target it).
 pub fn step(
@@ -406,6 +416,7 @@ pub fn step(
         pods: own,
         other_pods,
         ready_pods,
+        rolling_out: rolling_out(dep),
         draining_nodes: draining.clone(),
         denied_pods: denied,
         since_last_signal: since,
