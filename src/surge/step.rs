@@ -534,3 +534,293 @@ pub fn step(
 pub fn annotation_path(key: &str) -> String {
     format!("/metadata/annotations/{}", escape(key))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::SlimPod;
+    use crate::cache::{SlimCondition, SlimPodSpec, SlimPodStatus};
+    use k8s_openapi::api::apps::v1::DeploymentSpec;
+    use k8s_openapi::api::autoscaling::v2::{
+        CrossVersionObjectReference, HorizontalPodAutoscalerSpec,
+    };
+    use k8s_openapi::api::core::v1::PodTemplateSpec;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    fn sel() -> LabelSelector {
+        LabelSelector {
+            match_labels: Some([("app".to_string(), "web".to_string())].into()),
+            ..Default::default()
+        }
+    }
+    fn ann(m: Option<(i32, i32)>) -> Option<BTreeMap<String, String>> {
+        m.map(|(b, s)| {
+            Markers {
+                baseline: b,
+                surged_to: s,
+            }
+            .to_annotations()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+        })
+    }
+    fn dep(replicas: i32, markers: Option<(i32, i32)>) -> Arc<Deployment> {
+        Arc::new(Deployment {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                annotations: ann(markers),
+                ..Default::default()
+            },
+            spec: Some(DeploymentSpec {
+                replicas: Some(replicas),
+                selector: sel(),
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: sel().match_labels,
+                        ..Default::default()
+                    }),
+                    spec: None,
+                },
+                ..Default::default()
+            }),
+            status: None,
+        })
+    }
+    fn pods(n: usize, node: &str) -> Vec<Arc<SlimPod>> {
+        (0..n)
+            .map(|i| {
+                Arc::new(SlimPod {
+                    metadata: ObjectMeta {
+                        name: Some(format!("web-{i}")),
+                        namespace: Some("ns".into()),
+                        labels: sel().match_labels,
+                        ..Default::default()
+                    },
+                    spec: SlimPodSpec {
+                        node_name: Some(node.into()),
+                    },
+                    status: SlimPodStatus {
+                        phase: Some("Running".into()),
+                        conditions: vec![SlimCondition {
+                            type_: "Ready".into(),
+                            status: "True".into(),
+                        }],
+                    },
+                })
+            })
+            .collect()
+    }
+    fn blocking_pdb(min: i32) -> Arc<PodDisruptionBudget> {
+        Arc::new(PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                min_available: Some(IntOrString::Int(min)),
+                selector: Some(sel()),
+                ..Default::default()
+            }),
+            status: Some(PodDisruptionBudgetStatus {
+                disruptions_allowed: 0,
+                ..Default::default()
+            }),
+        })
+    }
+    fn scaled_object(min: i64, markers: Option<(i32, i32)>) -> Arc<DynamicObject> {
+        let ar = kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+            "scaledobjects",
+        );
+        let mut so = DynamicObject::new("web", &ar).within("ns");
+        so.metadata.annotations = ann(markers);
+        so.data = json!({"spec": {"minReplicaCount": min, "scaleTargetRef": {"name": "web"}}});
+        Arc::new(so)
+    }
+    fn hpa() -> Arc<HorizontalPodAutoscaler> {
+        Arc::new(HorizontalPodAutoscaler {
+            metadata: ObjectMeta {
+                name: Some("web-hpa".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            spec: Some(HorizontalPodAutoscalerSpec {
+                min_replicas: Some(2),
+                max_replicas: 9,
+                scale_target_ref: CrossVersionObjectReference {
+                    kind: "Deployment".into(),
+                    name: "web".into(),
+                    api_version: None,
+                },
+                ..Default::default()
+            }),
+            status: None,
+        })
+    }
+    /// The drain is over and the cooldown long passed.
+    fn quiet() -> Facts {
+        Facts {
+            since_signal: Some(Duration::from_secs(600)),
+            lead_for: Duration::from_secs(600),
+            ..Default::default()
+        }
+    }
+    fn run(objs: &NsObjects, draining: &[&str], facts: &Facts) -> Step {
+        let draining: BTreeSet<String> = draining.iter().map(|s| s.to_string()).collect();
+        let settings = Settings {
+            cooldown: Duration::from_secs(60),
+            zero_surge_override: None,
+        };
+        step("ns", objs, &draining, "web", facts, settings, None)
+    }
+    fn targets(s: &Step) -> Vec<(ObjKind, String)> {
+        s.writes
+            .iter()
+            .map(|w| (w.target.kind, w.target.name.clone()))
+            .collect()
+    }
+    fn op_value(w: &Write, op: &str, path: &str) -> Option<Value> {
+        w.ops
+            .iter()
+            .find(|o| o["op"] == op && o["path"] == path)
+            .map(|o| o["value"].clone())
+    }
+
+    #[test]
+    fn pdb_deleted_mid_surge_is_reverted() {
+        let objs = NsObjects {
+            deployments: vec![dep(6, Some((3, 6)))],
+            pods: pods(6, "n1"),
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &[], &quiet());
+        assert_eq!(s.action, Action::Revert { baseline: 3 });
+        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
+        let w = &s.writes[0];
+        assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(6)));
+        assert_eq!(op_value(w, "replace", "/spec/replicas"), Some(json!(3)));
+    }
+
+    #[test]
+    fn namespace_out_of_scope_mid_surge_is_reverted() {
+        let objs = NsObjects {
+            deployments: vec![dep(6, Some((3, 6)))],
+            pods: pods(6, "n1"),
+            pdbs: vec![blocking_pdb(3)],
+            in_scope: false,
+            ..Default::default()
+        };
+        assert_eq!(
+            run(&objs, &[], &quiet()).action,
+            Action::Revert { baseline: 3 }
+        );
+        // ...but not while pods are still displaced, and nothing new starts.
+        assert_eq!(
+            run(&objs, &["n1"], &quiet()).action,
+            Action::Wait(plan::Wait::Draining { displaced: 6 })
+        );
+        let idle = NsObjects {
+            deployments: vec![dep(3, None)],
+            ..objs
+        };
+        assert!(run(&idle, &["n1"], &quiet()).writes.is_empty());
+    }
+
+    #[test]
+    fn keda_plus_hpa_keeps_the_markers_and_reverts_them() {
+        // A KEDA surge in place when a standalone HPA appears (a conflict).
+        let objs = NsObjects {
+            deployments: vec![dep(4, Some((2, 4)))],
+            scaled_objects: vec![scaled_object(4, Some((2, 4)))],
+            hpas: vec![hpa()],
+            pods: pods(4, "n1"),
+            pdbs: vec![blocking_pdb(2)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let draining = run(&objs, &["n1"], &quiet());
+        assert!(matches!(draining.action, Action::Impossible { .. }));
+        assert!(draining.writes.is_empty(), "markers kept while displaced");
+        assert!(draining.active.is_some());
+        let over = run(&objs, &[], &quiet());
+        let mut t = targets(&over);
+        t.sort();
+        assert_eq!(
+            t,
+            vec![
+                (ObjKind::Deployment, "web".into()),
+                (ObjKind::ScaledObject, "web".into())
+            ]
+        );
+        assert!(over.reverted);
+    }
+
+    #[test]
+    fn an_interrupted_keda_surge_resumes_from_its_markers() {
+        // The ScaledObject was raised (markers written with it), the
+        // Deployment's write never landed.
+        let objs = NsObjects {
+            deployments: vec![dep(2, None)],
+            scaled_objects: vec![scaled_object(4, Some((2, 4)))],
+            pods: pods(2, "n1"),
+            pdbs: vec![blocking_pdb(2)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &["n1"], &quiet());
+        assert!(matches!(
+            s.action,
+            Action::Surge {
+                kind: plan::SurgeKind::Resume,
+                ..
+            }
+        ));
+        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
+        assert_eq!(
+            op_value(&s.writes[0], "replace", "/spec/replicas"),
+            Some(json!(4))
+        );
+    }
+
+    #[test]
+    fn an_autoscaler_whose_deployment_is_gone_is_reverted() {
+        let objs = NsObjects {
+            scaled_objects: vec![scaled_object(4, Some((2, 4)))],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &[], &quiet());
+        assert_eq!(targets(&s), vec![(ObjKind::ScaledObject, "web".into())]);
+        assert_eq!(
+            op_value(&s.writes[0], "replace", "/spec/minReplicaCount"),
+            Some(json!(2))
+        );
+        // Within the cooldown of a restart it waits.
+        let fresh = Facts {
+            lead_for: Duration::from_secs(5),
+            ..Default::default()
+        };
+        assert!(run(&objs, &[], &fresh).writes.is_empty());
+    }
+
+    #[test]
+    fn malformed_markers_of_ours_are_removed_and_nothing_else() {
+        let mut d = (*dep(5, None)).clone();
+        d.metadata.annotations =
+            Some([(crate::names::SURGE_REPLICAS.to_string(), "x".to_string())].into());
+        let objs = NsObjects {
+            deployments: vec![Arc::new(d)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &[], &quiet());
+        assert_eq!(s.writes.len(), 1);
+        assert!(s.writes[0].ops.iter().all(|o| o["op"] == "remove"));
+    }
+}
