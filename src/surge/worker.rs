@@ -124,8 +124,15 @@ impl Worker {
             || v.scaled_objects
                 .iter()
                 .any(|s| Markers::any_present(s.metadata.annotations.as_ref()));
-        let signalled = !self.signals.recent(window, Instant::now()).is_empty()
-            || v.eas.iter().any(|e| e.spec.last_eviction.is_some());
+        let wall = k8s_openapi::jiff::Timestamp::now();
+        let recent_durable = v.eas.iter().any(|e| {
+            e.spec
+                .last_eviction
+                .as_ref()
+                .and_then(|l| l.eviction_time.as_ref())
+                .is_some_and(|t| (wall - t.0).get_seconds() <= window.as_secs() as i64)
+        });
+        let signalled = !self.signals.recent(window, Instant::now()).is_empty() || recent_durable;
         if marked || signalled || !v.draining_nodes().is_empty() {
             v.pods = c.pods.state();
         }
