@@ -175,8 +175,9 @@ pub struct Core<A> {
     pub lead_start: Instant,
     pub settings: Settings,
     backoff: Mutex<HashMap<Key, Retry>>,
-    /// Deployments whose adoption write failed: the user's change was seen.
-    adoptions: Mutex<std::collections::HashSet<Key>>,
+    /// The object per Deployment whose adoption write failed: the user's
+    /// change was seen there.
+    adoptions: Mutex<HashMap<Key, ObjKey>>,
 }
 
 impl<A: SurgeApi> Core<A> {
@@ -196,7 +197,7 @@ impl<A: SurgeApi> Core<A> {
                 zero_surge_override,
             },
             backoff: Mutex::new(HashMap::new()),
-            adoptions: Mutex::new(std::collections::HashSet::new()),
+            adoptions: Mutex::new(HashMap::new()),
         }
     }
 
@@ -213,7 +214,8 @@ impl<A: SurgeApi> Core<A> {
         for (ns, objs) in &idx.namespaces {
             let empty = Default::default();
             let sig = signalled.get(ns).unwrap_or(&empty);
-            for name in objs.candidates(&idx.draining, sig) {
+            let durable = idx.wall_now.map(|t| (t, window));
+            for name in objs.candidates(&idx.draining, sig, durable) {
                 if self.backing_off(ns, &name, now) {
                     continue;
                 }
@@ -221,7 +223,8 @@ impl<A: SurgeApi> Core<A> {
                 let adoption_pending = self
                     .adoptions
                     .lock()
-                    .is_ok_and(|a| a.contains(&(ns.clone(), name.clone())));
+                    .ok()
+                    .and_then(|a| a.get(&(ns.clone(), name.clone())).cloned());
                 let facts = Facts {
                     since_signal,
                     denied: denied.into_iter().collect(),
@@ -323,11 +326,14 @@ impl<A: SurgeApi> Core<A> {
     fn record(&self, o: &Outcome, now: Instant) {
         let key = (o.step.namespace.clone(), o.step.deployment.clone());
         if let Ok(mut a) = self.adoptions.lock() {
-            let adopting = matches!(o.step.action, Action::AdoptUserChange { .. });
-            if adopting && o.error.is_some() {
-                a.insert(key.clone());
-            } else if o.error.is_none() {
-                a.remove(&key);
+            match (&o.step.adopting, &o.error) {
+                (Some(obj), Some(_)) => {
+                    a.insert(key.clone(), obj.clone());
+                }
+                (_, None) => {
+                    a.remove(&key);
+                }
+                (None, Some(_)) => {}
             }
         }
         let Ok(mut b) = self.backoff.lock() else {

@@ -79,6 +79,9 @@ enum Op {
     Drain(usize),
     /// Evict one pod of a Deployment (a plain Eviction API call).
     Evict(usize),
+    /// The same, answered by a follower replica: the leader learns of it
+    /// only through the EvictionAutoScaler's `lastEviction`.
+    EvictViaFollower(usize),
     PdbDeleteAll,
     /// A user PDB for `web` (replacing ours, as the reconciler steps aside).
     PdbUser(u8),
@@ -134,6 +137,10 @@ struct State {
     user: BTreeMap<(ObjKind, String), i32>,
     /// A GitOps tool re-asserts `web`'s replicas every tick.
     gitops: bool,
+    /// `lastEviction` by Deployment (the durable signal).
+    last_eviction: BTreeMap<String, (String, Timestamp)>,
+    /// The next blocked eviction is answered by a follower.
+    via_follower: bool,
     faults: Vec<Fault>,
     audits: Vec<Audit>,
     next_pod: u64,
@@ -271,6 +278,8 @@ impl State {
             opt_out: false,
             user: BTreeMap::new(),
             gitops: false,
+            last_eviction: BTreeMap::new(),
+            via_follower: false,
             faults: Vec::new(),
             audits: Vec::new(),
             next_pod: 0,
@@ -488,7 +497,10 @@ impl State {
                     true
                 } else {
                     // The webhook's 429 and its signal (in scope only).
-                    if self.ns_enabled {
+                    if self.ns_enabled && self.via_follower {
+                        self.last_eviction
+                            .insert(p.dep.clone(), (pod.to_string(), self.wall));
+                    } else if self.ns_enabled {
                         book.record(
                             &Signal {
                                 namespace: NS.into(),
@@ -579,7 +591,27 @@ impl State {
                 },
                 ..Default::default()
             })],
-            eas: Vec::new(),
+            eas: self
+                .last_eviction
+                .iter()
+                .map(|(dep, (pod, t))| {
+                    let mut e = crate::crd::EvictionAutoScaler::new(
+                        dep,
+                        crate::crd::EvictionAutoScalerSpec {
+                            target_name: dep.clone(),
+                            target_kind: "deployment".into(),
+                            last_eviction: Some(crate::crd::LastEviction {
+                                pod_name: pod.clone(),
+                                eviction_time: Some(
+                                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(*t),
+                                ),
+                            }),
+                        },
+                    );
+                    e.metadata.namespace = Some(NS.into());
+                    Arc::new(e)
+                })
+                .collect(),
             behaviour: Arc::new(Behaviour::default()),
             wall_now: Some(self.wall),
         }
@@ -831,6 +863,13 @@ impl Run {
                     s.evict(&p, &book, now);
                 }
             }),
+            Op::EvictViaFollower(d) => self.with(|s| {
+                if let Some(p) = s.pods_of(DEPS[d % 2]).first().cloned() {
+                    s.via_follower = true;
+                    s.evict(&p, &book, now);
+                    s.via_follower = false;
+                }
+            }),
             Op::PdbDeleteAll => self.with(|s| s.pdbs.clear()),
             Op::PdbUser(v) => self.with(|s| {
                 let spec = match v % 4 {
@@ -1058,6 +1097,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0usize..3).prop_map(Op::Uncordon),
         5 => (0usize..3).prop_map(Op::Drain),
         2 => (0usize..2).prop_map(Op::Evict),
+        1 => (0usize..2).prop_map(Op::EvictViaFollower),
         1 => Just(Op::PdbDeleteAll),
         1 => (0u8..4).prop_map(Op::PdbUser),
         1 => (2i32..7).prop_map(Op::PdbShared),

@@ -75,9 +75,9 @@ pub struct Facts {
     pub since_signal: Option<Duration>,
     /// Pods denied an eviction within the cooldown.
     pub denied: BTreeSet<String>,
-    /// An adoption of a user's value failed to persist (see
+    /// The object whose adoption of a user's value failed to persist (see
     /// [`Snapshot::adoption_pending`]).
-    pub adoption_pending: bool,
+    pub adoption_pending: Option<ObjKey>,
     /// How long this replica has led: a surge found at start counts as
     /// signalled then, so a restart never cuts a cooldown short.
     pub lead_for: Duration,
@@ -107,6 +107,8 @@ pub struct Step {
     pub active: Option<Markers>,
     /// A surge (of any object) is undone by these writes.
     pub reverted: bool,
+    /// The object a user's value is adopted on, when the action adopts.
+    pub adopting: Option<ObjKey>,
 }
 
 /// An object that can carry a surge, as read.
@@ -333,6 +335,7 @@ pub fn step(
         pdb: None,
         active: None,
         reverted: false,
+        adopting: None,
     };
 
     let (Some(dep), Some(dep_s)) = (dep, dep_s.as_ref()) else {
@@ -411,7 +414,7 @@ pub fn step(
         applier,
         markers: primary.and_then(|p| p.markers()),
         adopted_displaced: primary.and_then(|p| markers::adopted_displaced(p.annotations)),
-        adoption_pending: facts.adoption_pending,
+        adoption_pending: primary.is_some_and(|p| facts.adoption_pending.as_ref() == Some(&p.key)),
         may_surge: objs.in_scope,
         pods: own,
         other_pods,
@@ -474,6 +477,7 @@ pub fn step(
                 displaced,
             } => {
                 writes.extend(p.adopt(new_baseline, displaced));
+                out.adopting = Some(p.key.clone());
                 out.active = Some(Markers {
                     baseline: new_baseline,
                     surged_to: new_baseline,

@@ -159,8 +159,23 @@ impl NsObjects {
         &self,
         draining: &BTreeSet<String>,
         signalled: &BTreeSet<String>,
+        durable: Option<(Timestamp, std::time::Duration)>,
     ) -> BTreeSet<String> {
         let mut out: BTreeSet<String> = signalled.clone();
+        // Blocked evictions answered by any replica (the durable signal).
+        if let Some((now, window)) = durable {
+            for e in &self.eas {
+                let recent = e
+                    .spec
+                    .last_eviction
+                    .as_ref()
+                    .and_then(|l| l.eviction_time.as_ref())
+                    .is_some_and(|t| (now - t.0).get_seconds() <= window.as_secs() as i64);
+                if recent {
+                    out.insert(e.spec.target_name.clone());
+                }
+            }
+        }
         for d in &self.deployments {
             let Some(name) = d.metadata.name.as_deref() else {
                 continue;
