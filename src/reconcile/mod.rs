@@ -403,6 +403,7 @@ impl Reconciler {
                     Err(e) => return Err(e),
                 }
             }
+            Action::StepAside { .. } => {}
             Action::DeleteEas { name } => match eas.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -576,6 +577,7 @@ pub fn desired_status(
         current_replicas: replicas,
         surge_replicas: Some(surge),
         disruptions_allowed: allowed,
+        pdb_uid: None,
         conditions: vec![
             condition("Ready", ready, ready_reason, &ready_msg, &prev),
             condition("Degraded", deg, &deg_reason, &deg_msg, &prev),
