@@ -203,7 +203,14 @@ impl Reconciler {
         loop {
             let mut wait = RESYNC;
             if *leader.borrow() && self.cache.synced() {
-                self.pass(&leader).await;
+                // Stepping down cancels the pass, even mid-request.
+                let mut lost = leader.clone();
+                tokio::select! {
+                    _ = self.pass(&leader) => {},
+                    _ = lost.wait_for(|leading| !*leading) => {
+                        tracing::info!("no longer leading: reconcile pass abandoned");
+                    },
+                }
                 // Wake up for the first object whose backoff ends.
                 if let Some(at) = self.next_retry() {
                     wait = wait.min(at.saturating_duration_since(Instant::now()));
