@@ -383,3 +383,61 @@ async fn doctor_checks_the_installation() {
         "{text}"
     );
 }
+
+/// `eviction-autoscaler uninstall` deletes only the EvictionAutoScalers we
+/// own: one a user created (no ownedBy) stays, like their PDBs.
+#[tokio::test]
+async fn uninstall_leaves_user_evictionautoscalers_alone() {
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let _g = nodes_lock().await;
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("e2e-uninst-user").await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("eviction-autoscaler.azure.com", "v1", "EvictionAutoScaler"),
+        "evictionautoscalers",
+    );
+    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &ar);
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("mixed", 2, None))
+        .await
+        .unwrap();
+    wait_for(
+        "our EvictionAutoScaler",
+        Duration::from_secs(30),
+        || async { eas.get_opt("mixed").await.ok().flatten() },
+    )
+    .await;
+    let by_hand: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "eviction-autoscaler.azure.com/v1",
+        "kind": "EvictionAutoScaler",
+        "metadata": {"name": "by-hand"},
+        "spec": {"targetName": "mixed", "targetKind": "deployment"}
+    }))
+    .unwrap();
+    eas.create(&PostParams::default(), &by_hand).await.unwrap();
+    stop_server();
+    let out = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+        .arg("uninstall")
+        .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let _ = restart_server(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains(&format!("{}/evictionautoscaler/by-hand", ns.name)),
+        "{text}"
+    );
+    assert!(
+        eas.get_opt("by-hand").await.unwrap().is_some(),
+        "the user's EvictionAutoScaler stays:\n{text}"
+    );
+    assert!(
+        text.contains(&format!("{}/pdb/mixed", ns.name)),
+        "our PDB is deleted:\n{text}"
+    );
+}
