@@ -479,40 +479,10 @@ impl Reconciler {
                 name,
                 target,
                 owner,
+                pdb_uid,
             } => {
-                let obj = EvictionAutoScaler {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(ns.into()),
-                        annotations: Some(
-                            [
-                                (
-                                    names::OWNED_BY.to_string(),
-                                    names::OWNED_BY_VALUE.to_string(),
-                                ),
-                                (names::TARGET.to_string(), target.clone()),
-                            ]
-                            .into(),
-                        ),
-                        owner_references: owner.map(|o| vec![o]),
-                        ..Default::default()
-                    },
-                    spec: EvictionAutoScalerSpec {
-                        target_name: target,
-                        target_kind: "deployment".into(),
-                        last_eviction: None,
-                    },
-                    status: None,
-                };
-                let pp = PostParams {
-                    field_manager: Some(names::MANAGER.into()),
-                    ..Default::default()
-                };
-                match eas.create(&pp, &obj).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 409 => {}
-                    Err(e) => return Err(e),
-                }
+                self.create_eas(&eas, ns, name, target, owner, pdb_uid)
+                    .await?
             }
             Action::StepAside {
                 pdb,
@@ -558,6 +528,59 @@ impl Reconciler {
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e),
             },
+        }
+        Ok(())
+    }
+
+    /// Creates our EvictionAutoScaler for a PDB; for a PDB of ours, records
+    /// its UID in the status at once (the evidence `plan::once_ours` reads).
+    async fn create_eas(
+        &self,
+        api: &Api<EvictionAutoScaler>,
+        ns: &str,
+        name: String,
+        target: String,
+        owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+        pdb_uid: Option<String>,
+    ) -> Result<(), kube::Error> {
+        let obj = EvictionAutoScaler {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(ns.into()),
+                annotations: Some(
+                    [
+                        (
+                            names::OWNED_BY.to_string(),
+                            names::OWNED_BY_VALUE.to_string(),
+                        ),
+                        (names::TARGET.to_string(), target.clone()),
+                    ]
+                    .into(),
+                ),
+                owner_references: owner.map(|o| vec![o]),
+                ..Default::default()
+            },
+            spec: EvictionAutoScalerSpec {
+                target_name: target,
+                target_kind: "deployment".into(),
+                last_eviction: None,
+            },
+            status: None,
+        };
+        let pp = PostParams {
+            field_manager: Some(names::MANAGER.into()),
+            ..Default::default()
+        };
+        match api.create(&pp, &obj).await {
+            Ok(_) => {}
+            // Made by an earlier pass; its status is kept by write_statuses.
+            Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        if let Some(uid) = pdb_uid {
+            let patch = json!({"status": {"pdbUID": uid}});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
         }
         Ok(())
     }

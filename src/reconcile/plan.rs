@@ -91,10 +91,15 @@ pub enum Action {
         deployment: String,
         pdb: String,
     },
+    /// Planned before the PDB writes of the same pass, so the evidence of a
+    /// PDB of ours (`pdb_uid`, written into its status right after the create)
+    /// exists by the time our ownerReference appears on the PDB.
     CreateEas {
         name: String,
         target: String,
         owner: Option<OwnerReference>,
+        /// The PDB's UID when the PDB is ours: recorded as `status.pdbUID`.
+        pdb_uid: Option<String>,
     },
     DeleteEas {
         name: String,
@@ -283,7 +288,9 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         return out;
     }
 
-    let mut wanted_eas: BTreeMap<String, (String, Option<OwnerReference>)> = BTreeMap::new();
+    // EvictionAutoScaler name → (target, owner, UID of the PDB when ours).
+    let mut wanted_eas: BTreeMap<String, (String, Option<OwnerReference>, Option<String>)> =
+        BTreeMap::new();
     for dep in s.deployments {
         let Some(dep_name) = dep.metadata.name.clone() else {
             continue;
@@ -308,7 +315,8 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         if stays.len() == 1 && !(opted_out && owned_by_us(&stays[0].metadata)) {
             let p = stays[0];
             if let Some(name) = p.metadata.name.clone() {
-                wanted_eas.insert(name, (dep_name.clone(), pdb_owner(p)));
+                let ours = owned_by_us(&p.metadata).then(|| p.metadata.uid.clone());
+                wanted_eas.insert(name, (dep_name.clone(), pdb_owner(p), ours.flatten()));
             }
         }
 
@@ -326,7 +334,7 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
                     // Its EvictionAutoScaler carries the Degraded condition.
                     wanted_eas
                         .entry(dep_name.clone())
-                        .or_insert_with(|| (dep_name.clone(), owner_reference(dep)));
+                        .or_insert_with(|| (dep_name.clone(), owner_reference(dep), None));
                 }
                 Some(_) => {}
                 None => out.push(Action::CreatePdb(Box::new(owned_pdb(dep, floor)))),
@@ -355,19 +363,24 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         }
     }
 
-    for (name, (target, owner)) in &wanted_eas {
+    let mut creates = Vec::new();
+    for (name, (target, owner, pdb_uid)) in &wanted_eas {
         let exists = s
             .eas
             .iter()
             .any(|e| e.metadata.name.as_deref() == Some(name.as_str()));
         if !exists {
-            out.push(Action::CreateEas {
+            creates.push(Action::CreateEas {
                 name: name.clone(),
                 target: target.clone(),
                 owner: owner.clone(),
+                pdb_uid: pdb_uid.clone(),
             });
         }
     }
+    // EvictionAutoScalers first (see `Action::CreateEas`).
+    creates.append(&mut out);
+    let mut out = creates;
     for e in s.eas.iter().filter(|e| owned_by_us(&e.metadata)) {
         let name = e.metadata.name.clone().unwrap_or_default();
         if !wanted_eas.contains_key(&name) {
@@ -466,7 +479,8 @@ mod tests {
         let a = w.plan();
         assert_eq!(a.len(), 1, "{a:?}");
         assert!(
-            matches!(&a[0], Action::CreateEas { name, target, owner: Some(_) } if name == "web" && target == "web")
+            matches!(&a[0], Action::CreateEas { name, target, owner: Some(_), pdb_uid: Some(u) }
+                if name == "web" && target == "web" && u == "pdb-uid")
         );
         w.eas = vec![Arc::new(EvictionAutoScaler {
             metadata: ObjectMeta {
@@ -512,6 +526,26 @@ mod tests {
             .plan()
             .iter()
             .any(|a| matches!(a, Action::SetOwner { owner, .. } if owner.uid == "uid-web")));
+    }
+
+    #[test]
+    fn the_evidence_comes_before_our_owner_reference() {
+        let mut w = World::new();
+        let mut p = owned_pdb(&dep("web", 3), 3); // admission time: no owner yet
+        p.metadata.uid = Some("pdb-uid".into());
+        w.pdbs = vec![Arc::new(p)];
+        let a = w.plan();
+        let eas = a.iter().position(
+            |a| matches!(a, Action::CreateEas { pdb_uid: Some(u), .. } if u == "pdb-uid"),
+        );
+        let owner = a.iter().position(|a| matches!(a, Action::SetOwner { .. }));
+        assert!(matches!((eas, owner), (Some(e), Some(o)) if e < o), "{a:?}");
+        // A user PDB's EvictionAutoScaler records nothing.
+        w.pdbs = vec![user_pdb("mine", "web")];
+        assert!(matches!(
+            &w.plan()[..],
+            [Action::CreateEas { pdb_uid: None, .. }]
+        ));
     }
 
     #[test]

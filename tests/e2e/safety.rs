@@ -337,9 +337,13 @@ async fn namespace_deletion_is_not_a_reconcile_error() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (after, total_after) = (errors(), total());
     record_figure(format!(
-        "namespace deletion with 4 owned PDBs: {:.1}s, reconciler errors {before} -> {after}, \
-         all controllers {total_before} -> {total_after}",
-        took.as_secs_f64()
+        "namespace deletion with 4 owned PDBs: {:.1}s, reconciler errors {} -> {}, \
+         all controllers {} -> {}",
+        took.as_secs_f64(),
+        before + 0.0, // -0.0 (an empty sum) prints as "-0"
+        after + 0.0,
+        total_before + 0.0,
+        total_after + 0.0
     ));
     assert_eq!(
         after, before,
