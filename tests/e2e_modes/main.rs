@@ -441,3 +441,63 @@ async fn uninstall_leaves_user_evictionautoscalers_alone() {
         "our PDB is deleted:\n{text}"
     );
 }
+
+/// A leader that cannot renew its Lease (its RBAC for Leases revoked) steps
+/// down at the renew deadline, before the Lease could expire for the other
+/// replicas, and zeroes the gauges only a leader keeps.
+#[tokio::test]
+async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
+    let _g = nodes_lock().await;
+    let wh = restart_server(&[]);
+    let ns = TestNs::new("e2e-stepdown").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("sd", 1, None))
+        .await
+        .unwrap();
+    wait_for(
+        "leader with a managed PDB",
+        Duration::from_secs(30),
+        || async {
+            let leading = wh.metric_sum("eviction_autoscaler_leader", &[]) == 1.0;
+            let managed = wh.metric_sum("eviction_autoscaler_managed_pdbs", &[]) >= 1.0;
+            (leading && managed).then_some(())
+        },
+    )
+    .await;
+    let leases: Api<Lease> = Api::namespaced(ns.client.clone(), "eviction-autoscaler");
+    let renew_time = || async {
+        leases
+            .get("eviction-autoscaler")
+            .await
+            .ok()
+            .and_then(|l| l.spec?.renew_time)
+            .map(|t| t.0)
+    };
+    kubectl_ok(&[
+        "delete",
+        "rolebinding",
+        "-n",
+        "eviction-autoscaler",
+        "eviction-autoscaler-leader",
+    ]);
+    let revoked = Instant::now();
+    let stepped = wait_for("step-down", Duration::from_secs(30), || async {
+        (wh.metric_sum("eviction_autoscaler_leader", &[]) == 0.0).then(Instant::now)
+    })
+    .await;
+    let stepped_at = k8s_openapi::jiff::Timestamp::now();
+    let last_renewal = renew_time().await.expect("renewTime");
+    let managed = wh.metric_sum("eviction_autoscaler_managed_pdbs", &[]);
+    let surges = wh.metric_sum("eviction_autoscaler_active_surges", &[]);
+    let since_renewal = stepped_at.duration_since(last_renewal).as_secs_f64();
+    record_figure(format!(
+        "leader step-down: {:.1}s after the Lease RBAC was revoked, {since_renewal:.1}s after the last renewal (lease 15s)",
+        stepped.duration_since(revoked).as_secs_f64()
+    ));
+    let _ = restart_server(&[]); // re-applies manifests/rbac.yaml
+    assert!(
+        since_renewal < 15.0,
+        "stepped down {since_renewal:.1}s after the last renewal: the lease had expired"
+    );
+    assert_eq!((managed, surges), (0.0, 0.0), "leader-only gauges zeroed");
+}
