@@ -112,8 +112,15 @@ fn namespace_terminating(s: &Status) -> bool {
         || s.message.contains("because it is being terminated")
 }
 
+/// The apiserver's 404 for a path it does not serve at all: our CRD is
+/// missing. That is an error to see, not a namespace going away.
+fn resource_type_missing(s: &Status) -> bool {
+    s.message.contains("could not find the requested resource")
+}
+
 pub fn classify(e: &kube::Error) -> Refusal {
     match e {
+        kube::Error::Api(s) if s.code == 404 && resource_type_missing(s) => Refusal::Error,
         kube::Error::Api(s) if matches!(s.code, 404 | 409) => Refusal::Expected,
         kube::Error::Api(s) if s.code == 403 && namespace_terminating(s) => Refusal::Expected,
         _ => Refusal::Error,
@@ -962,6 +969,17 @@ mod tests {
         assert_eq!(
             classify(&api_error(422, "Invalid", "bad", None)),
             Refusal::Error
+        );
+        let no_crd = api_error(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+            None,
+        );
+        assert_eq!(
+            classify(&no_crd),
+            Refusal::Error,
+            "a missing CRD is an error"
         );
     }
 }

@@ -350,3 +350,135 @@ async fn namespace_deletion_is_not_a_reconcile_error() {
         "a namespace deletion counted as reconcile errors"
     );
 }
+
+/// Removes the cluster-scoped admission policy of a test, however it ends.
+struct PolicyGuard(&'static str);
+
+impl Drop for PolicyGuard {
+    fn drop(&mut self) {
+        let _ = kubectl(&[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            self.0,
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+/// A write that keeps failing (an admission policy refuses every update of
+/// one of our PDBs) is retried with per-object backoff, not on every pass,
+/// while the other PDBs of the namespace keep following their Deployments.
+#[tokio::test]
+async fn failing_write_backs_off_and_does_not_hold_back_others() {
+    let wh = WebhookInfo::get();
+    let ns = TestNs::new("e2e-backoff").await;
+    let deps: Api<Deployment> = ns.api();
+    for n in ["stuck", "free"] {
+        deps.create(&PostParams::default(), &deployment(n, 2, None))
+            .await
+            .unwrap();
+        wait_pdb(&ns, n, "our PDB", ours).await;
+    }
+    let name = "e2e-deny-stuck-pdb";
+    let _guard = PolicyGuard(name);
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["policy"], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["poddisruptionbudgets"]}]},
+            "validations": [{"expression": "object.metadata.name != 'stuck'",
+                             "message": "e2e: PDB stuck is frozen"}]
+        }
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": ns.name.clone()}}}
+        }
+    });
+    let file = std::env::temp_dir().join(format!("{}-policy.json", ns.name));
+    std::fs::write(
+        &file,
+        serde_json::to_vec(
+            &json!({"apiVersion": "v1", "kind": "List", "items": [policy, binding]}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    kubectl_ok(&["apply", "-f", &path_str(&file)]);
+    let _ = std::fs::remove_file(&file);
+    // Policies take effect once the apiserver has loaded them: wait until a
+    // probe update of the frozen PDB is refused.
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    wait_for(
+        "the policy refuses updates",
+        Duration::from_secs(30),
+        || async {
+            let probe = json!({"metadata": {"labels": {"probe": "1"}}});
+            pdbs.patch("stuck", &PatchParams::default(), &Patch::Merge(&probe))
+                .await
+                .is_err()
+                .then_some(())
+        },
+    )
+    .await;
+
+    let errors = || {
+        wh.metric_sum(
+            "eviction_autoscaler_reconcile_errors_total",
+            &["controller=\"pdb\""],
+        )
+    };
+    let before = errors();
+    kubectl_ok(&["-n", &ns.name, "scale", "deployment/stuck", "--replicas=3"]);
+    let started = Instant::now();
+    // Churn: a watch event every 250 ms, so without backoff every pass retries.
+    let window = Duration::from_secs(16);
+    let mut scaled_free = None;
+    let mut n = 0;
+    while started.elapsed() < window {
+        n += 1;
+        let tick = json!({"metadata": {"annotations": {"e2e/tick": n.to_string()}}});
+        deps.patch("stuck", &PatchParams::default(), &Patch::Merge(&tick))
+            .await
+            .unwrap();
+        if n == 8 {
+            kubectl_ok(&["-n", &ns.name, "scale", "deployment/free", "--replicas=4"]);
+            scaled_free = Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let failures = errors() - before;
+    let free = pdbs.get("free").await.unwrap();
+    let stuck = pdbs.get("stuck").await.unwrap();
+    record_figure(format!(
+        "backoff: {failures} failed writes of one frozen PDB in {}s of watch churn ({n} events); \
+         the other PDB followed its Deployment",
+        window.as_secs()
+    ));
+    assert_eq!(
+        free.spec.as_ref().and_then(|s| s.min_available.clone()),
+        Some(IntOrString::Int(4)),
+        "the other PDB followed its Deployment (scaled {:?} ago)",
+        scaled_free.map(|t| t.elapsed())
+    );
+    assert_eq!(
+        stuck.spec.as_ref().and_then(|s| s.min_available.clone()),
+        Some(IntOrString::Int(2)),
+        "the policy froze it"
+    );
+    // 1 s, 2 s, 4 s, 8 s: attempts at about 0, 1, 3, 7 and 15 s.
+    assert!(
+        (2.0..=6.0).contains(&failures),
+        "{failures} failed attempts in {window:?}: not backed off"
+    );
+}
