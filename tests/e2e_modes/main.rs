@@ -501,3 +501,76 @@ async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
     );
     assert_eq!((managed, surges), (0.0, 0.0), "leader-only gauges zeroed");
 }
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // Fields after the command name (which ends with ')'): utime and stime
+    // are the 12th and 13th of them.
+    let rest = stat.rsplit_once(')').expect("stat format").1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0 // USER_HZ
+}
+
+/// With the EvictionAutoScaler CRD missing, the caches never sync and the
+/// controllers wait: the process stays nearly idle instead of spinning.
+#[tokio::test]
+async fn missing_crd_does_not_make_the_controllers_spin() {
+    let _g = nodes_lock().await;
+    let wh = restart_server(&[]);
+    stop_server();
+    kubectl_ok(&[
+        "delete",
+        "crd",
+        "evictionautoscalers.eviction-autoscaler.azure.com",
+        "--wait=true",
+    ]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = std::fs::File::create(wh.state.join("no-crd.log")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--tls-cert-file")
+        .arg(wh.state.join("tls.crt"))
+        .arg("--tls-key-file")
+        .arg(wh.state.join("tls.key"))
+        .env("KUBECONFIG", wh.state.join("kubeconfig"))
+        .env("POD_NAMESPACE", "eviction-autoscaler")
+        .env("POD_NAME", "no-crd")
+        .env("PDB_CREATE", "true")
+        .env("RUST_LOG", "info,kube_runtime=warn")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut server = KillOnDrop(child);
+    // Let it start, take the Lease and settle into waiting.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let c0 = cpu_seconds(pid);
+    let t0 = Instant::now();
+    // Watch events keep coming meanwhile (pods of other tests' leftovers, nodes).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let cpu = cpu_seconds(pid) - c0;
+    let wall = t0.elapsed().as_secs_f64();
+    let alive = server.0.try_wait().unwrap().is_none();
+    drop(server);
+    let log = std::fs::read_to_string(wh.state.join("no-crd.log")).unwrap();
+    let _ = restart_server(&[]); // re-applies the CRD
+    record_figure(format!(
+        "missing CRD: {cpu:.2} CPU-seconds in {wall:.1}s with caches unsynced"
+    ));
+    assert!(alive, "the server kept running:\n{log}");
+    assert!(
+        log.contains("leadership changed") && !log.contains("watch caches synced"),
+        "leading, with caches unsynced:\n{log}"
+    );
+    assert!(
+        cpu < 0.1 * wall,
+        "{cpu:.2} CPU-seconds in {wall:.1}s: spinning"
+    );
+}
