@@ -112,10 +112,12 @@ fn namespace_terminating(s: &Status) -> bool {
         || s.message.contains("because it is being terminated")
 }
 
-/// The apiserver's 404 for a path it does not serve at all: our CRD is
+/// The apiserver's 404 for a path it does not serve at all (a plain-text
+/// "404 page not found" when the whole API group is gone): our CRD is
 /// missing. That is an error to see, not a namespace going away.
 fn resource_type_missing(s: &Status) -> bool {
     s.message.contains("could not find the requested resource")
+        || s.message.contains("404 page not found")
 }
 
 pub fn classify(e: &kube::Error) -> Refusal {
@@ -980,6 +982,17 @@ mod tests {
             classify(&no_crd),
             Refusal::Error,
             "a missing CRD is an error"
+        );
+        let no_group = api_error(
+            404,
+            "Failed to parse error data",
+            "404 page not found",
+            None,
+        );
+        assert_eq!(
+            classify(&no_group),
+            Refusal::Error,
+            "a missing API group too"
         );
     }
 }
