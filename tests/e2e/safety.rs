@@ -202,6 +202,7 @@ async fn our_pdb_steps_aside_and_drain_completes() {
     );
     settled(&ns, "team-aside", 2).await;
 
+    let drain_started = Instant::now();
     let out = tokio::task::spawn_blocking(move || {
         kubectl(&[
             "drain",
@@ -214,7 +215,12 @@ async fn our_pdb_steps_aside_and_drain_completes() {
     })
     .await
     .unwrap();
+    let drained_in = drain_started.elapsed();
     uncordon(node);
+    record_figure(format!(
+        "step aside: kubectl drain of {node} (pods of one Deployment, the user's PDB only) took {:.1}s",
+        drained_in.as_secs_f64()
+    ));
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
