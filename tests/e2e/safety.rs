@@ -195,7 +195,7 @@ async fn our_pdb_steps_aside_and_drain_completes() {
             .filter(|l| l.starts_with("PDBSteppedAside|"))
             .map(str::to_string)
             .collect();
-        (!lines.is_empty()).then_some(lines)
+        (lines.len() >= 2).then_some(lines)
     })
     .await;
     assert!(
@@ -203,6 +203,12 @@ async fn our_pdb_steps_aside_and_drain_completes() {
             .iter()
             .any(|l| l.contains("|Deployment|") && l.contains("team-aside")),
         "an Event on the Deployment names the PDB that took over: {events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|l| l.contains("|PodDisruptionBudget|") && l.contains("team-aside")),
+        "and one on our PDB: {events:?}"
     );
     settled(&ns, "team-aside", 2).await;
 
