@@ -73,6 +73,11 @@ pub struct EvictionAutoScalerStatus {
     pub disruptions_allowed: Option<i32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// UID of the PDB of this name while it carried `ownedBy: EvictionAutoScaler`:
+    /// the durable evidence that we created it, so that only a PDB we once
+    /// owned ever has our ownerReference removed when it is handed over.
+    #[serde(default, rename = "pdbUID", skip_serializing_if = "Option::is_none")]
+    pub pdb_uid: Option<String>,
 }
 
 /// The CRD as YAML, for `manifests/` and `eviction-autoscaler crd`.

@@ -1,8 +1,15 @@
 //! Leader election on a coordination.k8s.io Lease: every replica serves the
-//! webhooks; only the holder of the Lease runs the controllers. A leader that
-//! cannot renew steps down before its lease can expire, so two replicas never
-//! write at once.
+//! webhooks; only the holder of the Lease runs the controllers.
+//!
+//! Timing (client-go's defaults): lease 15 s, renew deadline 10 s, retry
+//! every 2 s. Every Lease request is bounded by `Timing::call_timeout`
+//! (2.5 s), and a renewal round never runs past the renew deadline. A leader
+//! whose last successful renewal is `renew_deadline` old steps down at once
+//! (publishes leader=false, zeroes the leader-only gauges): that is 5 s before
+//! any other replica may take the Lease, so two replicas never write at once.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -14,13 +21,155 @@ use tokio::sync::watch;
 
 use crate::metrics::Metrics;
 
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("Lease request timed out after {0:?}")]
+    Timeout(Duration),
+}
+
+/// Durations of the election; see the module comment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// Written into the Lease: how long others wait after our last renewal.
+    pub lease_duration: Duration,
+    /// How long we keep leading without a successful renewal. Less than
+    /// `lease_duration`, so we stop before anyone else may start.
+    pub renew_deadline: Duration,
+    /// Pause between renewal rounds (and between attempts to acquire).
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Timing {
+    /// The bound of one Lease request: a round (a read and a write) fits
+    /// twice in the renew deadline, so one hung request costs one retry, not
+    /// the leadership.
+    pub fn call_timeout(&self) -> Duration {
+        self.renew_deadline / 4
+    }
+
+    /// The timing rule: still leading at `now` only while the last successful
+    /// renewal (taken at the start of its round) is younger than the renew deadline.
+    pub fn leading(&self, last_renewed: Option<Instant>, now: Instant) -> bool {
+        last_renewed.is_some_and(|t| now.saturating_duration_since(t) < self.renew_deadline)
+    }
+
+    /// Time left before a leader must step down (zero when not leading).
+    pub fn until_deadline(&self, last_renewed: Option<Instant>, now: Instant) -> Duration {
+        last_renewed.map_or(Duration::ZERO, |t| {
+            (t + self.renew_deadline).saturating_duration_since(now)
+        })
+    }
+
+    /// How long the next renewal round may take: while leading it ends at the
+    /// deadline at the latest, so the step-down is never late.
+    pub fn round_budget(&self, last_renewed: Option<Instant>, now: Instant) -> Duration {
+        let round = self.call_timeout() * 2;
+        if self.leading(last_renewed, now) {
+            round.min(self.until_deadline(last_renewed, now))
+        } else {
+            round
+        }
+    }
+
+    /// Pause before the next round: a leader never sleeps past its deadline.
+    pub fn pause(&self, last_renewed: Option<Instant>, now: Instant) -> Duration {
+        if self.leading(last_renewed, now) {
+            self.retry_period
+                .min(self.until_deadline(last_renewed, now))
+        } else {
+            self.retry_period
+        }
+    }
+
+    /// The invariant the durations must keep.
+    pub fn is_safe(&self) -> bool {
+        self.call_timeout() < self.renew_deadline
+            && self.renew_deadline < self.lease_duration
+            && self.retry_period < self.renew_deadline
+    }
+}
+
 #[derive(Clone)]
 pub struct Election {
     pub api: Api<Lease>,
     pub name: String,
     pub identity: String,
-    pub lease_duration: Duration,
-    pub renew_every: Duration,
+    pub timing: Timing,
+}
+
+/// This replica's name in the Lease: POD_NAME (the downward API), else the
+/// host name plus a random suffix. Never the process id: it is 1 in every
+/// container, so two replicas would share it and both lead.
+pub fn identity(pod_name: Option<&str>) -> String {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    identity_from(
+        pod_name,
+        read("/etc/hostname").or_else(|| std::env::var("HOSTNAME").ok()),
+        read("/proc/sys/kernel/random/uuid"),
+    )
+}
+
+/// The pure part of [`identity`]: `random` is a fresh UUID from the kernel,
+/// or None where there is none (then the clock's nanoseconds and the pid).
+pub fn identity_from(
+    pod_name: Option<&str>,
+    hostname: Option<String>,
+    random: Option<String>,
+) -> String {
+    if let Some(p) = pod_name.map(str::trim).filter(|p| !p.is_empty()) {
+        return p.to_string();
+    }
+    let host = hostname
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "eviction-autoscaler".to_string());
+    let suffix: String = random
+        .map(|r| {
+            r.chars()
+                .filter(char::is_ascii_alphanumeric)
+                .take(12)
+                .collect()
+        })
+        .filter(|s: &String| !s.is_empty())
+        .unwrap_or_else(|| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or_default();
+            format!("{:x}{:x}", std::process::id(), nanos)
+        });
+    format!("{host}-{suffix}")
+}
+
+/// Publishes a change of leadership. On losing it, the gauges only the
+/// leader keeps up to date go to 0 at once, so no replica reports stale values.
+pub fn publish(tx: &watch::Sender<bool>, metrics: &Metrics, identity: &str, leading: bool) {
+    if leading == *tx.borrow() {
+        return;
+    }
+    tracing::info!(identity, leading, "leadership changed");
+    if !leading {
+        metrics.reset_leader_gauges();
+    }
+    metrics.leader.set(i64::from(leading));
+    let _ = tx.send(leading);
 }
 
 /// The pure part: may `me` take or keep this lease at `now`?
@@ -47,7 +196,7 @@ impl Election {
         let transitions = previous.and_then(|p| p.lease_transitions).unwrap_or(0);
         LeaseSpec {
             holder_identity: Some(self.identity.clone()),
-            lease_duration_seconds: Some(self.lease_duration.as_secs() as i32),
+            lease_duration_seconds: Some(self.timing.lease_duration.as_secs() as i32),
             acquire_time: if same_holder {
                 previous.and_then(|p| p.acquire_time.clone())
             } else {
@@ -63,10 +212,22 @@ impl Election {
         }
     }
 
+    /// One Lease request, bounded by the call timeout.
+    async fn call<T>(
+        &self,
+        f: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, LeaseError> {
+        let limit = self.timing.call_timeout();
+        match tokio::time::timeout(limit, f).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(LeaseError::Timeout(limit)),
+        }
+    }
+
     /// One round: Ok(true) while we hold the lease.
-    pub async fn try_hold(&self) -> Result<bool, kube::Error> {
+    pub async fn try_hold(&self) -> Result<bool, LeaseError> {
         let now = Timestamp::now();
-        match self.api.get_opt(&self.name).await? {
+        match self.call(self.api.get_opt(&self.name)).await? {
             None => {
                 let lease = Lease {
                     metadata: ObjectMeta {
@@ -75,9 +236,12 @@ impl Election {
                     },
                     spec: Some(self.spec(None, now)),
                 };
-                match self.api.create(&PostParams::default(), &lease).await {
+                match self
+                    .call(self.api.create(&PostParams::default(), &lease))
+                    .await
+                {
                     Ok(_) => Ok(true),
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Err(LeaseError::Kube(kube::Error::Api(s))) if s.code == 409 => Ok(false),
                     Err(e) => Err(e),
                 }
             }
@@ -89,12 +253,11 @@ impl Election {
                 lease.spec = Some(self.spec(Some(&spec), now));
                 // replace carries the resourceVersion: a concurrent taker wins, we lose.
                 match self
-                    .api
-                    .replace(&self.name, &PostParams::default(), &lease)
+                    .call(self.api.replace(&self.name, &PostParams::default(), &lease))
                     .await
                 {
                     Ok(_) => Ok(true),
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Err(LeaseError::Kube(kube::Error::Api(s))) if s.code == 409 => Ok(false),
                     Err(e) => Err(e),
                 }
             }
@@ -104,7 +267,7 @@ impl Election {
     /// On shutdown: give the lease up so another replica takes over at once
     /// instead of after its expiry.
     pub async fn release(&self) {
-        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
+        let Ok(Some(mut lease)) = self.call(self.api.get_opt(&self.name)).await else {
             return;
         };
         let mine = lease
@@ -121,8 +284,7 @@ impl Election {
             spec.acquire_time = None;
         }
         match self
-            .api
-            .replace(&self.name, &PostParams::default(), &lease)
+            .call(self.api.replace(&self.name, &PostParams::default(), &lease))
             .await
         {
             Ok(_) => tracing::info!(identity = %self.identity, "lease released"),
@@ -130,35 +292,27 @@ impl Election {
         }
     }
 
-    pub async fn run(self, tx: watch::Sender<bool>, metrics: std::sync::Arc<Metrics>) {
+    pub async fn run(self, tx: watch::Sender<bool>, metrics: Arc<Metrics>) {
+        let t = self.timing;
+        // Start of the last round that renewed the Lease.
         let mut last_renewed: Option<Instant> = None;
         loop {
-            let holding = match self.try_hold().await {
-                Ok(true) => {
-                    last_renewed = Some(Instant::now());
-                    true
-                }
-                Ok(false) => false,
-                Err(e) => {
-                    tracing::warn!(error = %e, "lease not renewed");
-                    // Keep leading only while our last renewal is surely still valid.
-                    last_renewed.is_some_and(|t| t.elapsed() < self.lease_duration / 2)
-                }
-            };
-            if holding != *tx.borrow() {
-                tracing::info!(identity = %self.identity, leading = holding, "leadership changed");
-                metrics.leader.set(i64::from(holding));
-                let _ = tx.send(holding);
+            let started = Instant::now();
+            let budget = t.round_budget(last_renewed, started);
+            match tokio::time::timeout(budget, self.try_hold()).await {
+                Ok(Ok(true)) => last_renewed = Some(started),
+                // Someone else holds it: whatever we believed, we do not lead.
+                Ok(Ok(false)) => last_renewed = None,
+                Ok(Err(e)) => tracing::warn!(error = %e, "lease not renewed"),
+                Err(_) => tracing::warn!(?budget, "lease renewal did not finish in time"),
             }
-            if !holding {
+            let now = Instant::now();
+            let leading = t.leading(last_renewed, now);
+            publish(&tx, &metrics, &self.identity, leading);
+            if !leading {
                 last_renewed = None;
             }
-            tokio::time::sleep(if holding {
-                self.renew_every
-            } else {
-                self.renew_every.min(Duration::from_secs(2))
-            })
-            .await;
+            tokio::time::sleep(t.pause(last_renewed, now)).await;
         }
     }
 }
@@ -191,5 +345,106 @@ mod tests {
             "b's lease expired"
         );
         assert!(can_hold(&spec(Some("b"), None), "a", now));
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn defaults_keep_the_invariant() {
+        let t = Timing::default();
+        assert!(t.is_safe());
+        assert!(t.call_timeout() < t.renew_deadline);
+        assert!(t.renew_deadline < t.lease_duration);
+        assert!(!Timing {
+            renew_deadline: secs(15),
+            ..t
+        }
+        .is_safe());
+    }
+
+    #[test]
+    fn a_leader_steps_down_at_the_renew_deadline_before_the_lease_expires() {
+        let t = Timing::default();
+        let t0 = Instant::now();
+        assert!(!t.leading(None, t0), "never renewed: not leading");
+        assert!(t.leading(Some(t0), t0));
+        assert!(t.leading(Some(t0), t0 + secs(9)));
+        assert!(!t.leading(Some(t0), t0 + secs(10)), "deadline reached");
+        assert!(!t.leading(Some(t0), t0 + secs(14)));
+        // Others may take over only at lease expiry, after we stopped.
+        assert!(t.renew_deadline < t.lease_duration);
+    }
+
+    #[test]
+    fn rounds_and_pauses_never_carry_a_leader_past_its_deadline() {
+        let t = Timing::default();
+        let t0 = Instant::now();
+        // Fresh renewal: a full round (two bounded calls) and the retry period.
+        assert_eq!(t.round_budget(Some(t0), t0), t.call_timeout() * 2);
+        assert_eq!(t.pause(Some(t0), t0), t.retry_period);
+        // 9 s after the last renewal: 1 s left for both.
+        assert_eq!(t.round_budget(Some(t0), t0 + secs(9)), secs(1));
+        assert_eq!(
+            t.pause(Some(t0), t0 + Duration::from_millis(9500)),
+            Duration::from_millis(500)
+        );
+        // Past the deadline: no longer leading, ordinary retries.
+        assert_eq!(
+            t.round_budget(Some(t0), t0 + secs(11)),
+            t.call_timeout() * 2
+        );
+        assert_eq!(t.pause(None, t0), t.retry_period);
+        // Every moment of a failing leader: round end <= deadline.
+        for ms in (0..10_000).step_by(250) {
+            let now = t0 + Duration::from_millis(ms);
+            assert!(now + t.round_budget(Some(t0), now) <= t0 + t.renew_deadline);
+            assert!(now + t.pause(Some(t0), now) <= t0 + t.renew_deadline);
+        }
+    }
+
+    #[test]
+    fn identity_is_the_pod_name_else_host_and_random_suffix() {
+        assert_eq!(
+            identity_from(Some("pod-a"), Some("h".into()), None),
+            "pod-a"
+        );
+        assert_eq!(
+            identity_from(Some(""), Some("host\n".into()), Some("12ab-34cd".into())),
+            "host-12ab34cd"
+        );
+        assert_eq!(
+            identity_from(None, None, Some("ff".into())),
+            "eviction-autoscaler-ff"
+        );
+        // Two replicas in containers without POD_NAME (same pid 1, maybe the
+        // same host name) still get different identities.
+        let a = identity(None);
+        let b = identity(None);
+        assert_ne!(a, b);
+        assert!(!a.ends_with(&format!("-{}", std::process::id())));
+    }
+
+    #[test]
+    fn losing_the_lead_zeroes_the_leader_only_gauges() {
+        let m = Metrics::new();
+        let (tx, rx) = watch::channel(false);
+        publish(&tx, &m, "me", true);
+        assert!(*rx.borrow());
+        m.managed_pdbs.set(7);
+        m.active_surges.set(2);
+        m.surge_replicas.set(5);
+        publish(&tx, &m, "me", false);
+        assert!(!*rx.borrow());
+        assert_eq!(
+            (
+                m.leader.get(),
+                m.managed_pdbs.get(),
+                m.active_surges.get(),
+                m.surge_replicas.get()
+            ),
+            (0, 0, 0, 0)
+        );
     }
 }

@@ -117,6 +117,15 @@ impl Metrics {
         }
     }
 
+    /// Zeroes the gauges only the leader keeps current (managed PDBs, active
+    /// surges, surge replicas): a replica that stopped leading no longer
+    /// knows them, and must not report the last values it saw.
+    pub fn reset_leader_gauges(&self) {
+        self.managed_pdbs.set(0);
+        self.active_surges.set(0);
+        self.surge_replicas.set(0);
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.

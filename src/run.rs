@@ -81,16 +81,13 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     let (leader_tx, leader) = tokio::sync::watch::channel(!opts.leader_election);
     let mut election_handle = None;
     if opts.leader_election {
-        let identity = opts
-            .pod_name
-            .clone()
-            .unwrap_or_else(|| format!("eviction-autoscaler-{}", std::process::id()));
+        let identity = crate::leader::identity(opts.pod_name.as_deref());
+        tracing::info!(%identity, "leader election identity");
         let election = crate::leader::Election {
             api: kube::Api::namespaced(client.clone(), &opts.namespace),
             name: "eviction-autoscaler".into(),
             identity,
-            lease_duration: Duration::from_secs(15),
-            renew_every: Duration::from_secs(5),
+            timing: crate::leader::Timing::default(),
         };
         election_handle = Some(election.clone());
         tasks.spawn(election.run(leader_tx, metrics.clone()));

@@ -1,20 +1,25 @@
 //! `eviction-autoscaler uninstall`: reverts every active surge to its
-//! persisted baseline and deletes what the product owns (its PDBs and
-//! EvictionAutoScalers). Run it after removing the webhook configurations and
-//! the Deployment, so nothing recreates them meanwhile.
+//! persisted baseline and deletes what the product owns. Run it after removing
+//! the webhook configurations and the Deployment, so nothing recreates them
+//! meanwhile.
+//!
+//! What is ours: objects carrying our surge markers (reverted; markers that do
+//! not parse are just removed), and PDBs and EvictionAutoScalers carrying
+//! `ownedBy: EvictionAutoScaler` (deleted, with their UID as precondition).
+//! An EvictionAutoScaler a user created (no `ownedBy`) stays, like their PDBs.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, ListParams, PatchParams};
+use kube::api::{DeleteParams, ListParams, PatchParams, Preconditions};
 use kube::core::DynamicObject;
 use kube::{Api, Client};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::cache::{keda_resource, owned_by_us, KEDA_GROUP, KEDA_VERSION};
 use crate::crd::EvictionAutoScaler;
+use crate::markers::Markers;
 use crate::patch::{annotation_ops, deployment_revert_ops, guarded_set, json_patch};
-use crate::surge::plan::Markers;
 
 #[derive(Debug, Default)]
 pub struct Report {
@@ -33,12 +38,51 @@ fn key(ns: Option<&str>, kind: &str, name: Option<&str>) -> String {
 
 const CLEAR: [(&str, Option<String>); 3] = Markers::CLEAR;
 
+/// Gone already, or replaced by another object of that name (UID
+/// precondition failed): nothing of ours to delete.
 fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
     match r {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Reverting an autoscaler minimum at `path`: back to the persisted baseline
+/// and markers removed; markers that do not parse are only removed. None
+/// when the object carries no marker.
+fn autoscaler_revert_ops(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+    path: &str,
+    current: Option<Value>,
+) -> Option<Vec<Value>> {
+    let mut ops = match Markers::from_annotations(annotations) {
+        Some(m) => guarded_set(path, current, json!(m.baseline.max(0))),
+        None if Markers::any_present(annotations) => Vec::new(),
+        None => return None,
+    };
+    ops.extend(annotation_ops(annotations, &CLEAR));
+    Some(ops)
+}
+
+/// Delete only this object (not a successor of the same name).
+fn delete_params(uid: Option<String>, dry_run: bool) -> DeleteParams {
+    DeleteParams {
+        dry_run,
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// The PDBs and EvictionAutoScalers uninstall deletes: ours only.
+pub fn ours<K: kube::Resource>(items: Vec<K>) -> Vec<K> {
+    items
+        .into_iter()
+        .filter(|o| owned_by_us(o.meta()))
+        .collect()
 }
 
 pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
@@ -47,25 +91,23 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
         dry_run,
         ..Default::default()
     };
-    let dp = DeleteParams {
-        dry_run,
-        ..Default::default()
-    };
 
     // Autoscalers first: their Deployments' own markers are reverted below.
     let hpas: Api<HorizontalPodAutoscaler> = Api::all(client.clone());
     for h in hpas.list(&ListParams::default()).await? {
-        let Some(m) = Markers::from_annotations(h.metadata.annotations.as_ref()) else {
-            continue;
-        };
-        let ns = h.metadata.namespace.clone().unwrap_or_default();
         let current = h
             .spec
             .as_ref()
             .and_then(|s| s.min_replicas)
             .map(|c| json!(c));
-        let mut ops = guarded_set("/spec/minReplicas", current, json!(m.baseline.max(0)));
-        ops.extend(annotation_ops(h.metadata.annotations.as_ref(), &CLEAR));
+        let Some(ops) = autoscaler_revert_ops(
+            h.metadata.annotations.as_ref(),
+            "/spec/minReplicas",
+            current,
+        ) else {
+            continue;
+        };
+        let ns = h.metadata.namespace.clone().unwrap_or_default();
         let api: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), &ns);
         api.patch(
             h.metadata.name.as_deref().unwrap_or_default(),
@@ -84,13 +126,15 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
     if keda_present {
         let sos: Api<DynamicObject> = Api::all_with(client.clone(), &keda_resource());
         for so in sos.list(&ListParams::default()).await? {
-            let Some(m) = Markers::from_annotations(so.metadata.annotations.as_ref()) else {
+            let current = so.data["spec"].get("minReplicaCount").cloned();
+            let Some(ops) = autoscaler_revert_ops(
+                so.metadata.annotations.as_ref(),
+                "/spec/minReplicaCount",
+                current,
+            ) else {
                 continue;
             };
             let ns = so.metadata.namespace.clone().unwrap_or_default();
-            let current = so.data["spec"].get("minReplicaCount").cloned();
-            let mut ops = guarded_set("/spec/minReplicaCount", current, json!(m.baseline.max(0)));
-            ops.extend(annotation_ops(so.metadata.annotations.as_ref(), &CLEAR));
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), &ns, &keda_resource());
             api.patch(
@@ -106,8 +150,11 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
     }
     let deps: Api<Deployment> = Api::all(client.clone());
     for d in deps.list(&ListParams::default()).await? {
-        let Some(ops) = deployment_revert_ops(&d) else {
-            continue;
+        let ann = d.metadata.annotations.as_ref();
+        let ops = match deployment_revert_ops(&d) {
+            Some(ops) => ops,
+            None if Markers::any_present(ann) => annotation_ops(ann, &CLEAR),
+            None => continue,
         };
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
@@ -123,12 +170,10 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
     }
 
     let pdbs: Api<PodDisruptionBudget> = Api::all(client.clone());
-    for p in pdbs.list(&ListParams::default()).await? {
-        if !owned_by_us(&p.metadata) {
-            continue;
-        }
+    for p in ours(pdbs.list(&ListParams::default()).await?.items) {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+        let dp = delete_params(p.metadata.uid.clone(), dry_run);
         ignore_gone(
             api.delete(p.metadata.name.as_deref().unwrap_or_default(), &dp)
                 .await,
@@ -140,9 +185,10 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
     let eas: Api<EvictionAutoScaler> = Api::all(client.clone());
     match eas.list(&ListParams::default()).await {
         Ok(list) => {
-            for e in list {
+            for e in ours(list.items) {
                 let ns = e.metadata.namespace.clone().unwrap_or_default();
                 let api: Api<EvictionAutoScaler> = Api::namespaced(client.clone(), &ns);
+                let dp = delete_params(e.metadata.uid.clone(), dry_run);
                 // Those owned by a PDB may already be gone with it.
                 ignore_gone(
                     api.delete(e.metadata.name.as_deref().unwrap_or_default(), &dp)
@@ -160,4 +206,66 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
         Err(e) => return Err(e),
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn eas(name: &str, owned: bool) -> EvictionAutoScaler {
+        EvictionAutoScaler {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: owned.then(|| {
+                    [(
+                        names::OWNED_BY.to_string(),
+                        names::OWNED_BY_VALUE.to_string(),
+                    )]
+                    .into()
+                }),
+                ..Default::default()
+            },
+            spec: Default::default(),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn only_our_evictionautoscalers_are_deleted() {
+        let kept = ours(vec![eas("ours", true), eas("users", false)]);
+        let names: Vec<_> = kept
+            .iter()
+            .filter_map(|e| e.metadata.name.clone())
+            .collect();
+        assert_eq!(names, ["ours"]);
+    }
+
+    #[test]
+    fn malformed_markers_are_removed_without_touching_the_value() {
+        let ann: std::collections::BTreeMap<String, String> = [
+            (names::SURGE_REPLICAS.to_string(), "six".to_string()),
+            ("team".to_string(), "a".to_string()),
+        ]
+        .into();
+        let ops =
+            autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(6))).expect("ops");
+        assert_eq!(
+            ops,
+            vec![json!({"op": "remove", "path": "/metadata/annotations/evictionSurgeReplicas"})]
+        );
+        let ann: std::collections::BTreeMap<String, String> = [
+            (names::SURGE_REPLICAS.to_string(), "6".to_string()),
+            (names::ORIGINAL_MIN_REPLICAS.to_string(), "2".to_string()),
+        ]
+        .into();
+        let ops =
+            autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(6))).expect("ops");
+        assert_eq!(
+            ops[1],
+            json!({"op": "replace", "path": "/spec/minReplicas", "value": 2})
+        );
+        assert!(autoscaler_revert_ops(None, "/spec/minReplicas", Some(json!(6))).is_none());
+    }
 }

@@ -1,19 +1,26 @@
 //! The PDB reconciler: runs `plan::plan` for every namespace whenever a watch
 //! event arrives (and every resync interval), then performs the writes. Its
-//! writes are conflict-aware patches; a failing write is counted, logged and
-//! retried on the next pass, which comes no sooner than `MIN_PASS_INTERVAL`.
+//! writes are conflict-aware patches. A failing write is retried with
+//! per-object backoff (`backoff`, 1 s doubling to 5 min, reset on success)
+//! while every other object is written as planned; passes come no sooner than
+//! `MIN_PASS_INTERVAL`. Namespaces being deleted are skipped, and the refusals
+//! a namespace deletion causes (403 NamespaceTerminating, 404, 409) are
+//! expected answers, logged at debug, not reconcile errors. A pass stops
+//! writing as soon as this replica stops leading.
 
+pub mod backoff;
 pub mod plan;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::Status;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource};
 use serde_json::json;
@@ -27,6 +34,7 @@ use crate::names;
 use crate::patch::{guarded_set, json_patch};
 use crate::pdb::baseline_replicas;
 use crate::scope;
+use backoff::Backoff;
 use plan::{Action, NamespaceSnapshot};
 
 const MIN_PASS_INTERVAL: Duration = Duration::from_millis(500);
@@ -80,6 +88,45 @@ pub struct Reconciler {
     pub orphan_grace: Duration,
     /// Conflicts and bad annotations already reported, so Events are not repeated.
     reported: Mutex<BTreeSet<String>>,
+    /// Objects whose last write failed ("namespace/kind/name").
+    backoff: Mutex<Backoff>,
+}
+
+/// How a failed write is accounted for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// What a namespace deletion (or a concurrent writer) makes the apiserver
+    /// answer: 403 with the NamespaceTerminating cause, 404 (gone), 409
+    /// (conflict, or UID precondition failed). The next pass re-plans from the
+    /// watch; no error is counted.
+    Expected,
+    /// Anything else: counted in `reconcile_errors` and logged.
+    Error,
+}
+
+/// The apiserver's cause when it refuses new content in a namespace being deleted.
+fn namespace_terminating(s: &Status) -> bool {
+    s.details
+        .as_ref()
+        .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+        || s.message.contains("because it is being terminated")
+}
+
+/// The apiserver's 404 for a path it does not serve at all (a plain-text
+/// "404 page not found" when the whole API group is gone): our CRD is
+/// missing. That is an error to see, not a namespace going away.
+fn resource_type_missing(s: &Status) -> bool {
+    s.message.contains("could not find the requested resource")
+        || s.message.contains("404 page not found")
+}
+
+pub fn classify(e: &kube::Error) -> Refusal {
+    match e {
+        kube::Error::Api(s) if s.code == 404 && resource_type_missing(s) => Refusal::Error,
+        kube::Error::Api(s) if matches!(s.code, 404 | 409) => Refusal::Expected,
+        kube::Error::Api(s) if s.code == 403 && namespace_terminating(s) => Refusal::Expected,
+        _ => Refusal::Error,
+    }
 }
 
 pub fn recorder(client: Client, instance: Option<String>) -> Recorder {
@@ -113,26 +160,83 @@ impl Reconciler {
             degraded,
             orphan_grace,
             reported: Mutex::new(BTreeSet::new()),
+            backoff: Mutex::new(Backoff::default()),
         }
     }
 
-    /// Runs passes while `leader` is true, until the process ends.
+    fn due(&self, key: &str) -> bool {
+        self.backoff
+            .lock()
+            .map(|b| b.due(key, Instant::now()))
+            .unwrap_or(true)
+    }
+
+    /// Books the outcome of one write on `key`, counting real errors.
+    fn settle(&self, key: &str, controller: &'static str, result: Result<(), kube::Error>) {
+        let Ok(mut book) = self.backoff.lock() else {
+            return;
+        };
+        let e = match result {
+            Ok(()) => {
+                book.succeeded(key);
+                return;
+            }
+            Err(e) => e,
+        };
+        let retry_in = book.failed(key, Instant::now());
+        drop(book);
+        match classify(&e) {
+            Refusal::Expected => {
+                tracing::debug!(object = key, error = %e, ?retry_in, "write refused (namespace going away or object changed); re-planned later");
+            }
+            Refusal::Error => {
+                self.metrics
+                    .reconcile_errors
+                    .get_or_create(&ControllerLabel { controller })
+                    .inc();
+                tracing::warn!(object = key, error = %e, ?retry_in, "reconcile write failed; retrying with backoff");
+            }
+        }
+    }
+
+    /// When the earliest object in backoff becomes due.
+    fn next_retry(&self) -> Option<Instant> {
+        self.backoff.lock().ok().and_then(|b| b.next_retry())
+    }
+
+    /// Runs passes while `leader` is true, until the process ends. Until the
+    /// caches sync (a missing CRD keeps them from it) it only waits for
+    /// watch events, at most one look per `MIN_PASS_INTERVAL`.
     pub async fn run(self: Arc<Self>, mut leader: watch::Receiver<bool>) {
         let mut changed = self.cache.changed.clone();
         loop {
+            let mut wait = RESYNC;
             if *leader.borrow() && self.cache.synced() {
-                self.pass().await;
+                // Stepping down cancels the pass, even mid-request.
+                let mut lost = leader.clone();
+                tokio::select! {
+                    _ = self.pass(&leader) => {},
+                    _ = lost.wait_for(|leading| !*leading) => {
+                        tracing::info!("no longer leading: reconcile pass abandoned");
+                    },
+                }
+                // Wake up for the first object whose backoff ends.
+                if let Some(at) = self.next_retry() {
+                    wait = wait.min(at.saturating_duration_since(Instant::now()));
+                }
             }
             tokio::time::sleep(MIN_PASS_INTERVAL).await;
             tokio::select! {
                 _ = changed.changed() => {},
                 _ = leader.changed() => {},
-                _ = tokio::time::sleep(RESYNC) => {},
+                _ = tokio::time::sleep(wait) => {},
             }
         }
     }
 
-    pub async fn pass(&self) {
+    /// One pass over every namespace; stops writing as soon as `leader` turns false.
+    pub async fn pass(&self, leader: &watch::Receiver<bool>) {
+        let mut planned: BTreeSet<String> = BTreeSet::new();
         let mut managed = 0i64;
         // One read of each store per pass, grouped by namespace.
         let mut deployments_by_ns = by_namespace(self.cache.deployments.state());
@@ -175,6 +279,11 @@ impl Reconciler {
             if !sc.enabled && pdbs.is_empty() && eas.is_empty() {
                 continue;
             }
+            // Being deleted: everything in it goes, and the apiserver refuses
+            // new content there. Nothing to write.
+            if ns.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
             let keda_min = keda_minimums(&self.cache, &name);
             let age = |p: &PodDisruptionBudget| -> i64 {
                 p.metadata
@@ -206,19 +315,30 @@ impl Reconciler {
                 }
             }
             for action in actions {
-                if let Err(e) = self.apply(&name, &deployments, action).await {
-                    self.metrics
-                        .reconcile_errors
-                        .get_or_create(&ControllerLabel { controller: "pdb" })
-                        .inc();
-                    tracing::warn!(namespace = %name, error = %e, "reconcile write failed; retrying on the next pass");
+                if !*leader.borrow() {
+                    return; // stepped down: not one more write
                 }
+                let key = format!("{name}/{}", action.object());
+                planned.insert(key.clone());
+                if !self.due(&key) {
+                    continue;
+                }
+                let result = self.apply(&name, &deployments, action).await;
+                self.settle(&key, "pdb", result);
             }
             if sc.enabled {
-                self.write_statuses(&name, &deployments, &pdbs, &eas).await;
+                self.write_statuses(&name, &deployments, &pdbs, &eas, leader, &mut planned)
+                    .await;
             }
         }
-        self.metrics.managed_pdbs.set(managed);
+        if let Ok(mut b) = self.backoff.lock() {
+            b.retain(|k| planned.contains(k));
+        }
+        // A replica that stopped leading keeps the gauge at the 0 its
+        // step-down set.
+        if *leader.borrow() {
+            self.metrics.managed_pdbs.set(managed);
+        }
     }
 
     async fn report_once(&self, key: String, obj: &ObjectReference, reason: &str, note: String) {
@@ -368,40 +488,49 @@ impl Reconciler {
                 name,
                 target,
                 owner,
+                pdb_uid,
             } => {
-                let obj = EvictionAutoScaler {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(ns.into()),
-                        annotations: Some(
-                            [
-                                (
-                                    names::OWNED_BY.to_string(),
-                                    names::OWNED_BY_VALUE.to_string(),
-                                ),
-                                (names::TARGET.to_string(), target.clone()),
-                            ]
-                            .into(),
-                        ),
-                        owner_references: owner.map(|o| vec![o]),
-                        ..Default::default()
-                    },
-                    spec: EvictionAutoScalerSpec {
-                        target_name: target,
-                        target_kind: "deployment".into(),
-                        last_eviction: None,
-                    },
-                    status: None,
-                };
-                let pp = PostParams {
-                    field_manager: Some(names::MANAGER.into()),
+                self.create_eas(&eas, ns, name, target, owner, pdb_uid)
+                    .await?
+            }
+            Action::StepAside {
+                pdb,
+                uid,
+                deployment,
+                by,
+            } => {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: uid.clone(),
+                        resource_version: None,
+                    }),
                     ..Default::default()
                 };
-                match eas.create(&pp, &obj).await {
+                match pdbs.delete(&pdb, &dp).await {
                     Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
                     Err(e) => return Err(e),
                 }
+                tracing::info!(namespace = ns, %pdb, %deployment, took_over = %by, "another PDB selects the pods: deleted ours");
+                let note = format!(
+                    "PodDisruptionBudget {by} also selects the pods of Deployment {deployment}; \
+                     deleted our PodDisruptionBudget {pdb} so that each pod has one budget \
+                     ({by} took over; ours comes back if {by} is deleted)"
+                );
+                if let Some(r) = dep_ref(&deployment) {
+                    self.event(&r, EventType::Normal, "PDBSteppedAside", note.clone())
+                        .await;
+                }
+                let ours = ObjectReference {
+                    api_version: Some("policy/v1".into()),
+                    kind: Some("PodDisruptionBudget".into()),
+                    namespace: Some(ns.into()),
+                    name: Some(pdb),
+                    uid,
+                    ..Default::default()
+                };
+                self.event(&ours, EventType::Normal, "PDBSteppedAside", note)
+                    .await;
             }
             Action::DeleteEas { name } => match eas.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
@@ -412,13 +541,69 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Status of each EvictionAutoScaler, written only when it changed.
+    /// Creates our EvictionAutoScaler for a PDB; for a PDB of ours, records
+    /// its UID in the status at once (the evidence `plan::once_ours` reads).
+    async fn create_eas(
+        &self,
+        api: &Api<EvictionAutoScaler>,
+        ns: &str,
+        name: String,
+        target: String,
+        owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+        pdb_uid: Option<String>,
+    ) -> Result<(), kube::Error> {
+        let obj = EvictionAutoScaler {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(ns.into()),
+                annotations: Some(
+                    [
+                        (
+                            names::OWNED_BY.to_string(),
+                            names::OWNED_BY_VALUE.to_string(),
+                        ),
+                        (names::TARGET.to_string(), target.clone()),
+                    ]
+                    .into(),
+                ),
+                owner_references: owner.map(|o| vec![o]),
+                ..Default::default()
+            },
+            spec: EvictionAutoScalerSpec {
+                target_name: target,
+                target_kind: "deployment".into(),
+                last_eviction: None,
+            },
+            status: None,
+        };
+        let pp = PostParams {
+            field_manager: Some(names::MANAGER.into()),
+            ..Default::default()
+        };
+        match api.create(&pp, &obj).await {
+            Ok(_) => {}
+            // Made by an earlier pass; its status is kept by write_statuses.
+            Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        if let Some(uid) = pdb_uid {
+            let patch = json!({"status": {"pdbUID": uid}});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Status of each EvictionAutoScaler, written only when it differs from
+    /// what the cache holds; fields we no longer set are removed.
     async fn write_statuses(
         &self,
         ns: &str,
         deployments: &[Arc<Deployment>],
         pdbs: &[Arc<PodDisruptionBudget>],
         eas: &[Arc<EvictionAutoScaler>],
+        leader: &watch::Receiver<bool>,
+        planned: &mut BTreeSet<String>,
     ) {
         let api: Api<EvictionAutoScaler> = Api::namespaced(self.client.clone(), ns);
         for e in eas {
@@ -438,24 +623,47 @@ impl Reconciler {
                 pdb.map(|p| p.as_ref()),
                 self.degraded.get(ns, target),
             );
-            if e.status.as_ref() == Some(&want) {
+            let Some(patch) = status_patch(e.status.as_ref(), &want) else {
+                continue;
+            };
+            if !*leader.borrow() {
+                return;
+            }
+            let key = format!("{ns}/status/{name}");
+            planned.insert(key.clone());
+            if !self.due(&key) {
                 continue;
             }
-            let patch = json!({ "status": want });
-            if let Err(err) = api
+            let result = api
                 .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
-            {
-                self.metrics
-                    .reconcile_errors
-                    .get_or_create(&ControllerLabel {
-                        controller: "status",
-                    })
-                    .inc();
-                tracing::debug!(namespace = ns, eas = %name, error = %err, "status not written");
-            }
+                .map(|_| ());
+            self.settle(&key, "status", result);
         }
     }
+}
+
+/// The merge patch that turns `current` into `want`, or None when they are
+/// equal (a steady cluster costs no status write). Fields `current` has and
+/// `want` does not are sent as null, so the apiserver removes them.
+pub fn status_patch(
+    current: Option<&EvictionAutoScalerStatus>,
+    want: &EvictionAutoScalerStatus,
+) -> Option<serde_json::Value> {
+    if current == Some(want) {
+        return None;
+    }
+    let mut body = match serde_json::to_value(want) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    if let Some(serde_json::Value::Object(old)) = current.and_then(|c| serde_json::to_value(c).ok())
+    {
+        for k in old.keys() {
+            body.entry(k.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    Some(json!({ "status": body }))
 }
 
 /// Objects grouped by namespace.
@@ -488,6 +696,13 @@ pub fn keda_minimums(cache: &Cache, ns: &str) -> BTreeMap<String, i32> {
     out
 }
 
+/// Now, at the precision the apiserver stores a condition time with, so the
+/// status we want compares equal to the one we read back.
+fn now_in_seconds() -> k8s_openapi::jiff::Timestamp {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
+}
+
 fn condition(type_: &str, ok: bool, reason: &str, message: &str, prev: &[Condition]) -> Condition {
     let status = if ok { "True" } else { "False" };
     // Keep the transition time while the status stays the same.
@@ -495,7 +710,7 @@ fn condition(type_: &str, ok: bool, reason: &str, message: &str, prev: &[Conditi
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)
         .map(|c| c.last_transition_time.clone())
-        .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
+        .unwrap_or_else(|| Time(now_in_seconds()));
     Condition {
         type_: type_.into(),
         status: status.into(),
@@ -504,6 +719,16 @@ fn condition(type_: &str, ok: bool, reason: &str, message: &str, prev: &[Conditi
         last_transition_time: last,
         observed_generation: None,
     }
+}
+
+/// The UID recorded as proof that we created the PDB of this name (see
+/// `plan::once_ours`): set while the PDB carries `ownedBy`, kept while the same
+/// PDB (same UID) exists after a hand-over, dropped once it is gone.
+fn recorded_pdb_uid(e: &EvictionAutoScaler, pdb: Option<&PodDisruptionBudget>) -> Option<String> {
+    let p = pdb?;
+    let uid = p.metadata.uid.as_deref()?;
+    let recorded = e.status.as_ref().and_then(|s| s.pdb_uid.as_deref()) == Some(uid);
+    (owned_by_us(&p.metadata) || recorded).then(|| uid.to_string())
 }
 
 pub fn desired_status(
@@ -576,9 +801,198 @@ pub fn desired_status(
         current_replicas: replicas,
         surge_replicas: Some(surge),
         disruptions_allowed: allowed,
+        pdb_uid: recorded_pdb_uid(e, pdb),
         conditions: vec![
             condition("Ready", ready, ready_reason, &ready_msg, &prev),
             condition("Degraded", deg, &deg_reason, &deg_msg, &prev),
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pdb::owned_pdb;
+    use crate::pdb::tests::dep;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    fn eas(status: Option<EvictionAutoScalerStatus>) -> EvictionAutoScaler {
+        EvictionAutoScaler {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                ..Default::default()
+            },
+            spec: EvictionAutoScalerSpec {
+                target_name: "web".into(),
+                target_kind: "deployment".into(),
+                last_eviction: None,
+            },
+            status,
+        }
+    }
+
+    fn pdb(min: Option<i32>, max: Option<i32>, ours: bool, uid: &str) -> PodDisruptionBudget {
+        let mut p = owned_pdb(&dep("web", 3), 3);
+        if !ours {
+            p.metadata.annotations = None;
+        }
+        p.metadata.uid = Some(uid.into());
+        p.spec = Some(PodDisruptionBudgetSpec {
+            min_available: min.map(IntOrString::Int),
+            max_unavailable: max.map(IntOrString::Int),
+            ..Default::default()
+        });
+        p
+    }
+
+    /// The stored object after our merge patch, as the apiserver computes it.
+    fn stored_after(
+        current: &EvictionAutoScalerStatus,
+        patch: &serde_json::Value,
+    ) -> serde_json::Value {
+        let mut doc = json!({ "status": current });
+        json_patch::merge(&mut doc, patch);
+        doc
+    }
+
+    #[test]
+    fn a_field_we_stop_setting_is_removed_and_a_steady_status_is_not_rewritten() {
+        let d = dep("web", 3);
+        // A user PDB with minAvailable 2 ...
+        let first = desired_status(
+            &eas(None),
+            Some(&d),
+            Some(&pdb(Some(2), None, false, "u")),
+            None,
+        );
+        assert_eq!(first.min_replicas, Some(2));
+        // ... switched to maxUnavailable.
+        let e = eas(Some(first.clone()));
+        let want = desired_status(&e, Some(&d), Some(&pdb(None, Some(1), false, "u")), None);
+        assert_eq!(want.min_replicas, None);
+        let patch = status_patch(Some(&first), &want).expect("a write");
+        assert_eq!(patch["status"]["minReplicas"], serde_json::Value::Null);
+        let stored = stored_after(&first, &patch);
+        assert!(
+            stored["status"].get("minReplicas").is_none(),
+            "the old minimum is gone: {stored}"
+        );
+        let back: EvictionAutoScalerStatus =
+            serde_json::from_value(stored["status"].clone()).expect("status");
+        assert_eq!(back, want);
+        // Steady: nothing to write.
+        let e = eas(Some(back));
+        let again = desired_status(&e, Some(&d), Some(&pdb(None, Some(1), false, "u")), None);
+        assert_eq!(status_patch(e.status.as_ref(), &again), None);
+    }
+
+    #[test]
+    fn the_pdb_uid_is_recorded_while_ours_and_kept_only_for_that_pdb() {
+        let d = dep("web", 3);
+        let s = desired_status(
+            &eas(None),
+            Some(&d),
+            Some(&pdb(Some(3), None, true, "p1")),
+            None,
+        );
+        assert_eq!(s.pdb_uid.as_deref(), Some("p1"));
+        // Handed over (ownedBy removed): the same PDB keeps its record.
+        let e = eas(Some(s));
+        let s = desired_status(&e, Some(&d), Some(&pdb(Some(3), None, false, "p1")), None);
+        assert_eq!(s.pdb_uid.as_deref(), Some("p1"));
+        // Another PDB of that name, never ours: no record.
+        let s2 = desired_status(&e, Some(&d), Some(&pdb(Some(3), None, false, "p2")), None);
+        assert_eq!(s2.pdb_uid, None);
+        // A user PDB never gets one.
+        let s3 = desired_status(
+            &eas(None),
+            Some(&d),
+            Some(&pdb(Some(3), None, false, "p3")),
+            None,
+        );
+        assert_eq!(s3.pdb_uid, None);
+        // PDB gone: record dropped.
+        assert_eq!(desired_status(&e, Some(&d), None, None).pdb_uid, None);
+    }
+
+    fn api_error(code: u16, reason: &str, message: &str, cause: Option<&str>) -> kube::Error {
+        kube::Error::Api(Box::new(Status {
+            code,
+            reason: reason.into(),
+            message: message.into(),
+            details: cause.map(|c| StatusDetails {
+                name: "web".into(),
+                group: String::new(),
+                kind: "poddisruptionbudgets".into(),
+                uid: String::new(),
+                causes: vec![StatusCause {
+                    reason: c.into(),
+                    message: "namespace ns is being terminated".into(),
+                    field: "metadata.namespace".into(),
+                }],
+                retry_after_seconds: 0,
+            }),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn namespace_deletion_answers_are_expected_other_failures_are_errors() {
+        let terminating = api_error(
+            403,
+            "Forbidden",
+            "poddisruptionbudgets \"web\" is forbidden: unable to create new content in namespace ns because it is being terminated",
+            Some("NamespaceTerminating"),
+        );
+        assert_eq!(classify(&terminating), Refusal::Expected);
+        let by_cause_only = api_error(403, "Forbidden", "forbidden", Some("NamespaceTerminating"));
+        assert_eq!(classify(&by_cause_only), Refusal::Expected);
+        assert_eq!(
+            classify(&api_error(404, "NotFound", "not found", None)),
+            Refusal::Expected
+        );
+        assert_eq!(
+            classify(&api_error(409, "Conflict", "precondition failed", None)),
+            Refusal::Expected
+        );
+        let rbac = api_error(
+            403,
+            "Forbidden",
+            "poddisruptionbudgets is forbidden: User \"x\" cannot create resource",
+            None,
+        );
+        assert_eq!(classify(&rbac), Refusal::Error);
+        assert_eq!(
+            classify(&api_error(500, "InternalError", "boom", None)),
+            Refusal::Error
+        );
+        assert_eq!(
+            classify(&api_error(422, "Invalid", "bad", None)),
+            Refusal::Error
+        );
+        let no_crd = api_error(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+            None,
+        );
+        assert_eq!(
+            classify(&no_crd),
+            Refusal::Error,
+            "a missing CRD is an error"
+        );
+        let no_group = api_error(
+            404,
+            "Failed to parse error data",
+            "404 page not found",
+            None,
+        );
+        assert_eq!(
+            classify(&no_group),
+            Refusal::Error,
+            "a missing API group too"
+        );
     }
 }

@@ -1,6 +1,37 @@
 //! The PDB and EvictionAutoScaler planner (behaviour.md sections 2, 3, 7):
 //! a snapshot of one namespace in, the writes that bring it to the desired
 //! state out. Pure, so every rule is a table test; `reconcile::apply` does the I/O.
+//!
+//! Ownership rules (the "never modify what is not ours" invariant):
+//! - A PDB is ours while it carries `ownedBy: EvictionAutoScaler`. Only ours
+//!   are ever created, patched (`SetMinAvailable`, `SetOwner`) or deleted
+//!   (`DeletePdb`, `StepAside`, always with the PDB's UID as precondition).
+//! - The one write to a PDB without `ownedBy` is `ReleaseOwner` (hand-over:
+//!   drop the controller reference to the Deployment we wrote, keep every other
+//!   reference). It is planned only for a PDB we provably created: the
+//!   EvictionAutoScaler of the PDB's name records that PDB's UID in
+//!   `status.pdbUID`. That field is written only while the PDB carries
+//!   `ownedBy` (and kept while the UID stays the same, see
+//!   `reconcile::desired_status`), so a Helm chart's or operator's PDB, which
+//!   never carried it, never loses a reference, whatever its references say.
+//!   Without the evidence (EvictionAutoScaler deleted by hand, or the user
+//!   removed `ownedBy` before its status was first written) we do nothing:
+//!   the safe side is to leave the PDB alone.
+//! - Hand-back: `ownedBy` added again makes the PDB ours again (`SetOwner`,
+//!   `SetMinAvailable`).
+//!
+//! One PDB per pod (the "never two PDBs over one pod" invariant):
+//! - Step aside: when a PDB we do not own selects a Deployment's pods while
+//!   ours for that Deployment does too, ours is deleted (`StepAside`, an Event
+//!   names the PDB that took over) and theirs gets the EvictionAutoScaler.
+//!   When theirs goes, "no matching PDB" creates ours again.
+//! - Two PDBs of ours over one Deployment's pods (overlapping selectors of
+//!   two Deployments) are left as they are: deleting either would make the
+//!   other's Deployment re-create it, a loop; the eviction webhook reports it.
+//!
+//! The caller applies the actions in order; a failed action is retried with
+//! per-object backoff (`reconcile::backoff`); `Action::object` names the
+//! object for that book.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,7 +76,7 @@ pub enum Action {
         pdb: String,
         owner: OwnerReference,
     },
-    /// The user removed `ownedBy`: drop our reference, keep the PDB.
+    /// The user removed `ownedBy` from a PDB we created: drop our reference, keep the PDB.
     ReleaseOwner {
         pdb: String,
         keep: Vec<OwnerReference>,
@@ -60,14 +91,45 @@ pub enum Action {
         deployment: String,
         pdb: String,
     },
+    /// Planned before the PDB writes of the same pass, so the evidence of a
+    /// PDB of ours (`pdb_uid`, written into its status right after the create)
+    /// exists by the time our ownerReference appears on the PDB.
     CreateEas {
         name: String,
         target: String,
         owner: Option<OwnerReference>,
+        /// The PDB's UID when the PDB is ours: recorded as `status.pdbUID`.
+        pdb_uid: Option<String>,
     },
     DeleteEas {
         name: String,
     },
+    /// Another PDB (not ours) selects the pods of `deployment`: delete ours
+    /// (UID precondition), with an Event naming the PDB that took over.
+    StepAside {
+        pdb: String,
+        uid: Option<String>,
+        deployment: String,
+        by: String,
+    },
+}
+
+impl Action {
+    /// The object this action writes, for the per-object backoff book.
+    pub fn object(&self) -> String {
+        match self {
+            Action::CreatePdb(p) => {
+                format!("pdb/{}", p.metadata.name.as_deref().unwrap_or_default())
+            }
+            Action::SetMinAvailable { pdb, .. }
+            | Action::SetOwner { pdb, .. }
+            | Action::ReleaseOwner { pdb, .. }
+            | Action::DeletePdb { pdb, .. }
+            | Action::StepAside { pdb, .. } => format!("pdb/{pdb}"),
+            Action::NameConflict { deployment, .. } => format!("deployment/{deployment}"),
+            Action::CreateEas { name, .. } | Action::DeleteEas { name } => format!("eas/{name}"),
+        }
+    }
 }
 
 fn pdb_owner(p: &PodDisruptionBudget) -> Option<OwnerReference> {
@@ -81,12 +143,17 @@ fn pdb_owner(p: &PodDisruptionBudget) -> Option<OwnerReference> {
     })
 }
 
+/// The controller reference to this Deployment, as we write it.
+fn is_our_deployment_ref(o: &OwnerReference, dep_name: &str) -> bool {
+    o.kind == "Deployment" && o.controller == Some(true) && o.name == dep_name
+}
+
 fn deployment_ref<'a>(p: &'a PodDisruptionBudget, dep_name: &str) -> Option<&'a OwnerReference> {
     p.metadata
         .owner_references
         .iter()
         .flatten()
-        .find(|o| o.kind == "Deployment" && o.controller == Some(true) && o.name == dep_name)
+        .find(|o| is_our_deployment_ref(o, dep_name))
 }
 
 /// The floor our PDB keeps for a Deployment: KEDA minimum, else HPA minimum,
@@ -108,6 +175,100 @@ fn target_of(p: &PodDisruptionBudget) -> Option<&str> {
         .or(p.metadata.name.as_deref())
 }
 
+/// Ours, and made for this Deployment.
+fn ours_for(p: &PodDisruptionBudget, dep_name: &str) -> bool {
+    owned_by_us(&p.metadata) && target_of(p) == Some(dep_name)
+}
+
+/// Did we create this PDB? The EvictionAutoScaler of its name recorded its
+/// UID while it carried `ownedBy` (see the header).
+pub fn once_ours(p: &PodDisruptionBudget, eas: &[Arc<EvictionAutoScaler>]) -> bool {
+    let (Some(name), Some(uid)) = (p.metadata.name.as_deref(), p.metadata.uid.as_deref()) else {
+        return false;
+    };
+    eas.iter()
+        .filter(|e| e.metadata.name.as_deref() == Some(name))
+        .filter_map(|e| e.status.as_ref()?.pdb_uid.as_deref())
+        .any(|recorded| recorded == uid)
+}
+
+/// The writes that keep our PDB for `dep` in line, or hand it over.
+fn plan_matching(
+    dep: &Deployment,
+    dep_name: &str,
+    matching: &[&Arc<PodDisruptionBudget>],
+    floor: i32,
+    opted_out: bool,
+    eas: &[Arc<EvictionAutoScaler>],
+    out: &mut Vec<Action>,
+) {
+    // The first PDB we do not own that selects these pods: ours steps aside for it.
+    let theirs = matching
+        .iter()
+        .find(|p| !owned_by_us(&p.metadata))
+        .and_then(|p| p.metadata.name.clone());
+    for p in matching {
+        let pdb_name = p.metadata.name.clone().unwrap_or_default();
+        if ours_for(p, dep_name) {
+            if let Some(by) = &theirs {
+                out.push(Action::StepAside {
+                    pdb: pdb_name,
+                    uid: p.metadata.uid.clone(),
+                    deployment: dep_name.to_string(),
+                    by: by.clone(),
+                });
+                continue;
+            }
+            if opted_out {
+                out.push(Action::DeletePdb {
+                    pdb: pdb_name,
+                    uid: p.metadata.uid.clone(),
+                    why: "deployment opted out",
+                });
+                continue;
+            }
+            let current = p.spec.as_ref().and_then(|sp| sp.min_available.clone());
+            if current != Some(IntOrString::Int(floor)) {
+                out.push(Action::SetMinAvailable {
+                    pdb: pdb_name.clone(),
+                    min: floor,
+                });
+            }
+            let has_owner = dep
+                .metadata
+                .uid
+                .as_deref()
+                .is_some_and(|uid| deployment_ref(p, dep_name).is_some_and(|o| o.uid == uid));
+            if !has_owner {
+                if let Some(owner) = owner_reference(dep) {
+                    out.push(Action::SetOwner {
+                        pdb: pdb_name,
+                        owner,
+                    });
+                }
+            }
+        } else if !owned_by_us(&p.metadata)
+            && deployment_ref(p, dep_name).is_some()
+            && once_ours(p, eas)
+        {
+            // Handed to the user: drop our reference so deleting the
+            // Deployment no longer deletes their PDB.
+            let keep = p
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .filter(|o| !is_our_deployment_ref(o, dep_name))
+                .cloned()
+                .collect();
+            out.push(Action::ReleaseOwner {
+                pdb: pdb_name,
+                keep,
+            });
+        }
+    }
+}
+
 pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut out = Vec::new();
     if !s.in_scope {
@@ -127,7 +288,9 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         return out;
     }
 
-    let mut wanted_eas: BTreeMap<String, (String, Option<OwnerReference>)> = BTreeMap::new();
+    // EvictionAutoScaler name → (target, owner, UID of the PDB when ours).
+    let mut wanted_eas: BTreeMap<String, (String, Option<OwnerReference>, Option<String>)> =
+        BTreeMap::new();
     for dep in s.deployments {
         let Some(dep_name) = dep.metadata.name.clone() else {
             continue;
@@ -136,59 +299,24 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         let matching = matching_pdbs(dep, s.pdbs);
         let floor = floor_for(dep, s);
 
-        for p in &matching {
-            let pdb_name = p.metadata.name.clone().unwrap_or_default();
-            if owned_by_us(&p.metadata) && target_of(p) == Some(dep_name.as_str()) {
-                if opted_out {
-                    out.push(Action::DeletePdb {
-                        pdb: pdb_name,
-                        uid: p.metadata.uid.clone(),
-                        why: "deployment opted out",
-                    });
-                    continue;
-                }
-                let current = p.spec.as_ref().and_then(|sp| sp.min_available.clone());
-                if current != Some(IntOrString::Int(floor)) {
-                    out.push(Action::SetMinAvailable {
-                        pdb: pdb_name.clone(),
-                        min: floor,
-                    });
-                }
-                let has_owner =
-                    dep.metadata.uid.as_deref().is_some_and(|uid| {
-                        deployment_ref(p, &dep_name).is_some_and(|o| o.uid == uid)
-                    });
-                if !has_owner {
-                    if let Some(owner) = owner_reference(dep) {
-                        out.push(Action::SetOwner {
-                            pdb: pdb_name.clone(),
-                            owner,
-                        });
-                    }
-                }
-            } else if !owned_by_us(&p.metadata) && deployment_ref(p, &dep_name).is_some() {
-                // Handed to the user: drop our reference so deleting the
-                // Deployment no longer deletes their PDB.
-                let keep = p
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .filter(|o| !(o.kind == "Deployment" && o.name == dep_name))
-                    .cloned()
-                    .collect();
-                out.push(Action::ReleaseOwner {
-                    pdb: pdb_name.clone(),
-                    keep,
-                });
-            }
-        }
+        plan_matching(dep, &dep_name, &matching, floor, opted_out, s.eas, &mut out);
+        // What protects the pods once the step-aside is done.
+        let stays: Vec<_> = if matching.iter().any(|p| !owned_by_us(&p.metadata)) {
+            matching
+                .iter()
+                .filter(|p| !ours_for(p, &dep_name))
+                .copied()
+                .collect()
+        } else {
+            matching.clone()
+        };
 
         // One EvictionAutoScaler per PDB that protects this Deployment.
-        if matching.len() == 1 && !(opted_out && owned_by_us(&matching[0].metadata)) {
-            let p = matching[0];
+        if stays.len() == 1 && !(opted_out && owned_by_us(&stays[0].metadata)) {
+            let p = stays[0];
             if let Some(name) = p.metadata.name.clone() {
-                wanted_eas.insert(name, (dep_name.clone(), pdb_owner(p)));
+                let ours = owned_by_us(&p.metadata).then(|| p.metadata.uid.clone());
+                wanted_eas.insert(name, (dep_name.clone(), pdb_owner(p), ours.flatten()));
             }
         }
 
@@ -206,7 +334,7 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
                     // Its EvictionAutoScaler carries the Degraded condition.
                     wanted_eas
                         .entry(dep_name.clone())
-                        .or_insert_with(|| (dep_name.clone(), owner_reference(dep)));
+                        .or_insert_with(|| (dep_name.clone(), owner_reference(dep), None));
                 }
                 Some(_) => {}
                 None => out.push(Action::CreatePdb(Box::new(owned_pdb(dep, floor)))),
@@ -235,19 +363,24 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         }
     }
 
-    for (name, (target, owner)) in &wanted_eas {
+    let mut creates = Vec::new();
+    for (name, (target, owner, pdb_uid)) in &wanted_eas {
         let exists = s
             .eas
             .iter()
             .any(|e| e.metadata.name.as_deref() == Some(name.as_str()));
         if !exists {
-            out.push(Action::CreateEas {
+            creates.push(Action::CreateEas {
                 name: name.clone(),
                 target: target.clone(),
                 owner: owner.clone(),
+                pdb_uid: pdb_uid.clone(),
             });
         }
     }
+    // EvictionAutoScalers first (see `Action::CreateEas`).
+    creates.append(&mut out);
+    let mut out = creates;
     for e in s.eas.iter().filter(|e| owned_by_us(&e.metadata)) {
         let name = e.metadata.name.clone().unwrap_or_default();
         if !wanted_eas.contains_key(&name) {
@@ -346,7 +479,8 @@ mod tests {
         let a = w.plan();
         assert_eq!(a.len(), 1, "{a:?}");
         assert!(
-            matches!(&a[0], Action::CreateEas { name, target, owner: Some(_) } if name == "web" && target == "web")
+            matches!(&a[0], Action::CreateEas { name, target, owner: Some(_), pdb_uid: Some(u) }
+                if name == "web" && target == "web" && u == "pdb-uid")
         );
         w.eas = vec![Arc::new(EvictionAutoScaler {
             metadata: ObjectMeta {
@@ -395,6 +529,26 @@ mod tests {
     }
 
     #[test]
+    fn the_evidence_comes_before_our_owner_reference() {
+        let mut w = World::new();
+        let mut p = owned_pdb(&dep("web", 3), 3); // admission time: no owner yet
+        p.metadata.uid = Some("pdb-uid".into());
+        w.pdbs = vec![Arc::new(p)];
+        let a = w.plan();
+        let eas = a.iter().position(
+            |a| matches!(a, Action::CreateEas { pdb_uid: Some(u), .. } if u == "pdb-uid"),
+        );
+        let owner = a.iter().position(|a| matches!(a, Action::SetOwner { .. }));
+        assert!(matches!((eas, owner), (Some(e), Some(o)) if e < o), "{a:?}");
+        // A user PDB's EvictionAutoScaler records nothing.
+        w.pdbs = vec![user_pdb("mine", "web")];
+        assert!(matches!(
+            &w.plan()[..],
+            [Action::CreateEas { pdb_uid: None, .. }]
+        ));
+    }
+
+    #[test]
     fn user_pdbs_are_never_touched() {
         let mut w = World::new();
         w.pdbs = vec![user_pdb("mine", "web")];
@@ -412,6 +566,7 @@ mod tests {
         let mut p = (*ours(&w.deps[0], 3)).clone();
         p.metadata.annotations = None; // user removed ownedBy
         w.pdbs = vec![Arc::new(p.clone())];
+        w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
         let a = w.plan();
         assert!(
             a.iter()
@@ -487,5 +642,149 @@ mod tests {
                 ..
             }]
         ));
+    }
+
+    fn eas_with_pdb_uid(name: &str, uid: Option<&str>) -> Arc<EvictionAutoScaler> {
+        Arc::new(EvictionAutoScaler {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: Some(
+                    [(
+                        names::OWNED_BY.to_string(),
+                        names::OWNED_BY_VALUE.to_string(),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            spec: Default::default(),
+            status: Some(crate::crd::EvictionAutoScalerStatus {
+                pdb_uid: uid.map(str::to_string),
+                ..Default::default()
+            }),
+        })
+    }
+
+    /// A chart's PDB: its own name, labels and annotations, a controller
+    /// reference to the Deployment, no `ownedBy`.
+    fn helm_pdb(d: &Deployment) -> Arc<PodDisruptionBudget> {
+        let mut p = (*user_pdb("web-chart", "web")).clone();
+        p.metadata.annotations =
+            Some([("meta.helm.sh/release-name".to_string(), "web".to_string())].into());
+        p.metadata.labels = Some(
+            [(
+                "app.kubernetes.io/managed-by".to_string(),
+                "Helm".to_string(),
+            )]
+            .into(),
+        );
+        p.metadata.owner_references = owner_reference(d).map(|o| vec![o]);
+        Arc::new(p)
+    }
+
+    #[test]
+    fn helm_pdb_with_a_controller_reference_is_never_touched() {
+        let mut w = World::new();
+        w.pdbs = vec![helm_pdb(&w.deps[0])];
+        let a = w.plan();
+        assert!(
+            a.iter().all(|a| matches!(a, Action::CreateEas { .. })),
+            "{a:?}"
+        );
+        // Even with an EvictionAutoScaler of that name whose status names
+        // another PDB (or none).
+        w.eas = vec![eas_with_pdb_uid("web-chart", None)];
+        assert!(w.plan().is_empty(), "{:?}", w.plan());
+        w.eas = vec![eas_with_pdb_uid("web-chart", Some("pdb-other"))];
+        assert!(w.plan().is_empty(), "{:?}", w.plan());
+    }
+
+    #[test]
+    fn only_a_pdb_we_once_owned_is_released() {
+        let mut w = World::new();
+        let mut p = (*ours(&w.deps[0], 3)).clone();
+        p.metadata.annotations = None; // user removed ownedBy
+        w.pdbs = vec![Arc::new(p.clone())];
+        // The evidence: our EvictionAutoScaler recorded this PDB's UID.
+        w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
+        let a = w.plan();
+        assert!(
+            a.iter()
+                .any(|a| matches!(a, Action::ReleaseOwner { keep, .. } if keep.is_empty())),
+            "{a:?}"
+        );
+        // A recreated PDB of the same name (another UID) was never ours.
+        w.eas = vec![eas_with_pdb_uid("web", Some("pdb-older"))];
+        assert!(w.plan().is_empty(), "{:?}", w.plan());
+        // Other references are kept.
+        let mut p2 = p.clone();
+        let extra = OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "cm".into(),
+            uid: "cm-uid".into(),
+            ..Default::default()
+        };
+        p2.metadata
+            .owner_references
+            .get_or_insert_with(Vec::new)
+            .push(extra.clone());
+        w.pdbs = vec![Arc::new(p2)];
+        w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
+        assert!(w.plan().contains(&Action::ReleaseOwner {
+            pdb: "web".into(),
+            keep: vec![extra]
+        }));
+    }
+
+    #[test]
+    fn our_pdb_steps_aside_for_a_user_pdb() {
+        let mut w = World::new();
+        w.pdbs = vec![ours(&w.deps[0], 3), user_pdb("team", "web")];
+        let a = w.plan();
+        assert!(
+            a.contains(&Action::StepAside {
+                pdb: "web".into(),
+                uid: Some("pdb-uid".into()),
+                deployment: "web".into(),
+                by: "team".into(),
+            }),
+            "{a:?}"
+        );
+        assert!(
+            !a.iter().any(|a| matches!(
+                a,
+                Action::SetMinAvailable { .. } | Action::SetOwner { .. } | Action::CreatePdb(_)
+            )),
+            "{a:?}"
+        );
+        // Their PDB gets the EvictionAutoScaler; ours (the step-aside one) does not.
+        assert!(
+            a.iter()
+                .any(|a| matches!(a, Action::CreateEas { name, .. } if name == "team")),
+            "{a:?}"
+        );
+        // A Helm PDB with a controller reference counts as theirs too.
+        w.pdbs = vec![ours(&w.deps[0], 3), helm_pdb(&w.deps[0])];
+        assert!(w
+            .plan()
+            .iter()
+            .any(|a| matches!(a, Action::StepAside { by, .. } if by == "web-chart")));
+        // Theirs gone: ours comes back.
+        w.pdbs = vec![];
+        assert!(matches!(&w.plan()[..], [Action::CreatePdb(_)]));
+    }
+
+    #[test]
+    fn hand_back_restores_the_owner() {
+        let mut w = World::new();
+        let mut p = (*ours(&w.deps[0], 3)).clone();
+        p.metadata.owner_references = None;
+        w.pdbs = vec![Arc::new(p)];
+        w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
+        assert!(w
+            .plan()
+            .iter()
+            .any(|a| matches!(a, Action::SetOwner { pdb, .. } if pdb == "web")));
     }
 }

@@ -4,6 +4,7 @@
 //! with the real kubectl.
 
 pub mod pdbs;
+mod safety;
 mod support;
 mod surge;
 

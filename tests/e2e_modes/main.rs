@@ -383,3 +383,194 @@ async fn doctor_checks_the_installation() {
         "{text}"
     );
 }
+
+/// `eviction-autoscaler uninstall` deletes only the EvictionAutoScalers we
+/// own: one a user created (no ownedBy) stays, like their PDBs.
+#[tokio::test]
+async fn uninstall_leaves_user_evictionautoscalers_alone() {
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let _g = nodes_lock().await;
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("e2e-uninst-user").await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("eviction-autoscaler.azure.com", "v1", "EvictionAutoScaler"),
+        "evictionautoscalers",
+    );
+    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &ar);
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("mixed", 2, None))
+        .await
+        .unwrap();
+    wait_for(
+        "our EvictionAutoScaler",
+        Duration::from_secs(30),
+        || async { eas.get_opt("mixed").await.ok().flatten() },
+    )
+    .await;
+    let by_hand: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "eviction-autoscaler.azure.com/v1",
+        "kind": "EvictionAutoScaler",
+        "metadata": {"name": "by-hand"},
+        "spec": {"targetName": "mixed", "targetKind": "deployment"}
+    }))
+    .unwrap();
+    eas.create(&PostParams::default(), &by_hand).await.unwrap();
+    stop_server();
+    let out = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+        .arg("uninstall")
+        .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let _ = restart_server(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains(&format!("{}/evictionautoscaler/by-hand", ns.name)),
+        "{text}"
+    );
+    assert!(
+        eas.get_opt("by-hand").await.unwrap().is_some(),
+        "the user's EvictionAutoScaler stays:\n{text}"
+    );
+    assert!(
+        text.contains(&format!("{}/pdb/mixed", ns.name)),
+        "our PDB is deleted:\n{text}"
+    );
+}
+
+/// A leader that cannot renew its Lease (its RBAC for Leases revoked) steps
+/// down at the renew deadline, before the Lease could expire for the other
+/// replicas, and zeroes the gauges only a leader keeps.
+#[tokio::test]
+async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
+    let _g = nodes_lock().await;
+    let wh = restart_server(&[]);
+    let ns = TestNs::new("e2e-stepdown").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("sd", 1, None))
+        .await
+        .unwrap();
+    wait_for(
+        "leader with a managed PDB",
+        Duration::from_secs(30),
+        || async {
+            let leading = wh.metric_sum("eviction_autoscaler_leader", &[]) == 1.0;
+            let managed = wh.metric_sum("eviction_autoscaler_managed_pdbs", &[]) >= 1.0;
+            (leading && managed).then_some(())
+        },
+    )
+    .await;
+    let leases: Api<Lease> = Api::namespaced(ns.client.clone(), "eviction-autoscaler");
+    let renew_time = || async {
+        leases
+            .get("eviction-autoscaler")
+            .await
+            .ok()
+            .and_then(|l| l.spec?.renew_time)
+            .map(|t| t.0)
+    };
+    kubectl_ok(&[
+        "delete",
+        "rolebinding",
+        "-n",
+        "eviction-autoscaler",
+        "eviction-autoscaler-leader",
+    ]);
+    let revoked = Instant::now();
+    let stepped = wait_for("step-down", Duration::from_secs(30), || async {
+        (wh.metric_sum("eviction_autoscaler_leader", &[]) == 0.0).then(Instant::now)
+    })
+    .await;
+    let stepped_at = k8s_openapi::jiff::Timestamp::now();
+    let last_renewal = renew_time().await.expect("renewTime");
+    let managed = wh.metric_sum("eviction_autoscaler_managed_pdbs", &[]);
+    let surges = wh.metric_sum("eviction_autoscaler_active_surges", &[]);
+    let since_renewal = stepped_at.duration_since(last_renewal).as_secs_f64();
+    record_figure(format!(
+        "leader step-down: {:.1}s after the Lease RBAC was revoked, {since_renewal:.1}s after the last renewal (lease 15s)",
+        stepped.duration_since(revoked).as_secs_f64()
+    ));
+    let _ = restart_server(&[]); // re-applies manifests/rbac.yaml
+    assert!(
+        since_renewal < 15.0,
+        "stepped down {since_renewal:.1}s after the last renewal: the lease had expired"
+    );
+    assert_eq!((managed, surges), (0.0, 0.0), "leader-only gauges zeroed");
+}
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // Fields after the command name (which ends with ')'): utime and stime
+    // are the 12th and 13th of them.
+    let rest = stat.rsplit_once(')').expect("stat format").1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0 // USER_HZ
+}
+
+/// With the EvictionAutoScaler CRD missing, the caches never sync and the
+/// controllers wait: the process stays nearly idle instead of spinning.
+#[tokio::test]
+async fn missing_crd_does_not_make_the_controllers_spin() {
+    let _g = nodes_lock().await;
+    let wh = restart_server(&[]);
+    stop_server();
+    kubectl_ok(&[
+        "delete",
+        "crd",
+        "evictionautoscalers.eviction-autoscaler.azure.com",
+        "--wait=true",
+    ]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = std::fs::File::create(wh.state.join("no-crd.log")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--tls-cert-file")
+        .arg(wh.state.join("tls.crt"))
+        .arg("--tls-key-file")
+        .arg(wh.state.join("tls.key"))
+        .env("KUBECONFIG", wh.state.join("kubeconfig"))
+        .env("POD_NAMESPACE", "eviction-autoscaler")
+        .env("POD_NAME", "no-crd")
+        .env("PDB_CREATE", "true")
+        .env("RUST_LOG", "info,kube_runtime=warn")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut server = KillOnDrop(child);
+    // Let it start, take the Lease and settle into waiting.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let c0 = cpu_seconds(pid);
+    let t0 = Instant::now();
+    // Watch events keep coming meanwhile (pods of other tests' leftovers, nodes).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let cpu = cpu_seconds(pid) - c0;
+    let wall = t0.elapsed().as_secs_f64();
+    let alive = server.0.try_wait().unwrap().is_none();
+    drop(server);
+    let log = std::fs::read_to_string(wh.state.join("no-crd.log")).unwrap();
+    let _ = restart_server(&[]); // re-applies the CRD
+    record_figure(format!(
+        "missing CRD: {cpu:.2} CPU-seconds in {wall:.1}s with caches unsynced"
+    ));
+    assert!(alive, "the server kept running:\n{log}");
+    assert!(
+        log.contains("leadership changed") && !log.contains("watch caches synced"),
+        "leading, with caches unsynced:\n{log}"
+    );
+    assert!(
+        cpu < 0.1 * wall,
+        "{cpu:.2} CPU-seconds in {wall:.1}s: spinning"
+    );
+}

@@ -1,0 +1,135 @@
+//! Per-object retry book (behaviour.md section 8: failed writes are retried
+//! with backoff; one failing object never holds back the others). Pure: the
+//! caller passes the clock, so the schedule is a unit test.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Delay after the first failure; doubled on each further one.
+pub const INITIAL: Duration = Duration::from_secs(1);
+/// Longest delay between two attempts on one object.
+pub const CAP: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    failures: u32,
+    retry_at: Instant,
+}
+
+/// Objects whose last write failed, and when each may be tried again.
+/// An object not in the book is always due.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    entries: HashMap<String, Entry>,
+}
+
+/// The delay after `failures` consecutive failures (1 → INITIAL).
+pub fn delay(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(31);
+    INITIAL.saturating_mul(1u32 << exp).min(CAP)
+}
+
+impl Backoff {
+    /// May `key` be written at `now`?
+    pub fn due(&self, key: &str, now: Instant) -> bool {
+        self.entries.get(key).is_none_or(|e| now >= e.retry_at)
+    }
+
+    /// Records a failure; returns how long the object now waits.
+    pub fn failed(&mut self, key: &str, now: Instant) -> Duration {
+        let failures = self.entries.get(key).map_or(0, |e| e.failures) + 1;
+        let wait = delay(failures);
+        self.entries.insert(
+            key.to_string(),
+            Entry {
+                failures,
+                retry_at: now + wait,
+            },
+        );
+        wait
+    }
+
+    /// A write succeeded: the next failure starts again at INITIAL.
+    pub fn succeeded(&mut self, key: &str) {
+        self.entries.remove(key);
+    }
+
+    /// The earliest time an object in the book becomes due (to wake up for it).
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.entries.values().map(|e| e.retry_at).min()
+    }
+
+    /// Forgets objects the last pass no longer planned to write: their
+    /// problem went away, so a later write starts afresh.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.entries.retain(|k, _| keep(k));
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubles_from_one_second_up_to_five_minutes() {
+        let got: Vec<u64> = (1..=11).map(|n| delay(n).as_secs()).collect();
+        assert_eq!(got, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(delay(u32::MAX), CAP);
+    }
+
+    #[test]
+    fn a_failing_object_waits_and_others_do_not() {
+        let t0 = Instant::now();
+        let mut b = Backoff::default();
+        assert!(b.due("ns/pdb/a", t0));
+        assert_eq!(b.failed("ns/pdb/a", t0), Duration::from_secs(1));
+        assert!(!b.due("ns/pdb/a", t0 + Duration::from_millis(500)));
+        assert!(b.due("ns/pdb/b", t0), "another object is not held back");
+        assert!(b.due("ns/pdb/a", t0 + Duration::from_secs(1)));
+
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(b.failed("ns/pdb/a", t1), Duration::from_secs(2));
+        assert!(!b.due("ns/pdb/a", t1 + Duration::from_millis(1999)));
+        assert!(b.due("ns/pdb/a", t1 + Duration::from_secs(2)));
+        assert_eq!(b.next_retry(), Some(t1 + Duration::from_secs(2)));
+
+        // Success resets the schedule.
+        b.succeeded("ns/pdb/a");
+        assert!(b.is_empty());
+        assert_eq!(b.failed("ns/pdb/a", t1), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn stays_capped_under_persistent_failure() {
+        let mut now = Instant::now();
+        let mut b = Backoff::default();
+        let mut waits = Vec::new();
+        for _ in 0..20 {
+            let w = b.failed("k", now);
+            waits.push(w);
+            now += w;
+        }
+        assert!(waits.iter().all(|w| *w <= CAP));
+        assert_eq!(waits.last(), Some(&CAP));
+    }
+
+    #[test]
+    fn objects_no_longer_planned_are_forgotten() {
+        let now = Instant::now();
+        let mut b = Backoff::default();
+        b.failed("a", now);
+        b.failed("b", now);
+        b.retain(|k| k == "b");
+        assert_eq!(b.len(), 1);
+        assert!(b.due("a", now));
+        assert!(!b.due("b", now));
+    }
+}

@@ -1,0 +1,513 @@
+//! Safety invariants of the PDB reconciler on the local control plane:
+//! never modify what is not ours, never leave two PDBs over one pod, status
+//! fields we stop setting are removed, and a namespace deletion is not an
+//! error. The server runs as in pdbs.rs (PDB_CREATE=true).
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use kube::Api;
+use serde_json::json;
+
+use crate::pdbs::eas_resource;
+use crate::support::*;
+use crate::user_pdb;
+
+const OWNED: &str = "ownedBy";
+
+/// Held by the tests that read the reconcile error counter or make it grow
+/// on purpose, so one does not count the other's errors.
+static ERROR_COUNTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn ours(p: &PodDisruptionBudget) -> bool {
+    p.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.get(OWNED).map(String::as_str) == Some("EvictionAutoScaler"))
+}
+
+async fn our_pdbs(ns: &TestNs) -> Vec<String> {
+    let api: Api<PodDisruptionBudget> = ns.api();
+    api.list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(ours)
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+/// The disruption controller has caught up with the PDB's spec and pods, so
+/// it writes the PDB no more while nothing changes.
+async fn settled(ns: &TestNs, name: &str, healthy: i32) -> PodDisruptionBudget {
+    wait_pdb(ns, name, "the disruption controller settles the PDB", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.observed_generation == p.metadata.generation && s.current_healthy == healthy
+        })
+    })
+    .await
+}
+
+/// (a) A Helm chart's PDB: its own labels and annotations, a controller
+/// ownerReference to the Deployment, no ownedBy. It is never written (spec,
+/// annotations, ownerReferences, resourceVersion unchanged), and the
+/// Deployment gets no PDB of ours.
+#[tokio::test]
+async fn helm_style_pdb_is_left_untouched() {
+    let ns = TestNs::new("e2e-helm").await;
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let mut chart = user_pdb("chart-pdb", "charted", Some(IntOrString::Int(1)), None);
+    chart.metadata.labels = Some(
+        [
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                "Helm".to_string(),
+            ),
+            (
+                "app.kubernetes.io/instance".to_string(),
+                "charted".to_string(),
+            ),
+        ]
+        .into(),
+    );
+    chart.metadata.annotations = Some(
+        [
+            (
+                "meta.helm.sh/release-name".to_string(),
+                "charted".to_string(),
+            ),
+            (
+                "meta.helm.sh/release-namespace".to_string(),
+                ns.name.clone(),
+            ),
+        ]
+        .into(),
+    );
+    // The chart's PDB exists first (Helm installs PDBs before Deployments) ...
+    pdbs.create(&PostParams::default(), &chart).await.unwrap();
+    let deps: Api<Deployment> = ns.api();
+    let d = deps
+        .create(&PostParams::default(), &deployment("charted", 2, None))
+        .await
+        .unwrap();
+    wait_ready(&ns, "charted", 2).await;
+    // ... and its operator makes the Deployment its controller.
+    let owner = OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        name: "charted".into(),
+        uid: d.metadata.uid.clone().unwrap(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let patch = json!({"metadata": {"ownerReferences": [owner]}});
+    pdbs.patch("chart-pdb", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let before = settled(&ns, "chart-pdb", 2).await;
+    assert_eq!(
+        before.metadata.owner_references.as_ref().map(Vec::len),
+        Some(1)
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < deadline {
+        let now = pdbs.get("chart-pdb").await.unwrap();
+        assert_eq!(before.spec, now.spec, "spec untouched");
+        assert_eq!(before.metadata.annotations, now.metadata.annotations);
+        assert_eq!(before.metadata.labels, now.metadata.labels);
+        assert_eq!(
+            before.metadata.owner_references, now.metadata.owner_references,
+            "the chart's controller reference stays"
+        );
+        assert_eq!(
+            before.metadata.resource_version, now.metadata.resource_version,
+            "no write at all"
+        );
+        assert!(
+            our_pdbs(&ns).await.is_empty(),
+            "no PDB of ours for a Deployment the chart protects"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// (b) A user PDB added beside ours (a chart upgrade): ours is deleted within
+/// seconds with an Event naming theirs, a real `kubectl drain` of a node
+/// holding the pods completes, and ours comes back once theirs is deleted.
+#[tokio::test]
+async fn our_pdb_steps_aside_and_drain_completes() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-aside").await;
+    let deps: Api<Deployment> = ns.api();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let node = "kwok-node-0";
+    let d = deps
+        .create(&PostParams::default(), &deployment("aside", 2, Some(node)))
+        .await
+        .unwrap();
+    let uid = d.metadata.uid.clone().unwrap();
+    let pods = wait_ready(&ns, "aside", 2).await;
+    assert!(nodes_of(&pods).iter().any(|n| n == node), "a pod on {node}");
+    wait_pdb(&ns, "aside", "our PDB with its owner", |p| {
+        ours(p)
+            && p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == uid)
+    })
+    .await;
+
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("team-aside", "aside", None, Some(IntOrString::Int(1))),
+    )
+    .await
+    .unwrap();
+    let added = Instant::now();
+    wait_for("our PDB deleted", Duration::from_secs(10), || async {
+        our_pdbs(&ns).await.is_empty().then_some(())
+    })
+    .await;
+    let took = added.elapsed();
+    record_figure(format!(
+        "step aside: our PDB deleted {:.1}s after the user's PDB was created",
+        took.as_secs_f64()
+    ));
+    let events = wait_for("PDBSteppedAside Event", Duration::from_secs(10), || async {
+        let out = kubectl_ok(&[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            &ns.name,
+            "-o",
+            "jsonpath={range .items[*]}{.reason}|{.regarding.kind}|{.note}{\"\\n\"}{end}",
+        ]);
+        let lines: Vec<String> = out
+            .lines()
+            .filter(|l| l.starts_with("PDBSteppedAside|"))
+            .map(str::to_string)
+            .collect();
+        (lines.len() >= 2).then_some(lines)
+    })
+    .await;
+    assert!(
+        events
+            .iter()
+            .any(|l| l.contains("|Deployment|") && l.contains("team-aside")),
+        "an Event on the Deployment names the PDB that took over: {events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|l| l.contains("|PodDisruptionBudget|") && l.contains("team-aside")),
+        "and one on our PDB: {events:?}"
+    );
+    settled(&ns, "team-aside", 2).await;
+
+    let drain_started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        kubectl(&[
+            "drain",
+            node,
+            "--pod-selector=app=aside",
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=90s",
+        ])
+    })
+    .await
+    .unwrap();
+    let drained_in = drain_started.elapsed();
+    uncordon(node);
+    record_figure(format!(
+        "step aside: kubectl drain of {node} (pods of one Deployment, the user's PDB only) took {:.1}s",
+        drained_in.as_secs_f64()
+    ));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "drain failed:\n{text}");
+    assert!(
+        !text.contains("more than one PodDisruptionBudget"),
+        "one budget per pod:\n{text}"
+    );
+    assert!(our_pdbs(&ns).await.is_empty(), "ours stays away");
+
+    pdbs.delete("team-aside", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_pdb(&ns, "aside", "ours back once theirs is gone", ours).await;
+}
+
+/// (c) A user PDB switched from minAvailable to maxUnavailable: the
+/// EvictionAutoScaler's status no longer carries the old minimum, and it is
+/// not written again while nothing changes.
+#[tokio::test]
+async fn status_field_we_stop_setting_is_cleared() {
+    let ns = TestNs::new("e2e-clear").await;
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("flip-pdb", "flip", Some(IntOrString::Int(2)), None),
+    )
+    .await
+    .unwrap();
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("flip", 2, None))
+        .await
+        .unwrap();
+    wait_ready(&ns, "flip", 2).await;
+    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &eas_resource());
+    wait_for("status minReplicas 2", Duration::from_secs(30), || async {
+        let e = eas.get_opt("flip-pdb").await.ok().flatten()?;
+        (e.data["status"]["minReplicas"].as_i64() == Some(2)).then_some(())
+    })
+    .await;
+
+    let flip = json!({"spec": {"minAvailable": null, "maxUnavailable": 1}});
+    pdbs.patch("flip-pdb", &PatchParams::default(), &Patch::Merge(&flip))
+        .await
+        .unwrap();
+    let p = settled(&ns, "flip-pdb", 2).await;
+    let allowed = p.status.as_ref().map(|s| s.disruptions_allowed);
+    let e = wait_for(
+        "status without minReplicas, with the new disruptionsAllowed",
+        Duration::from_secs(30),
+        || async {
+            let e = eas.get_opt("flip-pdb").await.ok().flatten()?;
+            let st = &e.data["status"];
+            (st.get("minReplicas").is_none()
+                && st["disruptionsAllowed"].as_i64().map(|v| v as i32) == allowed)
+                .then_some(e)
+        },
+    )
+    .await;
+    let rv = e.metadata.resource_version.clone();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = eas.get("flip-pdb").await.unwrap();
+    assert_eq!(
+        later.metadata.resource_version, rv,
+        "no status write in a steady cluster: {:?}",
+        later.data["status"]
+    );
+}
+
+/// (d) Deleting a namespace that holds our PDBs and EvictionAutoScalers is
+/// no reconcile error.
+#[tokio::test]
+async fn namespace_deletion_is_not_a_reconcile_error() {
+    let _counter = ERROR_COUNTER.lock().await;
+    let wh = WebhookInfo::get();
+    let ns = TestNs::new("e2e-nsdel").await;
+    let deps: Api<Deployment> = ns.api();
+    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &eas_resource());
+    let names = ["del-a", "del-b", "del-c", "del-d"];
+    for n in names {
+        deps.create(&PostParams::default(), &deployment(n, 2, None))
+            .await
+            .unwrap();
+    }
+    for n in names {
+        wait_for(
+            &format!("status of the EvictionAutoScaler {n}"),
+            Duration::from_secs(60),
+            || async {
+                let e = eas.get_opt(n).await.ok().flatten()?;
+                e.data["status"]["conditions"].is_array().then_some(())
+            },
+        )
+        .await;
+    }
+    // The reconciler's errors (PDB and status writes); the total includes the
+    // surge worker's, recorded as a figure.
+    let errors = || {
+        wh.metric_sum(
+            "eviction_autoscaler_reconcile_errors_total",
+            &["controller=\"pdb\""],
+        ) + wh.metric_sum(
+            "eviction_autoscaler_reconcile_errors_total",
+            &["controller=\"status\""],
+        )
+    };
+    let total = || wh.metric_sum("eviction_autoscaler_reconcile_errors_total", &[]);
+    let (before, total_before) = (errors(), total());
+    let started = Instant::now();
+    kubectl_ok(&[
+        "delete",
+        "namespace",
+        &ns.name,
+        "--wait=true",
+        "--timeout=120s",
+    ]);
+    let took = started.elapsed();
+    // Passes that ran on the last events of the deletion.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (after, total_after) = (errors(), total());
+    record_figure(format!(
+        "namespace deletion with 4 owned PDBs: {:.1}s, reconciler errors {} -> {}, \
+         all controllers {} -> {}",
+        took.as_secs_f64(),
+        before + 0.0, // -0.0 (an empty sum) prints as "-0"
+        after + 0.0,
+        total_before + 0.0,
+        total_after + 0.0
+    ));
+    assert_eq!(
+        after, before,
+        "a namespace deletion counted as reconcile errors"
+    );
+    // The counter is shared with the whole run; the log names the namespace.
+    let warned: Vec<String> = wh
+        .log()
+        .lines()
+        .filter(|l| l.contains(&ns.name) && l.contains("WARN") && l.contains("write failed"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        warned.is_empty(),
+        "warnings about the namespace: {warned:#?}"
+    );
+}
+
+/// Removes the cluster-scoped admission policy of a test, however it ends.
+struct PolicyGuard(&'static str);
+
+impl Drop for PolicyGuard {
+    fn drop(&mut self) {
+        let _ = kubectl(&[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            self.0,
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+/// A write that keeps failing (an admission policy refuses every update of
+/// one of our PDBs) is retried with per-object backoff, not on every pass,
+/// while the other PDBs of the namespace keep following their Deployments.
+#[tokio::test]
+async fn failing_write_backs_off_and_does_not_hold_back_others() {
+    let _counter = ERROR_COUNTER.lock().await;
+    let wh = WebhookInfo::get();
+    let ns = TestNs::new("e2e-backoff").await;
+    let deps: Api<Deployment> = ns.api();
+    for n in ["stuck", "free"] {
+        deps.create(&PostParams::default(), &deployment(n, 2, None))
+            .await
+            .unwrap();
+        wait_pdb(&ns, n, "our PDB", ours).await;
+    }
+    let name = "e2e-deny-stuck-pdb";
+    let _guard = PolicyGuard(name);
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["policy"], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["poddisruptionbudgets"]}]},
+            "validations": [{"expression": "object.metadata.name != 'stuck'",
+                             "message": "e2e: PDB stuck is frozen"}]
+        }
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": ns.name.clone()}}}
+        }
+    });
+    let file = std::env::temp_dir().join(format!("{}-policy.json", ns.name));
+    std::fs::write(
+        &file,
+        serde_json::to_vec(
+            &json!({"apiVersion": "v1", "kind": "List", "items": [policy, binding]}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    kubectl_ok(&["apply", "-f", &path_str(&file)]);
+    let _ = std::fs::remove_file(&file);
+    // Policies take effect once the apiserver has loaded them: wait until a
+    // probe update of the frozen PDB is refused.
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    wait_for(
+        "the policy refuses updates",
+        Duration::from_secs(30),
+        || async {
+            let probe = json!({"metadata": {"labels": {"probe": "1"}}});
+            pdbs.patch("stuck", &PatchParams::default(), &Patch::Merge(&probe))
+                .await
+                .is_err()
+                .then_some(())
+        },
+    )
+    .await;
+
+    let errors = || {
+        wh.metric_sum(
+            "eviction_autoscaler_reconcile_errors_total",
+            &["controller=\"pdb\""],
+        )
+    };
+    let before = errors();
+    kubectl_ok(&["-n", &ns.name, "scale", "deployment/stuck", "--replicas=3"]);
+    let started = Instant::now();
+    // Churn: a watch event every 250 ms, so without backoff every pass retries.
+    let window = Duration::from_secs(16);
+    let mut scaled_free = None;
+    let mut n = 0;
+    while started.elapsed() < window {
+        n += 1;
+        let tick = json!({"metadata": {"annotations": {"e2e/tick": n.to_string()}}});
+        deps.patch("stuck", &PatchParams::default(), &Patch::Merge(&tick))
+            .await
+            .unwrap();
+        if n == 8 {
+            kubectl_ok(&["-n", &ns.name, "scale", "deployment/free", "--replicas=4"]);
+            scaled_free = Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let failures = errors() - before;
+    let free = pdbs.get("free").await.unwrap();
+    let stuck = pdbs.get("stuck").await.unwrap();
+    record_figure(format!(
+        "backoff: {failures} failed writes of one frozen PDB in {}s of watch churn ({n} events); \
+         the other PDB followed its Deployment",
+        window.as_secs()
+    ));
+    assert_eq!(
+        free.spec.as_ref().and_then(|s| s.min_available.clone()),
+        Some(IntOrString::Int(4)),
+        "the other PDB followed its Deployment (scaled {:?} ago)",
+        scaled_free.map(|t| t.elapsed())
+    );
+    assert_eq!(
+        stuck.spec.as_ref().and_then(|s| s.min_available.clone()),
+        Some(IntOrString::Int(2)),
+        "the policy froze it"
+    );
+    // 1 s, 2 s, 4 s, 8 s: attempts at about 0, 1, 3, 7 and 15 s.
+    assert!(
+        (2.0..=6.0).contains(&failures),
+        "{failures} failed attempts in {window:?}: not backed off"
+    );
+}
