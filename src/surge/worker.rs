@@ -76,8 +76,21 @@ impl Worker {
                         self.cache.behaviour.zero_surge_override,
                     )
                 });
-                let outcomes = c.pass(self.view(), Instant::now()).await;
-                self.report(&outcomes).await;
+                // A replica that loses the lead stops writing at once: the
+                // pass is dropped (its writes are guarded, so a cut one is
+                // re-planned by the next leader), and no gauge is set after.
+                let mut lost = leader.clone();
+                tokio::select! {
+                    outcomes = c.pass(self.view(), Instant::now()) => {
+                        let still = *leader.borrow();
+                        if still {
+                            self.report(&outcomes).await;
+                        }
+                    }
+                    _ = async { lost.wait_for(|l| !*l).await.is_ok() } => {
+                        core = None;
+                    }
+                }
             }
             // Waking on every watch event would mean a pass per pod update;
             // 200 ms batches them while keeping the drain fast.
