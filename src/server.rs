@@ -49,6 +49,16 @@ pub struct ClientCert(pub bool);
 async fn require_client_cert(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let presented = req.extensions().get::<ClientCert>().is_some_and(|c| c.0);
     if s.require_client_cert && !presented {
+        // Read the body first (up to the limit): answering before it is read
+        // makes HTTP/2 clients see a reset stream instead of the 401.
+        let mut body = req.into_body().into_data_stream();
+        let mut read = 0usize;
+        while let Some(Ok(chunk)) = body.next().await {
+            read += chunk.len();
+            if read > s.max_body {
+                break;
+            }
+        }
         return json_error(
             StatusCode::UNAUTHORIZED,
             "a client certificate signed by the configured client CA is required on this path",

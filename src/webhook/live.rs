@@ -99,15 +99,17 @@ pub async fn decide_confirmed(
             "live check before a 429 failed; allowing the eviction");
     }
     let decision = eviction::confirm(cache, ns, pod, live.as_ref());
-    if let Decision::Allow { reason, .. } = &decision {
-        if let eviction::AllowReason::LiveDisagreed(live_reason) = reason {
-            tracing::info!(
-                namespace = ns,
-                pod,
-                live_reason,
-                "the caches said block but the apiserver's objects allow the eviction"
-            );
-        }
+    if let Decision::Allow {
+        reason: eviction::AllowReason::LiveDisagreed(live_reason),
+        ..
+    } = &decision
+    {
+        tracing::info!(
+            namespace = ns,
+            pod,
+            live_reason,
+            "the caches said block but the apiserver's objects allow the eviction"
+        );
     }
     decision
 }
@@ -138,7 +140,7 @@ mod tests {
     }
 
     enum Fake {
-        Facts(LiveFacts),
+        Facts(Box<LiveFacts>),
         Fails,
         Hangs,
     }
@@ -161,7 +163,7 @@ mod tests {
         async fn read(&self, ns: &str, _pod: &str) -> Result<LiveFacts, LiveError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             match &self.fake {
-                Fake::Facts(f) => Ok(f.clone()),
+                Fake::Facts(f) => Ok(LiveFacts::clone(f)),
                 Fake::Fails => Err(LiveError::Pdbs {
                     namespace: ns.to_string(),
                     source: kube::Error::Service("connection refused".into()),
@@ -217,7 +219,7 @@ mod tests {
             pod: cache.pods.first().cloned(),
             pdbs: cache.pdbs.clone(),
         };
-        let r = FakeReader::new(Fake::Facts(facts));
+        let r = FakeReader::new(Fake::Facts(Box::new(facts)));
         let d = decide_confirmed(&cache, &r, "ns", "p", LIVE_CHECK_TIMEOUT).await;
         assert!(matches!(d, Decision::Block(_)), "{d:?}");
     }
@@ -229,7 +231,7 @@ mod tests {
             pod: cache.pods.first().cloned(),
             pdbs: vec![],
         };
-        let r = FakeReader::new(Fake::Facts(facts));
+        let r = FakeReader::new(Fake::Facts(Box::new(facts)));
         let d = decide_confirmed(&cache, &r, "ns", "p", LIVE_CHECK_TIMEOUT).await;
         assert_eq!(reason(&d), Some(AllowReason::LiveDisagreed("no_pdb")));
     }
