@@ -49,6 +49,7 @@ pub struct ClientCert(pub bool);
 async fn require_client_cert(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let presented = req.extensions().get::<ClientCert>().is_some_and(|c| c.0);
     if s.require_client_cert && !presented {
+        s.metrics.client_cert_missing.inc();
         // Read the body first (up to the limit): answering before it is read
         // makes HTTP/2 clients see a reset stream instead of the 401.
         let mut body = req.into_body().into_data_stream();

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Restarts kube-apiserver only (etcd and the other components keep running),
+# with the command line up.sh started it with plus any extra flags given:
+#
+#   restart-apiserver.sh                 # as up.sh started it
+#   restart-apiserver.sh --flag=value    # as up.sh started it, plus --flag=value
+#
+# Every watch on the apiserver ends; clients must list/watch again, which is
+# what tests of watch health need. The first call saves up.sh's command line
+# and environment in $CLUSTER_DIR/apiserver.{cmdline,environ}, so extra flags
+# never accumulate. Waits for /readyz; prints the seconds the apiserver was away.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+CLUSTER_DIR="${CLUSTER_DIR:-$REPO/.cluster}"
+CLUSTER_DIR="$(cd "$CLUSTER_DIR" && pwd)"
+PIDFILE="$CLUSTER_DIR/pids/kube-apiserver.pid"
+die() { echo "restart-apiserver.sh: $*" >&2; exit 1; }
+
+[[ -f "$CLUSTER_DIR/env" ]] || die "no cluster in $CLUSTER_DIR"
+# shellcheck disable=SC1091
+source "$CLUSTER_DIR/env"
+
+exec 9>"$CLUSTER_DIR/.lock"
+flock 9
+
+pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+[[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || die "kube-apiserver is not running (pid file $PIDFILE)"
+tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$CLUSTER_DIR" || die "pid $pid is not this cluster's apiserver"
+
+# up.sh's command line and environment, saved once (NUL-separated).
+[[ -f "$CLUSTER_DIR/apiserver.cmdline" ]] || cp "/proc/$pid/cmdline" "$CLUSTER_DIR/apiserver.cmdline"
+[[ -f "$CLUSTER_DIR/apiserver.environ" ]] || cp "/proc/$pid/environ" "$CLUSTER_DIR/apiserver.environ"
+mapfile -d '' -t CMD <"$CLUSTER_DIR/apiserver.cmdline"
+mapfile -d '' -t ENV <"$CLUSTER_DIR/apiserver.environ"
+
+T0=$(date +%s.%N)
+kill -TERM "$pid"
+for _ in $(seq 1 75); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+
+env -i "${ENV[@]}" setsid "${CMD[@]}" "$@" >>"$CLUSTER_DIR/logs/kube-apiserver.log" 2>&1 </dev/null 9>&- &
+echo $! >"$PIDFILE"
+
+for _ in $(seq 1 240); do
+  if curl -sf --cacert "$EA_CLUSTER_CA" "$EA_APISERVER_URL/readyz" >/dev/null 2>&1; then
+    awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "restart-apiserver.sh: ready again after %.1fs\n", b - a }'
+    exit 0
+  fi
+  kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { tail -n 30 "$CLUSTER_DIR/logs/kube-apiserver.log" >&2; die "kube-apiserver exited"; }
+  sleep 0.5
+done
+tail -n 30 "$CLUSTER_DIR/logs/kube-apiserver.log" >&2
+die "kube-apiserver not ready within 120s"
