@@ -94,9 +94,22 @@ fn user_pdb(name: &str, app: &str, min_available: i32) -> PodDisruptionBudget {
     }
 }
 
-/// A dry-run eviction; Err carries the apiserver's answer.
+/// The admin client without kube-client's default retry of 429/503/504
+/// (up to 15 attempts over minutes): a 429 is what these tests look at.
+async fn no_retry_client() -> kube::Client {
+    let path = cluster_dir().join("kubeconfig");
+    let kc = kube::config::Kubeconfig::read_from(&path).expect("kubeconfig");
+    let mut cfg =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig");
+    cfg.default_retry = false;
+    kube::Client::try_from(cfg).expect("client")
+}
+
+/// A dry-run eviction, answered at once; Err carries the apiserver's answer.
 async fn dry_run_evict(ns: &TestNs, pod: &str) -> Result<(), kube::core::Status> {
-    let pods: Api<Pod> = ns.api();
+    let pods: Api<Pod> = Api::namespaced(no_retry_client().await, &ns.name);
     let params = EvictParams {
         delete_options: Some(DeleteParams {
             dry_run: true,
@@ -121,9 +134,13 @@ async fn dry_run_evict(ns: &TestNs, pod: &str) -> Result<(), kube::core::Status>
 /// completes, and readiness returns once RBAC is back.
 #[tokio::test]
 async fn broken_watches_fail_open_and_the_drain_completes() {
+    let t0 = Instant::now();
+    let step = |what: &str| eprintln!("[{:6.1}s] {what}", t0.elapsed().as_secs_f64());
     let _g = nodes_lock().await;
+    step("nodes lock");
     let wh = restart_server(&[("WATCH_STALE_AFTER", "5s")]);
     let ns = TestNs::new("e2e-stale").await;
+    step("namespace");
     let deps: Api<Deployment> = ns.api();
     deps.create(
         &PostParams::default(),
@@ -136,6 +153,7 @@ async fn broken_watches_fail_open_and_the_drain_completes() {
         .await
         .unwrap();
     let pods = wait_ready(&ns, "blk", 2).await;
+    step("pods ready");
     wait_pdb(&ns, "blk-user", "user PDB blocks", |p| {
         p.status
             .as_ref()
@@ -158,11 +176,13 @@ async fn broken_watches_fail_open_and_the_drain_completes() {
     )
     .await;
     assert!(msg.contains("blk-user"), "{msg}");
+    step("product answers 429");
 
     let _restore = RestoreRbac;
     kubectl_ok(&["delete", "clusterrolebinding", "eviction-autoscaler"]);
     let away = restart_apiserver(&[]);
     let back = Instant::now();
+    step("apiserver restarted");
     // Relaxed while the product cannot see it.
     pdbs.patch(
         "blk-user",
@@ -183,6 +203,7 @@ async fn broken_watches_fail_open_and_the_drain_completes() {
     })
     .await;
     let to_503 = back.elapsed();
+    step("readyz 503");
     assert!(
         body.contains("stale") && body.contains("poddisruptionbudgets"),
         "{body}"
@@ -199,6 +220,7 @@ async fn broken_watches_fail_open_and_the_drain_completes() {
         "--timeout=60s",
     ]);
     let drain = started.elapsed();
+    step("drained");
     assert!(
         out.status.success(),
         "drain did not complete in 60s:\n{}{}",
@@ -220,6 +242,7 @@ async fn broken_watches_fail_open_and_the_drain_completes() {
     })
     .await;
     let to_ready = restored.elapsed();
+    step("ready again");
     record_figure(format!(
         "broken watches (WATCH_STALE_AFTER=5s): apiserver away {away:.1}s; /readyz 503 {:.1}s after it was back; \
          drain of the relaxed PDB's pods {:.1}s; /readyz 200 {:.1}s after RBAC was restored",
