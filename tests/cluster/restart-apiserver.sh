@@ -26,20 +26,26 @@ exec 9>"$CLUSTER_DIR/.lock"
 flock 9
 
 pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-[[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || die "kube-apiserver is not running (pid file $PIDFILE)"
-tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$CLUSTER_DIR" || die "pid $pid is not this cluster's apiserver"
-
-# up.sh's command line and environment, saved once (NUL-separated).
-[[ -f "$CLUSTER_DIR/apiserver.cmdline" ]] || cp "/proc/$pid/cmdline" "$CLUSTER_DIR/apiserver.cmdline"
-[[ -f "$CLUSTER_DIR/apiserver.environ" ]] || cp "/proc/$pid/environ" "$CLUSTER_DIR/apiserver.environ"
+running=0
+if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$CLUSTER_DIR" || die "pid $pid is not this cluster's apiserver"
+  running=1
+  # up.sh's command line and environment, saved once (NUL-separated).
+  [[ -f "$CLUSTER_DIR/apiserver.cmdline" ]] || cp "/proc/$pid/cmdline" "$CLUSTER_DIR/apiserver.cmdline"
+  [[ -f "$CLUSTER_DIR/apiserver.environ" ]] || cp "/proc/$pid/environ" "$CLUSTER_DIR/apiserver.environ"
+fi
+# Not running (a restart with a bad flag exited): start it from the saved command line.
+[[ -f "$CLUSTER_DIR/apiserver.cmdline" ]] || die "kube-apiserver is not running and no saved command line in $CLUSTER_DIR"
 mapfile -d '' -t CMD <"$CLUSTER_DIR/apiserver.cmdline"
 mapfile -d '' -t ENV <"$CLUSTER_DIR/apiserver.environ"
 
 T0=$(date +%s.%N)
-kill -TERM "$pid"
-# A graceful exit takes ~1 s; past 5 s it is stuck in shutdown (seen: 15 s+), so kill it.
-for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+if ((running)); then
+  kill -TERM "$pid"
+  # A graceful exit takes ~1 s; past 5 s it is stuck in shutdown (seen: 15 s+), so kill it.
+  for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+fi
 
 env -i "${ENV[@]}" setsid "${CMD[@]}" "$@" >>"$CLUSTER_DIR/logs/kube-apiserver.log" 2>&1 </dev/null 9>&- &
 echo $! >"$PIDFILE"
