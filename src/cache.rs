@@ -565,10 +565,13 @@ impl Reflectors<'_> {
                         let was_listed = health.listed.load(Ordering::Acquire);
                         let recovered = health.ok();
                         health.listed();
-                        if said_missing && !was_listed {
-                            tracing::info!(store = name, "the API is served now; watching it");
+                        if !was_listed {
+                            if said_missing {
+                                tracing::info!(store = name, "the API is served now; watching it");
+                            }
+                        } else {
+                            note_recovery(&health, recovered);
                         }
-                        note_recovery(&health, recovered);
                         changed.send_modify(|n| *n = n.wrapping_add(1));
                     }
                     // Init precedes the list request and proves nothing; a
@@ -786,5 +789,33 @@ mod tests {
         stores[0].error("eof".into());
         assert!(!h.stale());
         assert!(h.unready().is_empty());
+    }
+
+    /// A watch that resumes after an outage yields no event until something
+    /// changes; its 2xx answer is what says the store is current again.
+    #[tokio::test]
+    async fn a_watch_answered_2xx_ends_a_failing_streak() {
+        use axum::http::{Request, Response};
+        use k8s_openapi::api::core::v1::Pod;
+        let inner = Client::new(
+            tower::service_fn(|req: Request<kube::client::Body>| async move {
+                let watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
+                let code = if watch { 200 } else { 500 };
+                Response::builder()
+                    .status(code)
+                    .body(kube::client::Body::from(Vec::new()))
+            }),
+            "default",
+        );
+        let h = Arc::new(StoreHealth::new("pods", Instant::now()));
+        h.listed();
+        h.error("connection refused".into());
+        let api: Api<Pod> = Api::all(observed_client(&inner, h.clone()));
+        // Another request answered with an error does not count.
+        assert!(api.list(&Default::default()).await.is_err());
+        assert!(matches!(h.state(Duration::ZERO), StoreState::Stale(_)));
+        // A watch the apiserver accepts does.
+        let _ = api.watch(&Default::default(), "1").await;
+        assert_eq!(h.state(Duration::ZERO), StoreState::Fresh);
     }
 }

@@ -647,8 +647,9 @@ async fn a_missing_crd_is_reported_once_and_readiness_follows_it() {
         .env("LEADER_ELECTION", "false")
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
+        // The logs go to stdout.
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let child = std::sync::Mutex::new(Some(child));
