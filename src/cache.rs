@@ -2,6 +2,7 @@
 //! stripped on arrival to what the product uses: at 100k pods, memory per pod
 //! matters, so pods are decoded into [`SlimPod`] and never held in full.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -165,7 +166,7 @@ pub enum StoreState {
 /// client wrapper, read on every eviction, so atomics only (the error text
 /// is for /readyz and logs and is written only on failures).
 pub struct StoreHealth {
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     base: Instant,
     listed: AtomicBool,
     /// Clock reading (ms since `base`, plus 1 so that 0 means "not failing")
@@ -176,9 +177,9 @@ pub struct StoreHealth {
 }
 
 impl StoreHealth {
-    pub fn new(name: &'static str, base: Instant) -> StoreHealth {
+    pub fn new(name: impl Into<Cow<'static, str>>, base: Instant) -> StoreHealth {
         StoreHealth {
-            name,
+            name: name.into(),
             base,
             listed: AtomicBool::new(false),
             failing_since: AtomicU64::new(0),
@@ -265,7 +266,7 @@ pub struct CacheHealth {
 /// One store that keeps the server from being ready, for /readyz.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unready {
-    pub store: &'static str,
+    pub store: Cow<'static, str>,
     pub state: StoreState,
     pub last_error: String,
 }
@@ -285,7 +286,7 @@ impl CacheHealth {
             .filter_map(|s| {
                 let state = s.state(self.stale_after);
                 matches!(state, StoreState::Syncing | StoreState::Stale(_)).then(|| Unready {
-                    store: s.name,
+                    store: s.name.clone(),
                     state,
                     last_error: s.last_error(),
                 })
@@ -538,11 +539,8 @@ impl Reflectors<'_> {
             + Sync
             + 'static,
     {
-        let name: &'static str = match K::plural(&()) {
-            std::borrow::Cow::Borrowed(s) => s,
-            std::borrow::Cow::Owned(s) => Box::leak(s.into_boxed_str()),
-        };
-        let health = Arc::new(StoreHealth::new(name, self.base));
+        let health = Arc::new(StoreHealth::new(K::plural(&()), self.base));
+        let name = health.name.clone();
         self.health.push(health.clone());
         let (reader, writer) = reflector::store();
         let api: Api<K> = Api::all(observed_client(self.client, health.clone()));
@@ -567,7 +565,7 @@ impl Reflectors<'_> {
                         health.listed();
                         if !was_listed {
                             if said_missing {
-                                tracing::info!(store = name, "the API is served now; watching it");
+                                tracing::info!(store = %name, "the API is served now; watching it");
                             }
                         } else {
                             note_recovery(&health, recovered);
@@ -583,19 +581,19 @@ impl Reflectors<'_> {
                         match missing {
                             Some(hint) if is_not_found(&e) => {
                                 if !said_missing {
-                                    tracing::error!(store = name, "{hint}");
+                                    tracing::error!(store = %name, "{hint}");
                                     said_missing = true;
                                 } else {
-                                    tracing::debug!(store = name, error = %e, "still not served");
+                                    tracing::debug!(store = %name, error = %e, "still not served");
                                 }
                             }
                             // The watcher backs off and retries by itself.
-                            _ if first => tracing::warn!(store = name, error = %e, "watch error"),
-                            _ => tracing::debug!(store = name, error = %e, "watch error"),
+                            _ if first => tracing::warn!(store = %name, error = %e, "watch error"),
+                            _ => tracing::debug!(store = %name, error = %e, "watch error"),
                         }
                         if let StoreState::Stale(d) = health.state(stale_after) {
                             if !health.stale_reported.swap(true, Ordering::Relaxed) {
-                                tracing::error!(store = name, failing_for = ?d, error = %e,
+                                tracing::error!(store = %name, failing_for = ?d, error = %e,
                                     "watch cache stale: evictions are allowed unchecked and \
                                      /readyz fails until its watch recovers");
                             }
@@ -610,7 +608,7 @@ impl Reflectors<'_> {
 
 fn note_recovery(health: &StoreHealth, recovered: Option<Duration>) {
     if let Some(d) = recovered {
-        tracing::info!(store = health.name, failing_for = ?d, "watch recovered");
+        tracing::info!(store = %health.name, failing_for = ?d, "watch recovered");
     }
 }
 

@@ -176,16 +176,6 @@ impl ResolvesServerCert for ReloadingCert {
 /// With a client CA, clients may present a certificate signed by it (and
 /// one that does not verify fails the handshake); without one they are
 /// still served, and the HTTP layer decides per path.
-pub fn server_config(
-    resolver: Arc<ReloadingCert>,
-    client_ca: Option<&Path>,
-) -> Result<ServerConfig, TlsError> {
-    match client_ca {
-        None => build_config(resolver, None),
-        Some(path) => build_config(resolver, Some((&read(path)?, path))),
-    }
-}
-
 fn build_config(
     resolver: Arc<ReloadingCert>,
     client_ca: Option<(&[u8], &Path)>,
