@@ -232,6 +232,12 @@ impl StoreHealth {
         self.state_at(self.now(), stale_after)
     }
 
+    /// `state` is Stale; reads the clock only while failing (the hot path).
+    pub fn is_stale(&self, stale_after: Duration) -> bool {
+        self.failing_since.load(Ordering::Acquire) != 0
+            && matches!(self.state(stale_after), StoreState::Stale(_))
+    }
+
     fn state_at(&self, now: u64, stale_after: Duration) -> StoreState {
         if !self.listed.load(Ordering::Acquire) {
             return StoreState::Syncing;
@@ -274,9 +280,7 @@ pub struct Unready {
 impl CacheHealth {
     /// Some store failed for longer than the bound. Cheap: atomics only.
     pub fn stale(&self) -> bool {
-        self.stores
-            .iter()
-            .any(|s| matches!(s.state(self.stale_after), StoreState::Stale(_)))
+        self.stores.iter().any(|s| s.is_stale(self.stale_after))
     }
 
     /// The stores not synced yet or stale.
