@@ -298,6 +298,19 @@ fn openssl(dir: &Path, script: &str) {
     assert!(ok.success(), "{script}");
 }
 
+/// SIGTERM (the server releases its Lease), SIGKILL after 5 s.
+fn stop_gracefully(mut c: std::process::Child) {
+    let _ = Command::new("kill").arg(c.id().to_string()).status();
+    for _ in 0..50 {
+        if matches!(c.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
 /// `restart_server(&[])` for destructors: never panics.
 fn restart_server_quietly() {
     let _ = Command::new(repo().join("tests/e2e/deploy-local.sh"))
@@ -393,9 +406,8 @@ async fn runs_as_the_manifest_says_with_client_certificates() {
     let pid = child.id();
     let child = std::sync::Mutex::new(Some(child));
     cleanup.0.push(Box::new(move || {
-        if let Some(mut c) = child.lock().ok().and_then(|mut g| g.take()) {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(c) = child.lock().ok().and_then(|mut g| g.take()) {
+            stop_gracefully(c);
         }
     }));
 
