@@ -32,8 +32,8 @@ fn restart_apiserver(extra: &[&str]) -> f64 {
         "restart-apiserver.sh failed:\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    text.rsplit("after ")
-        .next()
+    text.lines()
+        .find_map(|l| l.strip_prefix("restart-apiserver.sh: ready again after "))
         .and_then(|s| s.trim().trim_end_matches('s').parse().ok())
         .unwrap_or(0.0)
 }
