@@ -16,6 +16,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::utils::{Backoff, ResetTimerBackoff};
 use kube::runtime::watcher::Event;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
@@ -549,7 +550,7 @@ impl Reflectors<'_> {
         let (reader, writer) = reflector::store();
         let api: Api<K> = Api::all(observed_client(self.client, health.clone()));
         let stream = watcher(api, self.cfg.clone())
-            .default_backoff()
+            .backoff(watch_backoff())
             .modify(strip)
             .reflect(writer);
         let changed = self.changed.clone();
@@ -607,6 +608,54 @@ impl Reflectors<'_> {
             }
         });
         reader
+    }
+}
+
+/// Retry delays of the watch caches: 0.8 s doubling up to 5 s, with jitter,
+/// back to 0.8 s after a minute without failures. kube's default goes up to
+/// 30 s: after an outage a store stays stale until it lists again, and while
+/// stale evictions go unchecked, so coming back soon matters more than the
+/// few requests per second a failing apiserver gets from 8 stores.
+fn watch_backoff() -> ResetTimerBackoff<WatchBackoff> {
+    ResetTimerBackoff::new(WatchBackoff::default(), Duration::from_secs(60))
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(800);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+struct WatchBackoff {
+    next: Duration,
+    seed: std::collections::hash_map::RandomState,
+    count: u64,
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff {
+            next: BACKOFF_MIN,
+            seed: Default::default(),
+            count: 0,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        use std::hash::BuildHasher;
+        let d = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        self.count = self.count.wrapping_add(1);
+        // 75% to 125%, so the stores of several replicas do not retry in step.
+        let permille = 750 + self.seed.hash_one(self.count) % 500;
+        Some(d * u32::try_from(permille).unwrap_or(1000) / 1000)
+    }
+}
+
+impl Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = BACKOFF_MIN;
     }
 }
 
@@ -819,5 +868,20 @@ mod tests {
         // A watch the apiserver accepts does.
         let _ = api.watch(&Default::default(), "1").await;
         assert_eq!(h.state(Duration::ZERO), StoreState::Fresh);
+    }
+
+    #[test]
+    fn watch_retries_back_off_to_five_seconds_and_reset() {
+        let mut b = WatchBackoff::default();
+        let d: Vec<Duration> = (&mut b).take(6).collect();
+        for (got, base) in d.iter().zip([800u64, 1600, 3200, 5000, 5000, 5000]) {
+            let base = Duration::from_millis(base);
+            assert!(
+                *got >= base * 3 / 4 && *got < base * 5 / 4,
+                "{got:?} vs {base:?}"
+            );
+        }
+        b.reset();
+        assert!(b.next().unwrap() < Duration::from_secs(1));
     }
 }
