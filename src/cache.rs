@@ -2,12 +2,13 @@
 //! stripped on arrival to what the product uses: at 100k pods, memory per pod
 //! matters, so pods are decoded into [`SlimPod`] and never held in full.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -15,6 +16,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::utils::{Backoff, ResetTimerBackoff};
+use kube::runtime::watcher::Event;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -141,6 +144,162 @@ pub fn strip_meta(meta: &mut ObjectMeta) {
     }
 }
 
+/// Default of `WATCH_STALE_AFTER`: how long a store may go without a working
+/// list/watch before its contents count as stale. An apiserver restart or a
+/// short overload recovers well within it (the watcher retries with a
+/// backoff of 0.8 s doubling to 30 s); past it, a 429 could rest on a PDB
+/// the user relaxed long ago, so evictions are allowed and /readyz fails.
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(30);
+
+/// Where one store's list/watch stands (behaviour.md 4.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreState {
+    /// No complete list yet.
+    Syncing,
+    Fresh,
+    /// Failing for this long, still within the bound.
+    Failing(Duration),
+    /// Failing for this long, past the bound.
+    Stale(Duration),
+}
+
+/// Health of one store's list/watch: written by its reflector task and its
+/// client wrapper, read on every eviction, so atomics only (the error text
+/// is for /readyz and logs and is written only on failures).
+pub struct StoreHealth {
+    pub name: Cow<'static, str>,
+    base: Instant,
+    listed: AtomicBool,
+    /// Clock reading (ms since `base`, plus 1 so that 0 means "not failing")
+    /// of the first error since the last sign of a working watch.
+    failing_since: AtomicU64,
+    stale_reported: AtomicBool,
+    last_error: Mutex<String>,
+}
+
+impl StoreHealth {
+    pub fn new(name: impl Into<Cow<'static, str>>, base: Instant) -> StoreHealth {
+        StoreHealth {
+            name: name.into(),
+            base,
+            listed: AtomicBool::new(false),
+            failing_since: AtomicU64::new(0),
+            stale_reported: AtomicBool::new(false),
+            last_error: Mutex::new(String::new()),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis())
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1)
+    }
+
+    /// A complete list was swapped in (InitDone).
+    pub fn listed(&self) {
+        self.listed.store(true, Ordering::Release);
+        self.ok();
+    }
+
+    /// A sign of a working watch: an event, or a watch request answered 2xx
+    /// (resumed from our resourceVersion, so nothing was missed). Returns how
+    /// long it had been failing, if it was.
+    pub fn ok(&self) -> Option<Duration> {
+        // Load first: the common case (healthy) must not write the cache line.
+        if self.failing_since.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let since = self.failing_since.swap(0, Ordering::AcqRel);
+        self.stale_reported.store(false, Ordering::Relaxed);
+        (since != 0).then(|| Duration::from_millis(self.now().saturating_sub(since)))
+    }
+
+    /// A failed list or watch; the streak starts at the first one.
+    pub fn error(&self, message: String) {
+        self.error_at(self.now(), message)
+    }
+
+    fn error_at(&self, now: u64, message: String) {
+        let _ = self
+            .failing_since
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
+        match self.last_error.lock() {
+            Ok(mut e) => *e = message,
+            Err(poisoned) => *poisoned.into_inner() = message,
+        }
+    }
+
+    pub fn state(&self, stale_after: Duration) -> StoreState {
+        self.state_at(self.now(), stale_after)
+    }
+
+    /// `state` is Stale; reads the clock only while failing (the hot path).
+    pub fn is_stale(&self, stale_after: Duration) -> bool {
+        self.failing_since.load(Ordering::Acquire) != 0
+            && matches!(self.state(stale_after), StoreState::Stale(_))
+    }
+
+    fn state_at(&self, now: u64, stale_after: Duration) -> StoreState {
+        if !self.listed.load(Ordering::Acquire) {
+            return StoreState::Syncing;
+        }
+        match self.failing_since.load(Ordering::Acquire) {
+            0 => StoreState::Fresh,
+            since => {
+                let failing = Duration::from_millis(now.saturating_sub(since));
+                if failing >= stale_after {
+                    StoreState::Stale(failing)
+                } else {
+                    StoreState::Failing(failing)
+                }
+            }
+        }
+    }
+
+    pub fn last_error(&self) -> String {
+        match self.last_error.lock() {
+            Ok(e) => e.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+/// The health of every store of a [`Cache`].
+pub struct CacheHealth {
+    pub stale_after: Duration,
+    pub stores: Vec<Arc<StoreHealth>>,
+}
+
+/// One store that keeps the server from being ready, for /readyz.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unready {
+    pub store: Cow<'static, str>,
+    pub state: StoreState,
+    pub last_error: String,
+}
+
+impl CacheHealth {
+    /// Some store failed for longer than the bound. Cheap: atomics only.
+    pub fn stale(&self) -> bool {
+        self.stores.iter().any(|s| s.is_stale(self.stale_after))
+    }
+
+    /// The stores not synced yet or stale.
+    pub fn unready(&self) -> Vec<Unready> {
+        self.stores
+            .iter()
+            .filter_map(|s| {
+                let state = s.state(self.stale_after);
+                matches!(state, StoreState::Syncing | StoreState::Stale(_)).then(|| Unready {
+                    store: s.name.clone(),
+                    state,
+                    last_error: s.last_error(),
+                })
+            })
+            .collect()
+    }
+}
+
 /// Read access to the caches, shared by webhooks and controllers.
 #[derive(Clone)]
 pub struct Cache {
@@ -157,6 +316,7 @@ pub struct Cache {
     /// Bumped on every watch event: wakes the controllers.
     pub changed: watch::Receiver<u64>,
     synced: Arc<AtomicBool>,
+    pub health: Arc<CacheHealth>,
     pub behaviour: Arc<Behaviour>,
 }
 
@@ -188,12 +348,22 @@ impl Cache {
             keda: Arc::new(RwLock::new(None)),
             changed,
             synced: Arc::new(AtomicBool::new(true)),
+            health: Arc::new(CacheHealth {
+                stale_after: DEFAULT_STALE_AFTER,
+                stores: Vec::new(),
+            }),
             behaviour,
         }
     }
 
+    /// Every store has had its first complete list.
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
+    }
+
+    /// Some store lost its watch and has not recovered within the bound.
+    pub fn stale(&self) -> bool {
+        self.health.stale()
     }
 
     pub fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
@@ -239,49 +409,59 @@ impl Cache {
 }
 
 /// Starts one reflector per resource. The returned [`Cache`] answers at once
-/// (empty) and reports `synced()` once every store has had its initial list.
-pub fn start(client: Client, behaviour: Arc<Behaviour>, tasks: &mut JoinSet<()>) -> Cache {
+/// (empty) and reports `synced()` once every store has had its initial list,
+/// and `stale()` while a store's watch has failed for `stale_after` or longer.
+pub fn start(
+    client: Client,
+    behaviour: Arc<Behaviour>,
+    stale_after: Duration,
+    tasks: &mut JoinSet<()>,
+) -> Cache {
     let cfg = watcher::Config::default();
     let (tx, changed) = watch::channel(0u64);
-    let tx = &tx;
-    let pods = reflect::<SlimPod>(Api::all(client.clone()), cfg.clone(), tasks, tx, strip_pod);
-    let pdbs =
-        reflect::<PodDisruptionBudget>(Api::all(client.clone()), cfg.clone(), tasks, tx, |p| {
-            strip_meta(&mut p.metadata)
-        });
-    let deployments =
-        reflect::<Deployment>(Api::all(client.clone()), cfg.clone(), tasks, tx, |d| {
-            strip_meta(&mut d.metadata);
-            if let Some(spec) = d.spec.as_mut() {
-                // Pod template labels matter (PDB selectors); containers do not.
-                spec.template.spec = None;
-            }
-        });
-    let replicasets =
-        reflect::<ReplicaSet>(Api::all(client.clone()), cfg.clone(), tasks, tx, |r| {
-            strip_meta(&mut r.metadata);
-            r.metadata.annotations = None;
-            r.spec = None;
-            r.status = None;
-        });
-    let namespaces = reflect::<Namespace>(Api::all(client.clone()), cfg.clone(), tasks, tx, |n| {
-        strip_meta(&mut n.metadata)
+    let base = Instant::now();
+    let mut stores = Vec::new();
+    let mut r = Reflectors {
+        client: &client,
+        cfg: &cfg,
+        tasks,
+        changed: &tx,
+        base,
+        stale_after,
+        health: &mut stores,
+    };
+    let pods = r.reflect::<SlimPod>(None, strip_pod);
+    let pdbs = r.reflect::<PodDisruptionBudget>(None, |p| strip_meta(&mut p.metadata));
+    let deployments = r.reflect::<Deployment>(None, |d| {
+        strip_meta(&mut d.metadata);
+        if let Some(spec) = d.spec.as_mut() {
+            // Pod template labels matter (PDB selectors); containers do not.
+            spec.template.spec = None;
+        }
     });
-    let nodes = reflect::<Node>(Api::all(client.clone()), cfg.clone(), tasks, tx, |n| {
+    let replicasets = r.reflect::<ReplicaSet>(None, |r| {
+        strip_meta(&mut r.metadata);
+        r.metadata.annotations = None;
+        r.spec = None;
+        r.status = None;
+    });
+    let namespaces = r.reflect::<Namespace>(None, |n| strip_meta(&mut n.metadata));
+    let nodes = r.reflect::<Node>(None, |n| {
         strip_meta(&mut n.metadata);
         n.metadata.annotations = None;
         n.status = None;
     });
-    let hpas =
-        reflect::<HorizontalPodAutoscaler>(Api::all(client.clone()), cfg.clone(), tasks, tx, |h| {
-            strip_meta(&mut h.metadata);
-            h.status = None;
-        });
-    let eas = reflect::<EvictionAutoScaler>(Api::all(client.clone()), cfg, tasks, tx, |e| {
-        strip_meta(&mut e.metadata)
+    let hpas = r.reflect::<HorizontalPodAutoscaler>(None, |h| {
+        strip_meta(&mut h.metadata);
+        h.status = None;
     });
+    let eas = r.reflect::<EvictionAutoScaler>(Some(CRD_MISSING), |e| strip_meta(&mut e.metadata));
     let keda = Arc::new(RwLock::new(None));
-    tasks.spawn(watch_keda_when_installed(client, keda.clone(), tx.clone()));
+    tasks.spawn(watch_keda_when_installed(
+        client.clone(),
+        keda.clone(),
+        tx.clone(),
+    ));
 
     let synced = Arc::new(AtomicBool::new(false));
     let cache = Cache {
@@ -296,6 +476,10 @@ pub fn start(client: Client, behaviour: Arc<Behaviour>, tasks: &mut JoinSet<()>)
         keda,
         changed,
         synced: synced.clone(),
+        health: Arc::new(CacheHealth {
+            stale_after,
+            stores,
+        }),
         behaviour,
     };
     let c = cache.clone();
@@ -323,41 +507,197 @@ pub fn start(client: Client, behaviour: Arc<Behaviour>, tasks: &mut JoinSet<()>)
     cache
 }
 
-fn reflect<K>(
-    api: Api<K>,
-    cfg: watcher::Config,
-    tasks: &mut JoinSet<()>,
-    changed: &watch::Sender<u64>,
-    strip: impl FnMut(&mut K) + Send + 'static,
-) -> Store<K>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let kind = K::kind(&()).to_string();
-    let changed = changed.clone();
-    let stream = watcher(api, cfg)
-        .default_backoff()
-        .modify(strip)
-        .reflect(writer)
-        .touched_objects();
-    tasks.spawn(async move {
-        let mut stream = std::pin::pin!(stream.map_err(|e| e.to_string()));
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(_) => changed.send_modify(|n| *n = n.wrapping_add(1)),
-                // The watcher backs off and retries by itself; say why it is not syncing.
-                Err(e) => tracing::warn!(kind = %kind, error = %e, "watch error"),
+/// Said once, at error level, when the product's own CRD is not installed:
+/// nothing else tells an operator why the server never becomes ready.
+const CRD_MISSING: &str =
+    "the EvictionAutoScaler CRD (evictionautoscalers.eviction-autoscaler.azure.com) \
+     is not installed, so the server cannot become ready. Install it with \
+     `kubectl apply -f manifests/crd.yaml` or `eviction-autoscaler crd | kubectl apply -f -`; \
+     retrying until it appears";
+
+/// What every reflector of [`start`] shares.
+struct Reflectors<'a> {
+    client: &'a Client,
+    cfg: &'a watcher::Config,
+    tasks: &'a mut JoinSet<()>,
+    changed: &'a watch::Sender<u64>,
+    base: Instant,
+    stale_after: Duration,
+    health: &'a mut Vec<Arc<StoreHealth>>,
+}
+
+impl Reflectors<'_> {
+    /// A store of every `K` in the cluster, kept by a watcher whose health
+    /// lands in `self.health`. `missing` is logged once if the resource's
+    /// API is not served (404).
+    fn reflect<K>(
+        &mut self,
+        missing: Option<&'static str>,
+        strip: impl FnMut(&mut K) + Send + 'static,
+    ) -> Store<K>
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let health = Arc::new(StoreHealth::new(K::plural(&()), self.base));
+        let name = health.name.clone();
+        self.health.push(health.clone());
+        let (reader, writer) = reflector::store();
+        let api: Api<K> = Api::all(observed_client(self.client, health.clone()));
+        let stream = watcher(api, self.cfg.clone())
+            .backoff(watch_backoff())
+            .modify(strip)
+            .reflect(writer);
+        let changed = self.changed.clone();
+        let stale_after = self.stale_after;
+        self.tasks.spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut said_missing = false;
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(Event::Apply(_) | Event::Delete(_)) => {
+                        note_recovery(&health, health.ok());
+                        changed.send_modify(|n| *n = n.wrapping_add(1));
+                    }
+                    Ok(Event::InitDone) => {
+                        let was_listed = health.listed.load(Ordering::Acquire);
+                        let recovered = health.ok();
+                        health.listed();
+                        if !was_listed {
+                            if said_missing {
+                                tracing::info!(store = %name, "the API is served now; watching it");
+                            }
+                        } else {
+                            note_recovery(&health, recovered);
+                        }
+                        changed.send_modify(|n| *n = n.wrapping_add(1));
+                    }
+                    // Init precedes the list request and proves nothing; a
+                    // relist's objects count once InitDone swaps them in.
+                    Ok(Event::Init | Event::InitApply(_)) => {}
+                    Err(e) => {
+                        let first = health.failing_since.load(Ordering::Relaxed) == 0;
+                        health.error(e.to_string());
+                        match missing {
+                            Some(hint) if is_not_found(&e) => {
+                                if !said_missing {
+                                    tracing::error!(store = %name, "{hint}");
+                                    said_missing = true;
+                                } else {
+                                    tracing::debug!(store = %name, error = %e, "still not served");
+                                }
+                            }
+                            // The watcher backs off and retries by itself.
+                            _ if first => tracing::warn!(store = %name, error = %e, "watch error"),
+                            _ => tracing::debug!(store = %name, error = %e, "watch error"),
+                        }
+                        if let StoreState::Stale(d) = health.state(stale_after) {
+                            if !health.stale_reported.swap(true, Ordering::Relaxed) {
+                                tracing::error!(store = %name, failing_for = ?d, error = %e,
+                                    "watch cache stale: evictions are allowed unchecked and \
+                                     /readyz fails until its watch recovers");
+                            }
+                        }
+                    }
+                }
             }
+        });
+        reader
+    }
+}
+
+/// Retry delays of the watch caches: 0.8 s doubling up to 5 s, with jitter,
+/// back to 0.8 s after a minute without failures. kube's default goes up to
+/// 30 s: after an outage a store stays stale until it lists again, and while
+/// stale evictions go unchecked, so coming back soon matters more than the
+/// few requests per second a failing apiserver gets from 8 stores.
+fn watch_backoff() -> ResetTimerBackoff<WatchBackoff> {
+    ResetTimerBackoff::new(WatchBackoff::default(), Duration::from_secs(60))
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(800);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+struct WatchBackoff {
+    next: Duration,
+    seed: std::collections::hash_map::RandomState,
+    count: u64,
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff {
+            next: BACKOFF_MIN,
+            seed: Default::default(),
+            count: 0,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        use std::hash::BuildHasher;
+        let d = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        self.count = self.count.wrapping_add(1);
+        // 75% to 125%, so the stores of several replicas do not retry in step.
+        let permille = 750 + self.seed.hash_one(self.count) % 500;
+        Some(d * u32::try_from(permille).unwrap_or(1000) / 1000)
+    }
+}
+
+impl Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = BACKOFF_MIN;
+    }
+}
+
+fn note_recovery(health: &StoreHealth, recovered: Option<Duration>) {
+    if let Some(d) = recovered {
+        tracing::info!(store = %health.name, failing_for = ?d, "watch recovered");
+    }
+}
+
+/// A 404 from the list or watch: the resource's API is not served (CRD missing).
+fn is_not_found(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
+        watcher::Error::WatchError(s) => s.code == 404,
+        _ => false,
+    }
+}
+
+/// A client over `client` that marks `health` ok whenever a watch request
+/// is answered 2xx. A watch that resumes from our resourceVersion after an
+/// outage yields no event until something changes, so without this a quiet
+/// store would look failed long after it recovered.
+fn observed_client(client: &Client, health: Arc<StoreHealth>) -> Client {
+    let inner = client.clone();
+    let svc = tower::service_fn(move |req: axum::http::Request<kube::client::Body>| {
+        let inner = inner.clone();
+        let health = health.clone();
+        async move {
+            let watch = req
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true"));
+            let resp = inner.send(req).await?;
+            if watch && resp.status().is_success() {
+                note_recovery(&health, health.ok());
+            }
+            Ok::<_, kube::Error>(resp)
         }
     });
-    reader
+    Client::new(svc, client.default_namespace().to_string())
 }
 
 pub const KEDA_GROUP: &str = "keda.sh";
@@ -417,4 +757,131 @@ pub fn owned_by_us(meta: &ObjectMeta) -> bool {
         .as_ref()
         .and_then(|a| a.get(names::OWNED_BY))
         .is_some_and(|v| v == names::OWNED_BY_VALUE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOUND: Duration = Duration::from_secs(30);
+
+    fn health() -> StoreHealth {
+        StoreHealth::new("pods", Instant::now())
+    }
+
+    #[test]
+    fn a_store_goes_stale_only_after_failing_for_the_bound() {
+        let h = health();
+        assert_eq!(h.state_at(1, BOUND), StoreState::Syncing);
+        h.listed();
+        assert_eq!(h.state_at(1_000, BOUND), StoreState::Fresh);
+        // First error at t=10 s; later errors keep the start of the streak.
+        h.error_at(10_000, "connection refused".into());
+        h.error_at(25_000, "403 forbidden".into());
+        assert_eq!(
+            h.state_at(39_999, BOUND),
+            StoreState::Failing(Duration::from_millis(29_999))
+        );
+        assert_eq!(
+            h.state_at(40_000, BOUND),
+            StoreState::Stale(Duration::from_secs(30))
+        );
+        assert_eq!(h.last_error(), "403 forbidden");
+        // Any sign of a working watch ends the streak.
+        assert!(h.ok().is_some());
+        assert_eq!(h.state_at(41_000, BOUND), StoreState::Fresh);
+        assert_eq!(h.ok(), None, "no second recovery");
+        // A new streak starts from its own first error.
+        h.error_at(50_000, "eof".into());
+        assert_eq!(
+            h.state_at(60_000, BOUND),
+            StoreState::Failing(Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn errors_before_the_first_list_leave_it_syncing() {
+        let h = health();
+        h.error_at(5, "404 not found".into());
+        assert_eq!(h.state_at(100_000, BOUND), StoreState::Syncing);
+        h.listed();
+        assert_eq!(h.state_at(100_001, BOUND), StoreState::Fresh);
+    }
+
+    #[test]
+    fn the_cache_is_stale_while_any_store_is() {
+        let base = Instant::now();
+        let stores: Vec<_> = ["pods", "poddisruptionbudgets"]
+            .into_iter()
+            .map(|n| Arc::new(StoreHealth::new(n, base)))
+            .collect();
+        for s in &stores {
+            s.listed();
+        }
+        let h = CacheHealth {
+            stale_after: Duration::ZERO,
+            stores: stores.clone(),
+        };
+        assert!(!h.stale());
+        assert!(h.unready().is_empty());
+        stores[1].error("403 forbidden".into());
+        assert!(h.stale());
+        let u = h.unready();
+        assert_eq!(u.len(), 1);
+        assert_eq!(u[0].store, "poddisruptionbudgets");
+        assert_eq!(u[0].last_error, "403 forbidden");
+        stores[1].ok();
+        assert!(!h.stale());
+        // A longer bound: failing but not stale yet.
+        let h = CacheHealth {
+            stale_after: BOUND,
+            stores: stores.clone(),
+        };
+        stores[0].error("eof".into());
+        assert!(!h.stale());
+        assert!(h.unready().is_empty());
+    }
+
+    /// A watch that resumes after an outage yields no event until something
+    /// changes; its 2xx answer is what says the store is current again.
+    #[tokio::test]
+    async fn a_watch_answered_2xx_ends_a_failing_streak() {
+        use axum::http::{Request, Response};
+        use k8s_openapi::api::core::v1::Pod;
+        let inner = Client::new(
+            tower::service_fn(|req: Request<kube::client::Body>| async move {
+                let watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
+                let code = if watch { 200 } else { 500 };
+                Response::builder()
+                    .status(code)
+                    .body(kube::client::Body::from(Vec::new()))
+            }),
+            "default",
+        );
+        let h = Arc::new(StoreHealth::new("pods", Instant::now()));
+        h.listed();
+        h.error("connection refused".into());
+        let api: Api<Pod> = Api::all(observed_client(&inner, h.clone()));
+        // Another request answered with an error does not count.
+        assert!(api.list(&Default::default()).await.is_err());
+        assert!(matches!(h.state(Duration::ZERO), StoreState::Stale(_)));
+        // A watch the apiserver accepts does.
+        let _ = api.watch(&Default::default(), "1").await;
+        assert_eq!(h.state(Duration::ZERO), StoreState::Fresh);
+    }
+
+    #[test]
+    fn watch_retries_back_off_to_five_seconds_and_reset() {
+        let mut b = WatchBackoff::default();
+        let d: Vec<Duration> = (&mut b).take(6).collect();
+        for (got, base) in d.iter().zip([800u64, 1600, 3200, 5000, 5000, 5000]) {
+            let base = Duration::from_millis(base);
+            assert!(
+                *got >= base * 3 / 4 && *got < base * 5 / 4,
+                "{got:?} vs {base:?}"
+            );
+        }
+        b.reset();
+        assert!(b.next().unwrap() < Duration::from_secs(1));
+    }
 }

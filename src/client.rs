@@ -37,6 +37,10 @@ pub fn from_config(config: Config) -> Result<Clients, kube::Error> {
     api.reset_reader_on_write = true;
     let mut watch = config;
     watch.connect_timeout = Some(CONNECT_TIMEOUT);
+    // The watcher backs off and retries by itself; kube-client's own retry of
+    // 429/503/504 (up to 15 attempts, minutes) would hide a failing watch from
+    // the cache's health tracking (behaviour.md 4.6).
+    watch.default_retry = false;
     Ok(Clients {
         api: Client::try_from(api)?,
         watch: Client::try_from(watch)?,

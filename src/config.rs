@@ -113,7 +113,8 @@ pub struct ServeOpts {
     #[arg(long, env = "TLS_KEY_FILE")]
     pub tls_key_file: PathBuf,
 
-    /// When set, clients must present a certificate signed by this CA.
+    /// When set, the webhook paths require a client certificate signed by
+    /// this CA (health endpoints and /metrics never do); re-read when it changes.
     #[arg(long, env = "CLIENT_CA_FILE")]
     pub client_ca_file: Option<PathBuf>,
 
@@ -128,6 +129,11 @@ pub struct ServeOpts {
     /// How often certificate files are checked for changes.
     #[arg(long, env = "CERT_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub cert_reload_interval: Duration,
+
+    /// How long a watch cache may fail to list/watch before it counts as
+    /// stale: evictions are then allowed unchecked and /readyz fails.
+    #[arg(long, env = "WATCH_STALE_AFTER", default_value = "30s", value_parser = parse_duration)]
+    pub watch_stale_after: Duration,
 
     /// Run the controllers only while holding the Lease (several replicas).
     #[arg(long, env = "LEADER_ELECTION", default_value = "true", value_parser = parse_bool,

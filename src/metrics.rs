@@ -36,6 +36,7 @@ pub struct Metrics {
     pub managed_pdbs: Gauge,
     pub reconcile_errors: Family<ControllerLabel, Counter>,
     pub leader: Gauge,
+    pub client_cert_missing: Counter,
 }
 
 impl Default for Metrics {
@@ -103,6 +104,12 @@ impl Metrics {
             "1 while this replica runs the controllers",
             leader.clone(),
         );
+        let client_cert_missing = Counter::default();
+        registry.register(
+            "webhook_requests_without_client_cert",
+            "Webhook requests refused (401) because CLIENT_CA_FILE is set and no client certificate was presented",
+            client_cert_missing.clone(),
+        );
         Metrics {
             registry,
             admission_requests,
@@ -114,6 +121,7 @@ impl Metrics {
             managed_pdbs,
             reconcile_errors,
             leader,
+            client_cert_missing,
         }
     }
 

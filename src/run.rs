@@ -12,7 +12,8 @@ use crate::reconcile::{self, DegradedReasons, Reconciler};
 use crate::server::{self, AppState};
 use crate::surge::signals::SignalBook;
 use crate::surge::worker::Worker;
-use crate::tls::{self, ReloadingCert};
+use crate::tls::{ReloadingCert, TlsSettings};
+use crate::webhook::live::{ApiReader, LIVE_CHECK_TIMEOUT};
 use crate::webhook::Webhooks;
 use crate::{cache, tls::TlsError};
 
@@ -62,10 +63,7 @@ async fn shutdown_signal() {
 pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     // Certificates first: a bad file is a start-up error, not a later surprise.
     let cert = ReloadingCert::load(&opts.tls_cert_file, &opts.tls_key_file)?;
-    let tls_config = Arc::new(tls::server_config(
-        cert.clone(),
-        opts.client_ca_file.as_deref(),
-    )?);
+    let tls_settings = TlsSettings::load(cert.clone(), opts.client_ca_file.as_deref())?;
     let clients = crate::client::infer().await?;
     let client = clients.api.clone();
     let behaviour = Arc::new(opts.behaviour.clone());
@@ -73,7 +71,17 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
 
     let mut tasks = JoinSet::new();
     tasks.spawn(cert.clone().watch(opts.cert_reload_interval));
-    let cache = cache::start(clients.watch.clone(), behaviour.clone(), &mut tasks);
+    tasks.spawn(
+        tls_settings
+            .clone()
+            .watch_client_ca(opts.cert_reload_interval),
+    );
+    let cache = cache::start(
+        clients.watch.clone(),
+        behaviour.clone(),
+        opts.watch_stale_after,
+        &mut tasks,
+    );
     let metrics = Arc::new(Metrics::new());
     let (signals, signal_rx) = mpsc::channel(1024);
 
@@ -131,6 +139,10 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
 
     let webhooks = Arc::new(Webhooks {
         cache,
+        live: ApiReader {
+            client: client.clone(),
+        },
+        live_timeout: LIVE_CHECK_TIMEOUT,
         client,
         metrics: metrics.clone(),
         signals,
@@ -141,6 +153,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
             webhooks,
             metrics,
             max_body: opts.max_body_bytes,
+            require_client_cert: tls_settings.client_ca_configured(),
         },
         opts.request_timeout,
     );
@@ -148,7 +161,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     tracing::info!(listen = %opts.listen, "serving HTTPS");
     server::serve(
         listener,
-        tls_config,
+        tls_settings,
         app,
         opts.request_timeout,
         shutdown_signal(),

@@ -19,7 +19,9 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::cache::StoreState;
 use crate::metrics::Metrics;
+use crate::tls::TlsSettings;
 use kube::core::admission::AdmissionRequest;
 use kube::core::DynamicObject;
 
@@ -31,6 +33,39 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Largest request body accepted.
     pub max_body: usize,
+    /// CLIENT_CA_FILE is set: the webhook paths need a verified client certificate.
+    pub require_client_cert: bool,
+}
+
+/// Set on every request by the accept loop: whether the connection's client
+/// presented a certificate (rustls has verified it against the client CA,
+/// or the handshake would have failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientCert(pub bool);
+
+/// The webhook paths answer only clients with a verified certificate when a
+/// client CA is configured; health endpoints and /metrics never ask for one
+/// (kubelet probes and Prometheus scrapes carry none, behaviour.md 8).
+async fn require_client_cert(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let presented = req.extensions().get::<ClientCert>().is_some_and(|c| c.0);
+    if s.require_client_cert && !presented {
+        s.metrics.client_cert_missing.inc();
+        // Read the body first (up to the limit): answering before it is read
+        // makes HTTP/2 clients see a reset stream instead of the 401.
+        let mut body = req.into_body().into_data_stream();
+        let mut read = 0usize;
+        while let Some(Ok(chunk)) = body.next().await {
+            read += chunk.len();
+            if read > s.max_body {
+                break;
+            }
+        }
+        return json_error(
+            StatusCode::UNAUTHORIZED,
+            "a client certificate signed by the configured client CA is required on this path",
+        );
+    }
+    next.run(req).await
 }
 
 fn json_error(code: StatusCode, message: impl Into<String>) -> Response {
@@ -96,7 +131,7 @@ async fn read_review(
 
 async fn validate_evictions(State(s): State<AppState>, body: Body) -> Response {
     match read_review(&s, body).await {
-        Ok(req) => answer(s.webhooks.evictions(req)),
+        Ok(req) => answer(s.webhooks.evictions(req).await),
         Err(e) => e.into_response(),
     }
 }
@@ -108,12 +143,32 @@ async fn mutate_deployments(State(s): State<AppState>, body: Body) -> Response {
     }
 }
 
+/// Ready once every watch cache has synced, and while none is stale; the
+/// body names the stores that keep it from being ready.
 async fn readyz(State(s): State<AppState>) -> Response {
-    if s.webhooks.cache.synced() {
-        (StatusCode::OK, "ok\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "watch caches not synced\n").into_response()
+    let cache = &s.webhooks.cache;
+    let unready = cache.health.unready();
+    if cache.synced() && unready.is_empty() {
+        return (StatusCode::OK, "ok\n").into_response();
     }
+    let mut body = String::from(if cache.synced() {
+        "watch caches stale\n"
+    } else {
+        "watch caches not synced\n"
+    });
+    for u in unready {
+        let what = match u.state {
+            StoreState::Syncing => "not listed yet".to_string(),
+            StoreState::Stale(d) => format!("stale: watch failing for {}s", d.as_secs()),
+            StoreState::Fresh | StoreState::Failing(_) => continue,
+        };
+        body.push_str(&format!("{}: {what}", u.store));
+        if !u.last_error.is_empty() {
+            body.push_str(&format!(" (last error: {})", u.last_error));
+        }
+        body.push('\n');
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
@@ -128,9 +183,16 @@ async fn metrics(State(s): State<AppState>) -> Response {
 }
 
 pub fn router(state: AppState, request_timeout: Duration) -> Router {
-    Router::new()
+    let webhooks = Router::new()
         .route("/validate/evictions", post(validate_evictions))
         .route("/mutate/deployments", post(mutate_deployments))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_client_cert,
+        ));
+    Router::new()
+        .merge(webhooks)
+        // Never depends on the apiserver: answers as soon as the listener is up.
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -168,12 +230,11 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 /// connection and nothing else.
 pub async fn serve(
     listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Arc<TlsSettings>,
     app: Router,
     timeout: Duration,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let acceptor = TlsAcceptor::from(tls);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -188,7 +249,8 @@ pub async fn serve(
                 }
             },
         };
-        let acceptor = acceptor.clone();
+        // The current configuration: a reloaded client CA applies from the next connection.
+        let acceptor = TlsAcceptor::from(tls.current());
         let app = app.clone();
         tokio::spawn(async move {
             let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
@@ -202,6 +264,15 @@ pub async fn serve(
                     return;
                 }
             };
+            let presented = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .is_some_and(|c| !c.is_empty());
+            let app = tower::ServiceExt::map_request(app, move |mut req: Request<_>| {
+                req.extensions_mut().insert(ClientCert(presented));
+                req
+            });
             let svc = TowerToHyperService::new(app);
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder

@@ -2,10 +2,15 @@
 //! re-read when they change (cert-manager rotates them in place), so a
 //! rotation needs no restart and never fails a request: a handshake always
 //! sees either the old or the new pair, and a broken new pair keeps the old one.
+//!
+//! The optional client CA is re-read the same way. Client certificates are
+//! optional at the TLS level (kubelet probes carry none, behaviour.md 8); a
+//! certificate that is presented must verify, and the HTTP layer requires
+//! one on the webhook paths (see `server::ClientCert`).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use rustls::crypto::ring::sign::any_supported_type;
@@ -168,33 +173,131 @@ impl ResolvesServerCert for ReloadingCert {
 }
 
 /// TLS 1.2 and 1.3 with the ring provider, HTTP/2 and HTTP/1.1 by ALPN.
-pub fn server_config(
+/// With a client CA, clients may present a certificate signed by it (and
+/// one that does not verify fails the handshake); without one they are
+/// still served, and the HTTP layer decides per path.
+fn build_config(
     resolver: Arc<ReloadingCert>,
-    client_ca: Option<&Path>,
+    client_ca: Option<(&[u8], &Path)>,
 ) -> Result<ServerConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
-        Some(path) => {
+        Some((pem, path)) => {
+            let ca_error = |message: String| TlsError::ClientCa {
+                path: path.to_path_buf(),
+                message,
+            };
             let mut roots = RootCertStore::empty();
-            for cert in parse_certs(&read(path)?, path)? {
-                roots.add(cert).map_err(|e| TlsError::ClientCa {
-                    path: path.to_path_buf(),
-                    message: e.to_string(),
-                })?;
+            for cert in parse_certs(pem, path)? {
+                roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
                 .build()
-                .map_err(|e| TlsError::ClientCa {
-                    path: path.to_path_buf(),
-                    message: e.to_string(),
-                })?;
+                .map_err(|e| ca_error(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     let mut cfg = builder.with_cert_resolver(resolver);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
+}
+
+/// The TLS configuration for each new connection. The serving certificate
+/// is resolved per handshake by [`ReloadingCert`]; a changed client CA file
+/// gets a new `ServerConfig`, used from the next connection on (a broken
+/// file keeps the previous CA).
+pub struct TlsSettings {
+    cert: Arc<ReloadingCert>,
+    client_ca: Option<ClientCaFile>,
+    current: RwLock<Arc<ServerConfig>>,
+}
+
+struct ClientCaFile {
+    path: PathBuf,
+    pem: Mutex<Vec<u8>>,
+}
+
+impl TlsSettings {
+    pub fn load(
+        cert: Arc<ReloadingCert>,
+        client_ca: Option<&Path>,
+    ) -> Result<Arc<TlsSettings>, TlsError> {
+        let (config, client_ca) = match client_ca {
+            None => (build_config(cert.clone(), None)?, None),
+            Some(path) => {
+                let pem = read(path)?;
+                let config = build_config(cert.clone(), Some((&pem, path)))?;
+                let file = ClientCaFile {
+                    path: path.to_path_buf(),
+                    pem: Mutex::new(pem),
+                };
+                (config, Some(file))
+            }
+        };
+        Ok(Arc::new(TlsSettings {
+            cert,
+            client_ca,
+            current: RwLock::new(Arc::new(config)),
+        }))
+    }
+
+    /// The configuration for a connection accepted now.
+    pub fn current(&self) -> Arc<ServerConfig> {
+        match self.current.read() {
+            Ok(c) => c.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// A client CA is configured: the webhook paths require a client certificate.
+    pub fn client_ca_configured(&self) -> bool {
+        self.client_ca.is_some()
+    }
+
+    /// Re-reads the client CA file; Ok(true) when a new CA was installed.
+    pub fn reload_client_ca(&self) -> Result<bool, TlsError> {
+        let Some(ca) = &self.client_ca else {
+            return Ok(false);
+        };
+        let pem = read(&ca.path)?;
+        let same = ca.pem.lock().map(|p| *p == pem).unwrap_or(false);
+        if same {
+            return Ok(false);
+        }
+        let config = build_config(self.cert.clone(), Some((&pem, &ca.path)))?;
+        match ca.pem.lock() {
+            Ok(mut p) => *p = pem,
+            Err(poisoned) => *poisoned.into_inner() = pem,
+        }
+        match self.current.write() {
+            Ok(mut c) => *c = Arc::new(config),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(config),
+        }
+        Ok(true)
+    }
+
+    /// Polls the client CA file until the process ends (no-op without one).
+    pub async fn watch_client_ca(self: Arc<Self>, every: Duration) {
+        let Some(path) = self.client_ca.as_ref().map(|c| c.path.clone()) else {
+            return;
+        };
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let this = self.clone();
+            match tokio::task::spawn_blocking(move || this.reload_client_ca()).await {
+                Ok(Ok(true)) => tracing::info!(client_ca = %path.display(), "client CA reloaded"),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "client CA not reloaded; keeping the previous one")
+                }
+                Err(e) => tracing::warn!(error = %e, "client CA reload task failed"),
+            }
+        }
+    }
 }

@@ -254,59 +254,106 @@ fn invalid_configuration_names_the_setting() {
     assert!(err.contains("/nonexistent/tls.crt"), "{err}");
 }
 
-/// `--client-ca-file`: a client without a certificate signed by that CA gets
-/// no HTTP answer; one with such a certificate is served.
-#[test]
-fn client_certificates_are_required_when_configured() {
-    let dir = std::env::temp_dir().join(format!("ea-mtls-{}-{}", std::process::id(), free_port()));
-    std::fs::create_dir_all(&dir).unwrap();
-    certs(&dir);
-    let sh = |script: &str| {
+/// Makes a client CA `<name>-ca.crt` and a client certificate
+/// `<name>.crt`/`<name>.key` (clientAuth) signed by it, with openssl.
+fn client_pki(dir: &Path, name: &str) {
+    let sh = |script: String| {
         let ok = Command::new("sh")
             .arg("-c")
-            .arg(script)
-            .current_dir(&dir)
+            .arg(&script)
+            .current_dir(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .expect("openssl");
         assert!(ok.success(), "{script}");
     };
-    // A client CA and a client certificate (clientAuth) made with openssl.
-    sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout client-ca.key -out client-ca.crt -days 1 -subj /CN=client-ca");
-    sh("openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=kube-apiserver");
-    sh("printf 'extendedKeyUsage=clientAuth\\n' > ext.cnf && openssl x509 -req -in client.csr -CA client-ca.crt -CAkey client-ca.key -CAcreateserial -out client.crt -days 1 -extfile ext.cnf");
-    let ca = dir.join("client-ca.crt");
+    sh(format!("openssl req -x509 -newkey rsa:2048 -nodes -keyout {name}-ca.key -out {name}-ca.crt -days 1 -subj /CN={name}-ca"));
+    sh(format!("openssl req -newkey rsa:2048 -nodes -keyout {name}.key -out {name}.csr -subj /CN=kube-apiserver"));
+    sh(format!("printf 'extendedKeyUsage=clientAuth\\n' > {name}.ext && openssl x509 -req -in {name}.csr -CA {name}-ca.crt -CAkey {name}-ca.key -CAcreateserial -out {name}.crt -days 1 -extfile {name}.ext"));
+}
+
+/// `--client-ca-file`: health endpoints and /metrics answer without a client
+/// certificate (kubelet probes carry none); the webhook paths answer 401
+/// without one and serve a client whose certificate the CA signed; a
+/// certificate from another CA fails the handshake; a replaced CA file is
+/// picked up without a restart.
+#[test]
+fn client_certificates_are_required_on_webhook_paths_only() {
+    let dir = std::env::temp_dir().join(format!("ea-mtls-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    certs(&dir);
+    client_pki(&dir, "client");
+    client_pki(&dir, "other");
+    let ca = dir.join("client-ca.pem");
+    std::fs::copy(dir.join("client-ca.crt"), &ca).unwrap();
     let s = spawn_server(dir.clone(), &["--client-ca-file".as_ref(), ca.as_os_str()]);
-    let code = |with_cert: bool| {
-        let mut c = Command::new("curl");
-        c.args([
-            "-s",
-            "-m",
-            "5",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--cacert",
-        ])
-        .arg(s.dir.join("ca.crt"));
-        if with_cert {
-            c.arg("--cert")
-                .arg(s.dir.join("client.crt"))
-                .arg("--key")
-                .arg(s.dir.join("client.key"));
+    // (HTTP code, body) with the client certificate `cert` (or none).
+    let call = |cert: Option<&str>, path: &str, body: Option<&str>| {
+        let mut args: Vec<String> = Vec::new();
+        if let Some(c) = cert {
+            args.extend([
+                "--cert".into(),
+                s.dir.join(format!("{c}.crt")).display().to_string(),
+                "--key".into(),
+                s.dir.join(format!("{c}.key")).display().to_string(),
+            ]);
         }
-        c.arg(format!("https://127.0.0.1:{}/healthz", s.port));
-        String::from_utf8_lossy(&c.output().expect("curl").stdout).to_string()
+        if let Some(b) = body {
+            args.extend([
+                "-H".into(),
+                "content-type: application/json".into(),
+                "--data-binary".into(),
+                b.into(),
+            ]);
+        }
+        args.push(format!("https://127.0.0.1:PORT{path}"));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        curl(&s, &args)
     };
     let deadline = Instant::now() + Duration::from_secs(20);
-    while code(true) != "200" {
+    while call(None, "/healthz", None).0 != 200 {
         assert!(
             Instant::now() < deadline,
-            "server with client CA did not start"
+            "server with client CA did not answer /healthz without a client certificate"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(code(false), "000", "no client certificate, no answer");
+    // What the kubelet asks: no client certificate, an HTTP answer.
+    assert_eq!(call(None, "/readyz", None).0, 503, "no cluster: not ready");
+    assert_eq!(call(None, "/metrics", None).0, 200);
+    for path in ["/validate/evictions", "/mutate/deployments"] {
+        let (code, body) = call(None, path, Some(EVICTION));
+        assert_eq!(code, 401, "{path}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("JSON error body");
+        assert!(
+            v["error"].as_str().unwrap().contains("client certificate"),
+            "{body}"
+        );
+    }
+    let (code, body) = call(Some("client"), "/validate/evictions", Some(EVICTION));
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["response"]["allowed"], true);
+    assert_eq!(call(Some("client"), "/healthz", None).0, 200);
+    // A certificate the CA did not sign: no TLS session at all.
+    assert_eq!(call(Some("other"), "/healthz", None).0, 0);
+
+    // Rotate the client CA: the other CA's clients are served, the old ones refused.
+    std::fs::copy(dir.join("other-ca.crt"), dir.join("client-ca.pem.new")).unwrap();
+    std::fs::rename(dir.join("client-ca.pem.new"), &ca).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while call(Some("other"), "/validate/evictions", Some(EVICTION)).0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "new client CA not used within 10s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        call(Some("client"), "/healthz", None).0,
+        0,
+        "old CA no longer trusted"
+    );
+    assert_eq!(call(None, "/healthz", None).0, 200);
 }

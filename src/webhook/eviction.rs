@@ -2,6 +2,13 @@
 //! cache snapshot that mirrors `pkg/registry/core/pod/storage/eviction.go`.
 //! Safety rule: never deny an eviction that the apiserver would allow. Only
 //! where the apiserver itself would answer 429 for the budget may we deny.
+//!
+//! A 429 is answered only on fresh facts: when the caches say Block, the
+//! caller reads the pod and the namespace's PDBs from the apiserver and runs
+//! the same decision over them ([`LiveView`], [`confirm`]). Any failure of
+//! that read, or any other answer than Block, lets the eviction through.
+//! The owner chain and the namespace scope still come from the caches: a
+//! stale entry there can only make us allow more (no Deployment, out of scope).
 
 use std::sync::Arc;
 
@@ -13,10 +20,24 @@ use crate::cache::{Cache, SlimPod};
 use crate::markers::Markers;
 use crate::names;
 
-/// What the decision reads: implemented by the watch caches, and by plain
-/// vectors in tests.
+/// MaxDisruptedPodSize of eviction.go: past this many `status.disruptedPods`
+/// the apiserver answers 403 Forbidden, which must not become a retryable 429.
+pub const MAX_DISRUPTED_PODS: usize = 2000;
+
+/// Whether the facts behind a view may be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Some store has not had its first list yet.
+    NotSynced,
+    /// Some store lost its watch and has not recovered within the bound.
+    Stale,
+    Fresh,
+}
+
+/// What the decision reads: implemented by the watch caches, by live reads
+/// ([`LiveView`]), and by plain vectors in tests.
 pub trait EvictionView {
-    fn synced(&self) -> bool;
+    fn freshness(&self) -> Freshness;
     fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>>;
     fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>>;
     fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>>;
@@ -24,8 +45,14 @@ pub trait EvictionView {
 }
 
 impl EvictionView for Cache {
-    fn synced(&self) -> bool {
-        Cache::synced(self)
+    fn freshness(&self) -> Freshness {
+        if !Cache::synced(self) {
+            Freshness::NotSynced
+        } else if Cache::stale(self) {
+            Freshness::Stale
+        } else {
+            Freshness::Fresh
+        }
     }
     fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
         Cache::pod(self, ns, name)
@@ -45,6 +72,8 @@ impl EvictionView for Cache {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AllowReason {
     NotSynced,
+    /// A watch cache failed and has not recovered (behaviour.md 4.6).
+    CacheStale,
     PodNotFound,
     BudgetIgnored,
     NoPdb,
@@ -55,12 +84,20 @@ pub enum AllowReason {
     BudgetNotSettled,
     NotADeployment,
     OutOfScope,
+    /// More than [`MAX_DISRUPTED_PODS`] disruptedPods: the apiserver answers 403.
+    TooManyDisruptedPods,
+    /// The caches said Block; the apiserver's own objects said otherwise (the
+    /// reason the live decision gave).
+    LiveDisagreed(&'static str),
+    /// The caches said Block; the live read failed or timed out.
+    LiveCheckFailed,
 }
 
 impl AllowReason {
     pub fn as_str(self) -> &'static str {
         match self {
             AllowReason::NotSynced => "not_synced",
+            AllowReason::CacheStale => "cache_stale",
             AllowReason::PodNotFound => "pod_not_found",
             AllowReason::BudgetIgnored => "budget_ignored",
             AllowReason::NoPdb => "no_pdb",
@@ -70,6 +107,9 @@ impl AllowReason {
             AllowReason::BudgetNotSettled => "budget_not_settled",
             AllowReason::NotADeployment => "not_a_deployment",
             AllowReason::OutOfScope => "out_of_scope",
+            AllowReason::TooManyDisruptedPods => "too_many_disrupted_pods",
+            AllowReason::LiveDisagreed(_) => "live_disagreed",
+            AllowReason::LiveCheckFailed => "live_check_failed",
         }
     }
 }
@@ -102,8 +142,10 @@ fn allow(reason: AllowReason) -> Decision {
 }
 
 pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
-    if !view.synced() {
-        return allow(AllowReason::NotSynced);
+    match view.freshness() {
+        Freshness::NotSynced => return allow(AllowReason::NotSynced),
+        Freshness::Stale => return allow(AllowReason::CacheStale),
+        Freshness::Fresh => {}
     }
     let Some(pod) = view.pod(ns, pod_name) else {
         return allow(AllowReason::PodNotFound);
@@ -155,6 +197,10 @@ pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
     {
         return allow(AllowReason::BudgetNotSettled);
     }
+    // Checked by the apiserver before disruptionsAllowed == 0, with 403.
+    if status.disrupted_pods.as_ref().map_or(0, |d| d.len()) > MAX_DISRUPTED_PODS {
+        return allow(AllowReason::TooManyDisruptedPods);
+    }
     if status.disruptions_allowed > 0 {
         return allow(AllowReason::BudgetAllows);
     }
@@ -172,6 +218,71 @@ pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
         desired_healthy: status.desired_healthy,
         current_healthy: status.current_healthy,
     })
+}
+
+/// Facts read from the apiserver just before a 429: the pod (None when it
+/// is gone) and every PDB of its namespace.
+#[derive(Debug, Clone, Default)]
+pub struct LiveFacts {
+    pub pod: Option<SlimPod>,
+    pub pdbs: Vec<PodDisruptionBudget>,
+}
+
+/// The live pod and PDBs; owner chain and scope from `cache`.
+pub struct LiveView<'a, C> {
+    pub facts: &'a LiveFacts,
+    pub cache: &'a C,
+}
+
+impl<C: EvictionView> EvictionView for LiveView<'_, C> {
+    fn freshness(&self) -> Freshness {
+        Freshness::Fresh
+    }
+    fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
+        self.facts
+            .pod
+            .as_ref()
+            .filter(|p| {
+                p.metadata.namespace.as_deref() == Some(ns)
+                    && p.metadata.name.as_deref() == Some(name)
+            })
+            .map(|p| Arc::new(p.clone()))
+    }
+    fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>> {
+        self.facts
+            .pdbs
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .map(|p| Arc::new(p.clone()))
+            .collect()
+    }
+    fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>> {
+        self.cache.owning_deployment(pod)
+    }
+    fn namespace_in_scope(&self, ns: &str) -> bool {
+        self.cache.namespace_in_scope(ns)
+    }
+}
+
+/// The answer once the caches said Block: Block only if the same decision
+/// over the live facts says Block too (with the live numbers); otherwise, or
+/// when the read failed (`live` is Err), allow.
+pub fn confirm<E>(
+    cache: &impl EvictionView,
+    ns: &str,
+    pod_name: &str,
+    live: Result<&LiveFacts, E>,
+) -> Decision {
+    let Ok(facts) = live else {
+        return allow(AllowReason::LiveCheckFailed);
+    };
+    match decide(&LiveView { facts, cache }, ns, pod_name) {
+        Decision::Block(b) => Decision::Block(b),
+        Decision::Allow { reason, warning } => Decision::Allow {
+            reason: AllowReason::LiveDisagreed(reason.as_str()),
+            warning,
+        },
+    }
 }
 
 /// What the surge worker is doing for a Deployment, for the 429 message.
@@ -231,9 +342,8 @@ pub(crate) mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
     use std::collections::BTreeMap;
 
-    #[derive(Default)]
     pub struct Fixture {
-        pub synced: bool,
+        pub freshness: Freshness,
         pub pods: Vec<SlimPod>,
         pub pdbs: Vec<PodDisruptionBudget>,
         pub deployment_of: BTreeMap<String, Deployment>,
@@ -241,8 +351,8 @@ pub(crate) mod tests {
     }
 
     impl EvictionView for Fixture {
-        fn synced(&self) -> bool {
-            self.synced
+        fn freshness(&self) -> Freshness {
+            self.freshness
         }
         fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
             self.pods
@@ -335,7 +445,7 @@ pub(crate) mod tests {
 
     fn base() -> Fixture {
         Fixture {
-            synced: true,
+            freshness: Freshness::Fresh,
             pods: vec![pod("p", "Running", true)],
             pdbs: vec![pdb("web", 0, 3, 3)],
             deployment_of: [("p".to_string(), deployment())].into(),
@@ -372,8 +482,18 @@ pub(crate) mod tests {
         let rows: Vec<(&str, Tweak, AllowReason)> = vec![
             (
                 "caches not synced",
-                |f| f.synced = false,
+                |f| f.freshness = Freshness::NotSynced,
                 AllowReason::NotSynced,
+            ),
+            (
+                "a cache lost its watch",
+                |f| f.freshness = Freshness::Stale,
+                AllowReason::CacheStale,
+            ),
+            (
+                "more than 2000 disruptedPods: the apiserver answers 403",
+                |f| f.pdbs[0].status.as_mut().unwrap().disrupted_pods = Some(disrupted(2001)),
+                AllowReason::TooManyDisruptedPods,
             ),
             (
                 "pod not in cache",
@@ -539,6 +659,145 @@ pub(crate) mod tests {
         assert_eq!(
             surge_state_from_markers(&d),
             SurgeState::Active { from: 3, to: 6 }
+        );
+    }
+
+    fn disrupted(n: usize) -> BTreeMap<String, Time> {
+        (0..n)
+            .map(|i| (format!("gone-{i}"), Time(Default::default())))
+            .collect()
+    }
+
+    #[test]
+    fn two_thousand_disrupted_pods_still_block() {
+        // The apiserver's condition is `len > MaxDisruptedPodSize`: at 2000 it
+        // still answers 429 for an exhausted budget.
+        let mut f = base();
+        f.pdbs[0].status.as_mut().unwrap().disrupted_pods = Some(disrupted(MAX_DISRUPTED_PODS));
+        assert!(matches!(decide(&f, "ns", "p"), Decision::Block(_)));
+        f.pdbs[0].status.as_mut().unwrap().disrupted_pods = Some(disrupted(MAX_DISRUPTED_PODS + 1));
+        assert_eq!(
+            reason(decide(&f, "ns", "p")),
+            Some(AllowReason::TooManyDisruptedPods)
+        );
+    }
+
+    fn live_of(f: &Fixture) -> LiveFacts {
+        LiveFacts {
+            pod: f.pods.first().cloned(),
+            pdbs: f.pdbs.clone(),
+        }
+    }
+
+    /// The caches say Block; what the apiserver's own objects say decides.
+    #[test]
+    fn a_block_needs_the_live_facts_to_agree() {
+        type Tweak = fn(&mut LiveFacts);
+        let stale_cases: Vec<(&str, Tweak, &str)> = vec![
+            (
+                "the PDB has just opened",
+                |l| l.pdbs[0] = pdb("web", 1, 2, 3),
+                "budget_allows",
+            ),
+            ("the user deleted the PDB", |l| l.pdbs.clear(), "no_pdb"),
+            (
+                "the user relaxed the PDB (status not yet recomputed)",
+                |l| l.pdbs[0].metadata.generation = Some(2),
+                "budget_not_settled",
+            ),
+            (
+                "the user relaxed the PDB to minAvailable 0",
+                |l| l.pdbs[0] = pdb("web", 3, 0, 3),
+                "budget_allows",
+            ),
+            (
+                "the pod is already terminating",
+                |l| {
+                    l.pod.as_mut().unwrap().metadata.deletion_timestamp =
+                        Some(Time(Default::default()))
+                },
+                "budget_ignored",
+            ),
+            (
+                "the pod became unready (healthy budget)",
+                |l| l.pod = Some(pod("p", "Running", false)),
+                "unhealthy_pod_policy",
+            ),
+            (
+                "the pod was relabelled out of the selector",
+                |l| {
+                    l.pod.as_mut().unwrap().metadata.labels =
+                        Some([("app".to_string(), "other".to_string())].into())
+                },
+                "no_pdb",
+            ),
+            ("the pod is gone", |l| l.pod = None, "pod_not_found"),
+            (
+                "a second PDB appeared",
+                |l| l.pdbs.push(pdb("web-2", 0, 3, 3)),
+                "several_pdbs",
+            ),
+            (
+                "the PDB has more than 2000 disruptedPods",
+                |l| {
+                    l.pdbs[0].status.as_mut().unwrap().disrupted_pods =
+                        Some(disrupted(MAX_DISRUPTED_PODS + 1))
+                },
+                "too_many_disrupted_pods",
+            ),
+        ];
+        let cache = base();
+        assert!(matches!(decide(&cache, "ns", "p"), Decision::Block(_)));
+        for (name, tweak, live_reason) in stale_cases {
+            let mut live = live_of(&cache);
+            tweak(&mut live);
+            let d = confirm::<()>(&cache, "ns", "p", Ok(&live));
+            assert_eq!(
+                reason(d),
+                Some(AllowReason::LiveDisagreed(live_reason)),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_live_read_allows() {
+        let cache = base();
+        assert_eq!(
+            reason(confirm(&cache, "ns", "p", Err("timed out"))),
+            Some(AllowReason::LiveCheckFailed)
+        );
+    }
+
+    #[test]
+    fn a_live_block_is_answered_with_the_live_numbers() {
+        let cache = base();
+        let mut live = live_of(&cache);
+        live.pdbs[0] = pdb("web", 0, 3, 2);
+        match confirm::<()>(&cache, "ns", "p", Ok(&live)) {
+            Decision::Block(b) => {
+                assert_eq!((b.desired_healthy, b.current_healthy), (3, 2));
+                assert_eq!(b.deployment, "web");
+            }
+            d => panic!("expected Block, got {d:?}"),
+        }
+    }
+
+    #[test]
+    fn the_live_view_keeps_owner_and_scope_from_the_caches() {
+        // Out of scope or not a Deployment in the caches: allow even if live says block.
+        let mut cache = base();
+        let live = live_of(&cache);
+        cache.in_scope = false;
+        assert_eq!(
+            reason(confirm::<()>(&cache, "ns", "p", Ok(&live))),
+            Some(AllowReason::LiveDisagreed("out_of_scope"))
+        );
+        let mut cache = base();
+        cache.deployment_of.clear();
+        assert_eq!(
+            reason(confirm::<()>(&cache, "ns", "p", Ok(&live))),
+            Some(AllowReason::LiveDisagreed("not_a_deployment"))
         );
     }
 }

@@ -3,6 +3,7 @@
 //! this module does the parsing, the I/O and the answer.
 
 pub mod eviction;
+pub mod live;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ use crate::metrics::{AdmissionLabels, Metrics, WebhookLabel};
 use crate::names;
 use crate::pdb::{self, CreatePlan};
 use eviction::{Blocked, Decision, SurgeState};
+use live::ApiReader;
 
 /// A blocked eviction, handed to the surge worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +123,10 @@ pub struct Webhooks {
     pub signals: mpsc::Sender<Signal>,
     /// Limit for the API write the mutating webhook makes.
     pub write_timeout: Duration,
+    /// Reads the pod and PDBs again before any 429.
+    pub live: ApiReader,
+    /// Limit for those reads ([`live::LIVE_CHECK_TIMEOUT`]).
+    pub live_timeout: Duration,
 }
 
 impl Webhooks {
@@ -139,14 +145,14 @@ impl Webhooks {
             .observe(started.elapsed().as_secs_f64());
     }
 
-    pub fn evictions(&self, req: AdmissionRequest<DynamicObject>) -> Answer {
+    pub async fn evictions(&self, req: AdmissionRequest<DynamicObject>) -> Answer {
         let started = Instant::now();
-        let answer = self.evictions_inner(&req);
+        let answer = self.evictions_inner(&req).await;
         self.observe("evictions", started, answer.decision, answer.code);
         answer
     }
 
-    fn evictions_inner(&self, req: &AdmissionRequest<DynamicObject>) -> Answer {
+    async fn evictions_inner(&self, req: &AdmissionRequest<DynamicObject>) -> Answer {
         let handled = req.resource.resource == "pods"
             && req.sub_resource.as_deref() == Some("eviction")
             && matches!(req.operation, Operation::Create);
@@ -166,9 +172,11 @@ impl Webhooks {
                 code: 200,
             };
         };
-        match eviction::decide(&self.cache, ns, &req.name) {
+        let decision =
+            live::decide_confirmed(&self.cache, &self.live, ns, &req.name, self.live_timeout).await;
+        match decision {
             Decision::Allow { reason, warning } => {
-                tracing::debug!(namespace = ns, pod = %req.name, reason = reason.as_str(), "eviction allowed");
+                tracing::debug!(namespace = ns, pod = %req.name, reason = reason.as_str(), ?reason, "eviction allowed");
                 Answer {
                     review: allowed(req, warning).into_review_v1(),
                     decision: reason.as_str(),
@@ -273,6 +281,11 @@ impl Webhooks {
         if !self.cache.synced() {
             // The reconciler creates the PDB once caches are synced.
             return skip("not_synced", None);
+        }
+        if self.cache.stale() {
+            // A stale PDB cache could miss the user's PDB, and two PDBs over
+            // one pod make every eviction of it fail.
+            return skip("cache_stale", None);
         }
         let pdbs = self.cache.pdbs_in(&ns);
         let hpas = self.cache.hpas.state();

@@ -5,6 +5,7 @@
 
 #[path = "../e2e/support.rs"]
 mod support;
+mod webhook_safety;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
