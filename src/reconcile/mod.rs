@@ -211,7 +211,7 @@ impl Reconciler {
         let mut changed = self.cache.changed.clone();
         loop {
             let mut wait = RESYNC;
-            if *leader.borrow() && self.cache.synced() {
+            if *leader.borrow() && self.cache.synced() && !self.cache.stale() {
                 // Stepping down cancels the pass, even mid-request.
                 let mut lost = leader.clone();
                 tokio::select! {

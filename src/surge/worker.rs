@@ -64,9 +64,12 @@ impl Worker {
         let mut core: Option<Core<KubeApi>> = None;
         loop {
             let leading = *leader.borrow();
+            // No decision on a frozen snapshot: while a watch cache is stale
+            // (behaviour.md section 4, rule 6) the worker waits; its writes
+            // are guarded anyway.
             if !leading {
                 core = None;
-            } else if self.cache.synced() {
+            } else if self.cache.synced() && !self.cache.stale() {
                 let c = core.get_or_insert_with(|| {
                     Core::new(
                         KubeApi(self.client.clone()),
