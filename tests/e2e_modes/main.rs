@@ -5,6 +5,7 @@
 
 #[path = "../e2e/support.rs"]
 mod support;
+mod surge_upgrade;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
