@@ -732,12 +732,17 @@ impl ReplicaSampler {
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut samples = Vec::new();
+            // One last sample after the stop: what the caller just waited
+            // for is then always in the trace.
             loop {
                 if let Ok(d) = deps.get(&name).await {
                     samples.push((Instant::now(), d.spec.and_then(|s| s.replicas).unwrap_or(1)));
                 }
+                if *stopped.borrow() {
+                    break;
+                }
                 tokio::select! {
-                    _ = stopped.changed() => break,
+                    _ = stopped.changed() => {}
                     _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 }
             }
