@@ -38,18 +38,41 @@ async fn wait_room(ns: &TestNs, app: &str) {
     .await;
 }
 
-/// 3 nodes, a 3-replica Deployment with one pod on each and our PDB; each
-/// node in turn is cordoned, drained with `kubectl drain` (after the surge
-/// is in place, as an upgrader that cordons first), left for `PAUSE`, then
-/// uncordoned, and the next one follows. One SurgeStarted for the whole
-/// upgrade, no SurgeReverted until the last node is done, replicas never
-/// lower before that, and exactly 3 without markers at the end.
+/// How the upgrader takes each node.
+#[derive(Clone, Copy, PartialEq)]
+enum Take {
+    /// `kubectl cordon`, then `kubectl drain` once the surge gives room: no
+    /// eviction is ever refused, so only the cordons signal.
+    CordonFirst,
+    /// `kubectl drain` alone: it cordons and evicts at once; the first
+    /// evictions are refused (429) until the surge lands.
+    DrainAtOnce,
+}
+
+/// Cordon-first upgrade. Only the cordons signal, so a cooldown counted from
+/// blocked evictions alone would scale back as soon as the first node is
+/// empty, and surge again for the second.
 #[tokio::test]
-async fn node_by_node_upgrade_keeps_one_surge_until_the_end() {
+async fn node_by_node_upgrade_cordon_first_keeps_one_surge_until_the_end() {
+    upgrade("e2e-ss-upgrade-c", Take::CordonFirst).await;
+}
+
+/// The same with plain `kubectl drain`s, as the brief's upgrader does them.
+#[tokio::test]
+async fn node_by_node_upgrade_with_plain_drains_keeps_one_surge_until_the_end() {
+    upgrade("e2e-ss-upgrade-d", Take::DrainAtOnce).await;
+}
+
+/// 3 nodes, a 3-replica Deployment with one pod on each and our PDB; each
+/// node in turn is taken (see [`Take`]), left for `PAUSE`, then uncordoned,
+/// and the next one follows. One SurgeStarted for the whole upgrade, no
+/// SurgeReverted until the last node is done, replicas never lower before
+/// that, Ready pods never below 3, and exactly 3 without markers at the end.
+async fn upgrade(prefix: &str, take: Take) {
     let _nodes = nodes_lock().await;
     let cooldown = format!("{}s", COOLDOWN.as_secs());
     let _ = restart_server(&[("COOLDOWN", cooldown.as_str())]);
-    let ns = TestNs::new("e2e-ss-upgrade").await;
+    let ns = TestNs::new(prefix).await;
     let deps: Api<Deployment> = ns.api();
     deps.create(
         &PostParams::default(),
@@ -69,17 +92,23 @@ async fn node_by_node_upgrade_keeps_one_surge_until_the_end() {
 
     let watch = AvailabilityWatcher::start(&ns, "up");
     let trace = ReplicaSampler::start(&ns, "up");
-    let mut drain_secs = Vec::new();
+    // Per node: from its cordon to the end of its drain, and the drain alone.
+    let mut per_node = Vec::new();
     let mut last_drain_done = Instant::now();
+    let mut last_taken = Instant::now();
     for node in NODE_NAMES {
-        kubectl_ok(&["cordon", node]);
-        wait_for(
-            &format!("surge markers while {node} is cordoned"),
-            Duration::from_secs(30),
-            || async { (deployment_state(&ns, "up").await.1 == Some(true)).then_some(()) },
-        )
-        .await;
-        wait_room(&ns, "up").await;
+        let taken = Instant::now();
+        last_taken = taken;
+        if take == Take::CordonFirst {
+            kubectl_ok(&["cordon", node]);
+            wait_for(
+                &format!("surge markers while {node} is cordoned"),
+                Duration::from_secs(30),
+                || async { (deployment_state(&ns, "up").await.1 == Some(true)).then_some(()) },
+            )
+            .await;
+            wait_room(&ns, "up").await;
+        }
         let d = drain_node(node, "app=up", &[]).await;
         last_drain_done = Instant::now();
         assert!(
@@ -88,7 +117,18 @@ async fn node_by_node_upgrade_keeps_one_surge_until_the_end() {
             d.output,
             event_log(&ns.name)
         );
-        drain_secs.push(d.took.as_secs_f64());
+        if take == Take::DrainAtOnce && node == NODE_NAMES[0] {
+            assert!(
+                d.output.contains("denied the request"),
+                "the first eviction was refused until the surge landed:\n{}",
+                d.output
+            );
+        }
+        per_node.push(format!(
+            "{:.1}s ({:.1}s drain)",
+            taken.elapsed().as_secs_f64(),
+            d.took.as_secs_f64()
+        ));
         assert_eq!(
             event_total(&ns.name, "SurgeReverted"),
             0,
@@ -121,6 +161,17 @@ async fn node_by_node_upgrade_keeps_one_surge_until_the_end() {
         samples[first_drop].0 >= last_drain_done,
         "scaled back before the last drain finished: {values:?}"
     );
+    // The last node, cordoned while it held displaced pods, is a signal
+    // however fast its pods left (behaviour.md section 6): the cooldown runs
+    // from then, not from the node before. (1 s of slack for timestamps the
+    // product keeps in whole seconds.)
+    let after_last_cordon = samples[first_drop].0.duration_since(last_taken);
+    assert!(
+        after_last_cordon + Duration::from_secs(1) >= COOLDOWN,
+        "scaled back {:.1}s after the last node was cordoned, before the {}s cooldown",
+        after_last_cordon.as_secs_f64(),
+        COOLDOWN.as_secs()
+    );
     let events = event_log(&ns.name);
     assert_eq!(
         event_total(&ns.name, "SurgeStarted"),
@@ -140,15 +191,15 @@ async fn node_by_node_upgrade_keeps_one_surge_until_the_end() {
     );
 
     let peak = values.iter().copied().max().unwrap_or(0);
+    let how = match take {
+        Take::CordonFirst => "cordon first",
+        Take::DrainAtOnce => "plain kubectl drain",
+    };
     record_figure(format!(
-        "node-by-node upgrade (3 nodes, 3 replicas, COOLDOWN {}s, {}s pause between nodes): drains took {} s, peak {peak} replicas, {:.1} extra replica-seconds, reverted {:.1}s after the last drain",
+        "node-by-node upgrade, {how} (3 nodes, 3 replicas, COOLDOWN {}s, {}s pause between nodes): per node cordon to drained {}, peak {peak} replicas, {:.1} extra replica-seconds, reverted {:.1}s after the last drain",
         COOLDOWN.as_secs(),
         PAUSE.as_secs(),
-        drain_secs
-            .iter()
-            .map(|s| format!("{s:.1}"))
-            .collect::<Vec<_>>()
-            .join(" / "),
+        per_node.join(" / "),
         extra_replica_seconds(&samples, 3),
         reverted_after.as_secs_f64(),
     ));
