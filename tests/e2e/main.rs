@@ -7,6 +7,7 @@ pub mod pdbs;
 mod safety;
 mod support;
 mod surge;
+mod surge_safety;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};

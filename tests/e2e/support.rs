@@ -12,7 +12,9 @@ use std::process::{Command, Output};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
 use k8s_openapi::api::autoscaling::v2::{
     CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec,
 };
@@ -21,6 +23,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -400,41 +403,7 @@ pub struct AvailabilityWatcher {
 
 impl AvailabilityWatcher {
     pub fn start(ns: &TestNs, app: &str) -> AvailabilityWatcher {
-        let min_seen = Arc::new(Mutex::new(None));
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let pods: Api<Pod> = ns.api();
-        let sel = format!("app={app}");
-        let m = min_seen.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                if let Ok(list) = pods.list(&ListParams::default().labels(&sel)).await {
-                    let ready = list
-                        .items
-                        .iter()
-                        .filter(|p| {
-                            p.status
-                                .as_ref()
-                                .and_then(|s| s.conditions.as_ref())
-                                .is_some_and(|c| {
-                                    c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                                })
-                        })
-                        .count();
-                    if let Ok(mut g) = m.lock() {
-                        *g = Some(g.map_or(ready, |v: usize| v.min(ready)));
-                    }
-                }
-                tokio::select! {
-                    _ = stopped.changed() => break,
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                }
-            }
-        });
-        AvailabilityWatcher {
-            min_seen,
-            stop,
-            task,
-        }
+        Self::start_selector(ns, &format!("app={app}"))
     }
 
     /// Stops watching; returns the fewest Ready pods observed.
@@ -545,5 +514,295 @@ pub fn hpa(name: &str, target: &str, min: i32) -> HorizontalPodAutoscaler {
             ..Default::default()
         }),
         status: None,
+    }
+}
+
+// ---- Helpers of the surge-safety tests (tests/e2e/surge_safety.rs and
+// ---- tests/e2e_modes/surge_upgrade.rs); both test targets share this file.
+
+/// Surge marker annotations (behaviour.md section 1).
+pub const SURGE_MARKER: &str = "evictionSurgeReplicas";
+pub const BASELINE_MARKER: &str = "eviction-autoscaler.azure.com/original-min-replicas";
+/// Annotation on PDBs and EvictionAutoScalers the product owns.
+pub const OWNED_BY: &str = "ownedBy";
+
+/// Both surge markers are absent from these annotations; `Some(true)` when
+/// both are present, `None` when only one is (a state the tests reject).
+pub fn markers_present(ann: Option<&BTreeMap<String, String>>) -> Option<bool> {
+    let s = ann.is_some_and(|a| a.contains_key(SURGE_MARKER));
+    let b = ann.is_some_and(|a| a.contains_key(BASELINE_MARKER));
+    (s == b).then_some(s)
+}
+
+/// A RollingUpdate strategy with this maxSurge (and maxUnavailable 0).
+pub fn rolling_max_surge(mut d: Deployment, max_surge: IntOrString) -> Deployment {
+    if let Some(spec) = d.spec.as_mut() {
+        spec.strategy = Some(DeploymentStrategy {
+            type_: Some("RollingUpdate".into()),
+            rolling_update: Some(RollingUpdateDeployment {
+                max_surge: Some(max_surge),
+                max_unavailable: Some(IntOrString::Int(0)),
+            }),
+        });
+    }
+    d
+}
+
+/// Pods spread over the nodes (maxSkew 1 by hostname) instead of preferring one.
+pub fn spread_one_per_node(mut d: Deployment) -> Deployment {
+    let app = d.metadata.name.clone().unwrap_or_default();
+    if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        spec.affinity = None;
+        spec.topology_spread_constraints = Some(vec![serde_json::from_value(serde_json::json!({
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app": app}}
+        }))
+        .expect("spread")]);
+    }
+    d
+}
+
+/// `spec.replicas` (default 1) and whether the surge markers are on the Deployment.
+pub async fn deployment_state(ns: &TestNs, name: &str) -> (i32, Option<bool>) {
+    let deps: Api<Deployment> = ns.api();
+    let d = deps
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("get deployment {name}: {e}"));
+    (
+        d.spec.and_then(|s| s.replicas).unwrap_or(1),
+        markers_present(d.metadata.annotations.as_ref()),
+    )
+}
+
+/// Waits until the Deployment has `want` replicas and the markers are (or are not) on it.
+pub async fn wait_deployment(ns: &TestNs, name: &str, want: i32, markers: bool, timeout: Duration) {
+    wait_for(
+        &format!("Deployment {name} at {want} replicas with markers {markers}"),
+        timeout,
+        || async { (deployment_state(ns, name).await == (want, Some(markers))).then_some(()) },
+    )
+    .await;
+}
+
+/// The Deployment is at `baseline` without markers, and still is after more
+/// than another cooldown (5 s in e2e): the revert happened once and stuck.
+pub async fn assert_settled_at(ns: &TestNs, name: &str, baseline: i32, timeout: Duration) {
+    wait_deployment(ns, name, baseline, false, timeout).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(
+        deployment_state(ns, name).await,
+        (baseline, Some(false)),
+        "Deployment {name} did not stay at its baseline {baseline} without markers"
+    );
+}
+
+/// The PDB's status is current and it allows no disruption with `healthy` pods.
+pub async fn wait_pdb_blocking(ns: &TestNs, name: &str, healthy: i32) -> PodDisruptionBudget {
+    wait_pdb(
+        ns,
+        name,
+        &format!("PDB {name} settled at {healthy} healthy with no disruption allowed"),
+        |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.observed_generation == p.metadata.generation
+                    && s.current_healthy == healthy
+                    && s.disruptions_allowed == 0
+            })
+        },
+    )
+    .await
+}
+
+/// Names of the PDBs in the namespace that carry `ownedBy: EvictionAutoScaler`.
+pub async fn owned_pdbs(ns: &TestNs) -> Vec<String> {
+    let api: Api<PodDisruptionBudget> = ns.api();
+    api.list(&ListParams::default())
+        .await
+        .expect("list PDBs")
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(OWNED_BY))
+                .is_some_and(|v| v == "EvictionAutoScaler")
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+/// Names of the EvictionAutoScalers in the namespace.
+pub fn eviction_autoscalers(ns: &str) -> Vec<String> {
+    kubectl_ok(&[
+        "get",
+        "evictionautoscalers.eviction-autoscaler.azure.com",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .map(str::to_string)
+    .filter(|l| !l.is_empty())
+    .collect()
+}
+
+/// How many times Events of this reason were emitted in the namespace: an
+/// events.k8s.io Event repeated with the same note is one object whose
+/// `series.count` grows, so counting objects would miss repeats.
+pub fn event_total(ns: &str, reason: &str) -> usize {
+    let out = kubectl_ok(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={range .items[*]}{.reason}{\"\\t\"}{.series.count}{\"\\n\"}{end}",
+    ]);
+    out.lines()
+        .filter_map(|l| {
+            let (r, count) = l.split_once('\t').unwrap_or((l, ""));
+            (r == reason).then(|| count.trim().parse::<usize>().unwrap_or(1).max(1))
+        })
+        .sum()
+}
+
+/// Reason and note of every Event in the namespace, for failure messages.
+pub fn event_log(ns: &str) -> String {
+    kubectl_ok(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={range .items[*]}{.type} {.reason} x{.series.count}: {.note}{\"\\n\"}{end}",
+    ])
+}
+
+/// One `kubectl drain` run.
+pub struct DrainRun {
+    pub ok: bool,
+    pub output: String,
+    pub took: Duration,
+}
+
+/// `kubectl drain` of one node for the pods matching `selector` (150 s
+/// timeout unless `extra` sets another; the last flag wins).
+pub async fn drain_node(node: &str, selector: &str, extra: &[&str]) -> DrainRun {
+    let mut args: Vec<String> = vec![
+        "drain".into(),
+        node.into(),
+        format!("--pod-selector={selector}"),
+        "--ignore-daemonsets".into(),
+        "--delete-emptydir-data".into(),
+        "--timeout=150s".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        kubectl(&a)
+    })
+    .await
+    .expect("drain task");
+    DrainRun {
+        ok: out.status.success(),
+        output: format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        took: started.elapsed(),
+    }
+}
+
+/// Samples a Deployment's `spec.replicas` every 100 ms.
+pub struct ReplicaSampler {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Vec<(Instant, i32)>>,
+}
+
+impl ReplicaSampler {
+    pub fn start(ns: &TestNs, name: &str) -> ReplicaSampler {
+        let deps: Api<Deployment> = ns.api();
+        let name = name.to_string();
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut samples = Vec::new();
+            // One last sample after the stop: what the caller just waited
+            // for is then always in the trace.
+            loop {
+                if let Ok(d) = deps.get(&name).await {
+                    samples.push((Instant::now(), d.spec.and_then(|s| s.replicas).unwrap_or(1)));
+                }
+                if *stopped.borrow() {
+                    break;
+                }
+                tokio::select! {
+                    _ = stopped.changed() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+            samples
+        });
+        ReplicaSampler { stop, task }
+    }
+
+    pub async fn finish(self) -> Vec<(Instant, i32)> {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+/// Replica-seconds above `baseline` over the samples.
+pub fn extra_replica_seconds(samples: &[(Instant, i32)], baseline: i32) -> f64 {
+    samples
+        .windows(2)
+        .map(|w| f64::from((w[0].1 - baseline).max(0)) * (w[1].0 - w[0].0).as_secs_f64())
+        .sum()
+}
+
+impl AvailabilityWatcher {
+    /// Like [`AvailabilityWatcher::start`], for any label selector (pods of
+    /// several Deployments under one PDB).
+    pub fn start_selector(ns: &TestNs, selector: &str) -> AvailabilityWatcher {
+        let min_seen = Arc::new(Mutex::new(None));
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let pods: Api<Pod> = ns.api();
+        let sel = selector.to_string();
+        let m = min_seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(list) = pods.list(&ListParams::default().labels(&sel)).await {
+                    let ready = list
+                        .items
+                        .iter()
+                        .filter(|p| {
+                            p.status
+                                .as_ref()
+                                .and_then(|s| s.conditions.as_ref())
+                                .is_some_and(|c| {
+                                    c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                                })
+                        })
+                        .count();
+                    if let Ok(mut g) = m.lock() {
+                        *g = Some(g.map_or(ready, |v: usize| v.min(ready)));
+                    }
+                }
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        });
+        AvailabilityWatcher {
+            min_seen,
+            stop,
+            task,
+        }
     }
 }

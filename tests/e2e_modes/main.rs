@@ -5,6 +5,7 @@
 
 #[path = "../e2e/support.rs"]
 mod support;
+mod surge_upgrade;
 mod webhook_safety;
 
 use std::process::{Command, Stdio};

@@ -1,0 +1,395 @@
+//! No surge is ever stranded (behaviour.md sections 3, 5, 6): whatever
+//! happens to the PDB, the namespace's scope, the opt-out annotation or the
+//! autoscalers during a surge, the Deployment ends at exactly its baseline
+//! without markers. Real cordons and `kubectl drain`s on the local control
+//! plane; each test holds the nodes lock (its guard uncordons every node however
+//! the test ends) and watches that Ready pods never fall below the budget.
+//! The server runs with COOLDOWN=5s. The node-by-node upgrade, which needs a
+//! longer cooldown, is in tests/e2e_modes/surge_upgrade.rs.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::Api;
+use serde_json::json;
+
+use crate::support::*;
+
+const ENABLE: &str = "eviction-autoscaler.azure.com/enable";
+const PDB_CREATE: &str = "eviction-autoscaler.azure.com/pdb-create";
+/// Surge, cooldown (5 s) and revert fit well inside this.
+const REVERT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A user PDB (no `ownedBy`) selecting these labels.
+fn user_pdb_for(name: &str, labels: &[(&str, &str)], min_available: i32) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(min_available)),
+            selector: Some(LabelSelector {
+                match_labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// `replicas` pods preferring `node`, maxSurge 100% (so a surge can double it).
+fn on_node(name: &str, replicas: i32, node: &str) -> Deployment {
+    rolling_max_surge(
+        deployment(name, replicas, Some(node)),
+        IntOrString::String("100%".into()),
+    )
+}
+
+fn annotate(mut d: Deployment, key: &str, value: &str) -> Deployment {
+    d.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(key.into(), value.into());
+    d
+}
+
+/// Adds a label to the pod template only (the selector stays `app=<name>`).
+fn template_label(mut d: Deployment, key: &str, value: &str) -> Deployment {
+    if let Some(meta) = d.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
+        meta.labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.into(), value.into());
+    }
+    d
+}
+
+async fn create_deployment(ns: &TestNs, d: &Deployment) {
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), d)
+        .await
+        .unwrap_or_else(|e| panic!("create Deployment {:?}: {e}", d.metadata.name));
+}
+
+async fn create_pdb(ns: &TestNs, p: &PodDisruptionBudget) {
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(&PostParams::default(), p)
+        .await
+        .unwrap_or_else(|e| panic!("create PDB {:?}: {e}", p.metadata.name));
+}
+
+/// `n` Ready pods of `app`, all on `node` (so a cordon displaces every one).
+async fn ready_on(ns: &TestNs, app: &str, n: usize, node: &str) {
+    let pods = wait_ready(ns, app, n).await;
+    let nodes = nodes_of(&pods);
+    assert!(
+        nodes.len() == n && nodes.iter().all(|x| x == node),
+        "all {n} pods of {app} on {node}: {nodes:?}"
+    );
+}
+
+/// Cordons `node` and waits for the surge to `to` replicas with its markers,
+/// and for the surge pods to be Ready.
+async fn cordon_and_wait_surge(ns: &TestNs, node: &str, apps: &[(&str, i32)]) {
+    kubectl_ok(&["cordon", node]);
+    for (app, to) in apps {
+        wait_deployment(ns, app, *to, true, Duration::from_secs(30)).await;
+        wait_ready(ns, app, *to as usize).await;
+    }
+}
+
+async fn patch_ns_annotation(ns: &TestNs, key: &str, value: &str) {
+    let api: Api<Namespace> = Api::all(ns.client.clone());
+    let patch = json!({"metadata": {"annotations": {key: value}}});
+    api.patch(&ns.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("annotate namespace {}: {e}", ns.name));
+}
+
+/// None of our PDBs or EvictionAutoScalers (every one in the namespace is ours) is left.
+async fn wait_nothing_of_ours(ns: &TestNs, what: &str) {
+    wait_for(what, Duration::from_secs(30), || async {
+        (owned_pdbs(ns).await.is_empty() && eviction_autoscalers(&ns.name).is_empty()).then_some(())
+    })
+    .await;
+}
+
+/// 1. The user's PDB is deleted while the surge it caused is active. `web`
+///    is the case in the brief (the reconciler then creates our PDB in its
+///    place); `own` has also opted out of our PDB, so no PDB is left at all.
+///    Both must end at exactly 3 without markers.
+#[tokio::test]
+async fn user_pdb_deleted_mid_surge_still_reverts() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-pdbgone").await;
+    let node = "kwok-node-0";
+    // The user's PDBs first: neither Deployment gets one of ours.
+    create_pdb(&ns, &user_pdb_for("web-user", &[("app", "web")], 3)).await;
+    create_pdb(&ns, &user_pdb_for("own-user", &[("app", "own")], 3)).await;
+    create_deployment(&ns, &on_node("web", 3, node)).await;
+    create_deployment(&ns, &annotate(on_node("own", 3, node), PDB_CREATE, "false")).await;
+    ready_on(&ns, "web", 3, node).await;
+    ready_on(&ns, "own", 3, node).await;
+    wait_pdb_blocking(&ns, "web-user", 3).await;
+    wait_pdb_blocking(&ns, "own-user", 3).await;
+    assert!(
+        owned_pdbs(&ns).await.is_empty(),
+        "no PDB of ours beside a user PDB"
+    );
+
+    let web_watch = AvailabilityWatcher::start(&ns, "web");
+    let own_watch = AvailabilityWatcher::start(&ns, "own");
+    cordon_and_wait_surge(&ns, node, &[("web", 6), ("own", 6)]).await;
+
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    for p in ["web-user", "own-user"] {
+        pdbs.delete(p, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete PDB {p}: {e}"));
+    }
+    let d = drain_node(node, "app in (web,own)", &[]).await;
+    uncordon(node);
+    assert!(
+        d.ok,
+        "drain with no user PDB left must complete:\n{}",
+        d.output
+    );
+
+    assert_settled_at(&ns, "web", 3, REVERT_TIMEOUT).await;
+    assert_settled_at(&ns, "own", 3, REVERT_TIMEOUT).await;
+    let web_min = web_watch.finish().await;
+    let own_min = own_watch.finish().await;
+    assert!(web_min >= 3, "web: Ready pods went down to {web_min}");
+    assert!(own_min >= 3, "own: Ready pods went down to {own_min}");
+    assert_eq!(
+        event_total(&ns.name, "SurgeReverted"),
+        2,
+        "one revert each:\n{}",
+        event_log(&ns.name)
+    );
+}
+
+/// 2a. The namespace leaves scope (`enable: "false"`) during a surge: the
+///     product deletes its PDB and EvictionAutoScaler there, and the surge is
+///     still reverted to exactly the baseline.
+#[tokio::test]
+async fn namespace_leaving_scope_mid_surge_reverts_and_cleans_up() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-nsout").await;
+    let node = "kwok-node-1";
+    create_deployment(&ns, &on_node("nso", 3, node)).await;
+    ready_on(&ns, "nso", 3, node).await;
+    wait_pdb_blocking(&ns, "nso", 3).await;
+
+    let watch = AvailabilityWatcher::start(&ns, "nso");
+    cordon_and_wait_surge(&ns, node, &[("nso", 6)]).await;
+    patch_ns_annotation(&ns, ENABLE, "false").await;
+    wait_nothing_of_ours(
+        &ns,
+        "our PDB and EvictionAutoScaler removed after opting out",
+    )
+    .await;
+    uncordon(node);
+
+    assert_settled_at(&ns, "nso", 3, REVERT_TIMEOUT).await;
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+    assert!(
+        owned_pdbs(&ns).await.is_empty(),
+        "no PDB of ours out of scope"
+    );
+    assert!(
+        eviction_autoscalers(&ns.name).is_empty(),
+        "no EvictionAutoScaler out of scope"
+    );
+}
+
+/// 2b. The Deployment opts out (`pdb-create: "false"`) during a surge: our
+///     PDB goes, and the surge is still reverted to exactly the baseline.
+#[tokio::test]
+async fn deployment_opt_out_mid_surge_reverts_and_cleans_up() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-optout").await;
+    let node = "kwok-node-2";
+    create_deployment(&ns, &on_node("opt", 3, node)).await;
+    ready_on(&ns, "opt", 3, node).await;
+    wait_pdb_blocking(&ns, "opt", 3).await;
+
+    let watch = AvailabilityWatcher::start(&ns, "opt");
+    cordon_and_wait_surge(&ns, node, &[("opt", 6)]).await;
+    let deps: Api<Deployment> = ns.api();
+    deps.patch(
+        "opt",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"annotations": {PDB_CREATE: "false"}}})),
+    )
+    .await
+    .expect("annotate the Deployment");
+    wait_nothing_of_ours(
+        &ns,
+        "our PDB and EvictionAutoScaler removed after the opt-out",
+    )
+    .await;
+    uncordon(node);
+
+    assert_settled_at(&ns, "opt", 3, REVERT_TIMEOUT).await;
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+    assert!(
+        owned_pdbs(&ns).await.is_empty(),
+        "no PDB of ours for an opted-out Deployment"
+    );
+    assert!(
+        eviction_autoscalers(&ns.name).is_empty(),
+        "no EvictionAutoScaler for an opted-out Deployment"
+    );
+}
+
+/// 4. One user PDB (minAvailable 5) over two Deployments (`a` 3 replicas,
+///    `b` 2, sharing `tier: web`), every pod on the drained node, maxSurge 1
+///    each. Sized with one Deployment's replicas the budget can never open
+///    (4 < 5, 3 < 5: a false "impossible"); sized with every pod it selects,
+///    surging both gives 7 pods, 2 disruptions, and the drain completes.
+#[tokio::test]
+async fn pdb_over_two_deployments_is_sized_with_all_its_pods() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-twodeps").await;
+    let node = "kwok-node-0";
+    create_pdb(&ns, &user_pdb_for("tier-web", &[("tier", "web")], 5)).await;
+    for (name, replicas) in [("a", 3), ("b", 2)] {
+        let d = rolling_max_surge(deployment(name, replicas, Some(node)), IntOrString::Int(1));
+        create_deployment(&ns, &template_label(d, "tier", "web")).await;
+    }
+    ready_on(&ns, "a", 3, node).await;
+    ready_on(&ns, "b", 2, node).await;
+    wait_pdb_blocking(&ns, "tier-web", 5).await;
+    assert!(
+        owned_pdbs(&ns).await.is_empty(),
+        "the user PDB covers both Deployments: none of ours"
+    );
+
+    let watch = AvailabilityWatcher::start_selector(&ns, "tier=web");
+    let d = drain_node(node, "tier=web", &["--timeout=120s"]).await;
+    uncordon(node);
+    let events = event_log(&ns.name);
+    assert!(d.ok, "drain failed:\n{}\nEvents:\n{events}", d.output);
+    assert_eq!(
+        event_total(&ns.name, "SurgeImpossible"),
+        0,
+        "no false \"impossible\":\n{events}"
+    );
+    let eas = kubectl_ok(&[
+        "get",
+        "evictionautoscalers.eviction-autoscaler.azure.com",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={range .items[*].status.conditions[*]}{.type}={.status} {.reason}{\"\\n\"}{end}",
+    ]);
+    assert!(
+        !eas.lines().any(|l| l.starts_with("Degraded=True")),
+        "not Degraded:\n{eas}"
+    );
+
+    assert_settled_at(&ns, "a", 3, REVERT_TIMEOUT).await;
+    assert_settled_at(&ns, "b", 2, REVERT_TIMEOUT).await;
+    let min = watch.finish().await;
+    assert!(min >= 5, "Ready tier=web pods went down to {min}");
+}
+
+/// 5. A user PDB over the same pods appears beside ours: ours steps aside
+///    (two PDBs over one pod make the apiserver answer 500 to every eviction,
+///    which aborts `kubectl drain`), and the drain completes.
+#[tokio::test]
+async fn user_pdb_beside_ours_makes_ours_step_aside_and_the_drain_completes() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-beside").await;
+    let node = "kwok-node-1";
+    create_deployment(&ns, &on_node("st", 3, node)).await;
+    ready_on(&ns, "st", 3, node).await;
+    wait_pdb_blocking(&ns, "st", 3).await;
+
+    create_pdb(&ns, &user_pdb_for("st-user", &[("app", "st")], 2)).await;
+    wait_for(
+        "our PDB st deleted beside the user's st-user",
+        Duration::from_secs(30),
+        || async { owned_pdbs(&ns).await.is_empty().then_some(()) },
+    )
+    .await;
+
+    let watch = AvailabilityWatcher::start(&ns, "st");
+    let d = drain_node(node, "app=st", &[]).await;
+    uncordon(node);
+    assert!(
+        d.ok,
+        "drain failed:\n{}\nEvents:\n{}",
+        d.output,
+        event_log(&ns.name)
+    );
+    assert_settled_at(&ns, "st", 3, REVERT_TIMEOUT).await;
+    let min = watch.finish().await;
+    assert!(min >= 2, "Ready pods went down to {min} (user PDB: 2)");
+    assert!(
+        owned_pdbs(&ns).await.is_empty(),
+        "ours is not recreated beside the user's"
+    );
+}
+
+/// 6. An HPA (min 2, max 10) is created for a Deployment whose replicas are
+///    surged (markers on the Deployment). The surge is reverted on the object
+///    it changed, to its persisted baseline: the Deployment goes back to 3
+///    (behaviour.md section 6: "restore exactly the persisted baseline ...
+///    whatever happened to ... its autoscalers"), and the HPA is left as the
+///    user made it (minReplicas 2, never raised by us, so nothing to restore).
+///    The HPA's own value is not higher: 3 is within [2, 10], and without
+///    metrics the HPA controller leaves the replicas alone.
+#[tokio::test]
+async fn hpa_added_mid_surge_reverts_to_the_baseline() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-hpalate").await;
+    let node = "kwok-node-2";
+    create_deployment(&ns, &on_node("hl", 3, node)).await;
+    ready_on(&ns, "hl", 3, node).await;
+    wait_pdb_blocking(&ns, "hl", 3).await;
+
+    let watch = AvailabilityWatcher::start(&ns, "hl");
+    cordon_and_wait_surge(&ns, node, &[("hl", 6)]).await;
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa("hl", "hl", 2))
+        .await
+        .expect("create HPA");
+    // Let the product see the HPA while the node is still cordoned.
+    wait_pdb(&ns, "hl", "our PDB follows the HPA minimum", |p| {
+        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(2))
+    })
+    .await;
+    uncordon(node);
+
+    assert_settled_at(&ns, "hl", 3, REVERT_TIMEOUT).await;
+    let h = hpas.get("hl").await.expect("HPA");
+    assert_eq!(
+        h.spec.as_ref().and_then(|s| s.min_replicas),
+        Some(2),
+        "HPA minReplicas as the user set it"
+    );
+    assert_eq!(
+        markers_present(h.metadata.annotations.as_ref()),
+        Some(false),
+        "no markers on the HPA"
+    );
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+}
