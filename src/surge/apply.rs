@@ -178,6 +178,8 @@ pub struct Core<A> {
     /// The object per Deployment whose adoption write failed: the user's
     /// change was seen there.
     adoptions: Mutex<HashMap<Key, ObjKey>>,
+    /// Node → the Deployments whose pods it held at the last pass.
+    last_nodes: Mutex<HashMap<String, std::collections::BTreeSet<Key>>>,
 }
 
 impl<A: SurgeApi> Core<A> {
@@ -198,6 +200,7 @@ impl<A: SurgeApi> Core<A> {
             },
             backoff: Mutex::new(HashMap::new()),
             adoptions: Mutex::new(HashMap::new()),
+            last_nodes: Mutex::new(HashMap::new()),
         }
     }
 
@@ -210,6 +213,15 @@ impl<A: SurgeApi> Core<A> {
             signalled.entry(ns).or_default().insert(dep);
         }
         let idx = view.index();
+        // A node found draining that held a Deployment's pods at the last
+        // pass is a signal for it, even if a fast drain emptied it in between.
+        if let Ok(last) = self.last_nodes.lock() {
+            for node in &idx.draining {
+                for (ns, dep) in last.get(node).into_iter().flatten() {
+                    self.book.touch(ns, dep, now);
+                }
+            }
+        }
         let mut steps = Vec::new();
         for (ns, objs) in &idx.namespaces {
             let empty = Default::default();
@@ -266,6 +278,16 @@ impl<A: SurgeApi> Core<A> {
             .await;
         for o in &outcomes {
             self.record(o, now);
+        }
+        if let Ok(mut last) = self.last_nodes.lock() {
+            last.clear();
+            for o in &outcomes {
+                for n in &o.step.nodes {
+                    last.entry(n.clone())
+                        .or_default()
+                        .insert((o.step.namespace.clone(), o.step.deployment.clone()));
+                }
+            }
         }
         outcomes
     }

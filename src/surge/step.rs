@@ -109,6 +109,9 @@ pub struct Step {
     pub reverted: bool,
     /// The object a user's value is adopted on, when the action adopts.
     pub adopting: Option<ObjKey>,
+    /// Nodes the Deployment's pods run on now (the next pass counts a node
+    /// found draining as a signal even if the pods left it in between).
+    pub nodes: BTreeSet<String>,
 }
 
 /// An object that can carry a surge, as read.
@@ -336,6 +339,7 @@ pub fn step(
         active: None,
         reverted: false,
         adopting: None,
+        nodes: BTreeSet::new(),
     };
 
     let (Some(dep), Some(dep_s)) = (dep, dep_s.as_ref()) else {
@@ -436,6 +440,12 @@ pub fn step(
         .count()
         .try_into()
         .unwrap_or(i32::MAX);
+    out.nodes = snapshot
+        .pods
+        .iter()
+        .filter(|p| !p.terminating && !p.completed)
+        .filter_map(|p| p.node.clone())
+        .collect();
     out.active = snapshot.markers;
     let autoscaled = matches!(applier, Applier::Hpa { .. } | Applier::Keda { .. });
     let mut dep_written = false;
