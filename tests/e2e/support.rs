@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -435,6 +435,36 @@ pub fn path_str(p: &Path) -> String {
 pub fn restart_server(env: &[(&str, &str)]) -> WebhookInfo {
     let _ = deployed();
     start_server(env)
+}
+
+impl WebhookInfo {
+    /// Another `serve` process with this server's certificate and
+    /// ServiceAccount kubeconfig, on a free port, named `name` (its POD_NAME
+    /// and log `<state>/<name>.log`, stdout and stderr). `env` adds settings.
+    pub fn spawn_extra(&self, name: &str, env: &[(&str, &str)]) -> (Child, u16, PathBuf) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let log_path = self.state.join(format!("{name}.log"));
+        let log = std::fs::File::create(&log_path).expect("server log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"));
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--tls-cert-file")
+            .arg(self.state.join("tls.crt"))
+            .arg("--tls-key-file")
+            .arg(self.state.join("tls.key"))
+            .env("KUBECONFIG", self.state.join("kubeconfig"))
+            .env("POD_NAMESPACE", "eviction-autoscaler")
+            .env("POD_NAME", name)
+            .env("NO_COLOR", "1")
+            .stdout(log.try_clone().expect("server log"))
+            .stderr(log);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        (cmd.spawn().expect("spawn the server"), port, log_path)
+    }
 }
 
 /// tests/e2e/deploy-local.sh start, with these settings.

@@ -8,7 +8,7 @@ mod support;
 mod surge_upgrade;
 mod webhook_safety;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStrategy, RollingUpdateDeployment};
@@ -205,26 +205,7 @@ async fn a_second_replica_takes_over_the_lease() {
     .await;
 
     // A second replica with the same ServiceAccount.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let log = std::fs::File::create(wh.state.join("second.log")).unwrap();
-    let second = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--tls-cert-file")
-        .arg(wh.state.join("tls.crt"))
-        .arg("--tls-key-file")
-        .arg(wh.state.join("tls.key"))
-        .env("KUBECONFIG", wh.state.join("kubeconfig"))
-        .env("POD_NAMESPACE", "eviction-autoscaler")
-        .env("POD_NAME", "second-replica")
-        .env("PDB_CREATE", "true")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let (second, _, _) = wh.spawn_extra("second-replica", &[("PDB_CREATE", "true")]);
     // Killed however the test ends: a stray replica would run controllers.
     let _second = KillOnDrop(second);
     tokio::time::sleep(Duration::from_secs(8)).await;
@@ -528,27 +509,13 @@ async fn missing_crd_does_not_make_the_controllers_spin() {
         "evictionautoscalers.eviction-autoscaler.azure.com",
         "--wait=true",
     ]);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let log = std::fs::File::create(wh.state.join("no-crd.log")).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--tls-cert-file")
-        .arg(wh.state.join("tls.crt"))
-        .arg("--tls-key-file")
-        .arg(wh.state.join("tls.key"))
-        .env("KUBECONFIG", wh.state.join("kubeconfig"))
-        .env("POD_NAMESPACE", "eviction-autoscaler")
-        .env("POD_NAME", "no-crd")
-        .env("PDB_CREATE", "true")
-        .env("RUST_LOG", "info,kube_runtime=warn")
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let (child, _, _) = wh.spawn_extra(
+        "no-crd",
+        &[
+            ("PDB_CREATE", "true"),
+            ("RUST_LOG", "info,kube_runtime=warn"),
+        ],
+    );
     let pid = child.id();
     let mut server = KillOnDrop(child);
     // Let it start, take the Lease and settle into waiting.

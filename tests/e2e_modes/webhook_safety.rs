@@ -638,28 +638,11 @@ async fn a_missing_crd_is_reported_once_and_readiness_follows_it() {
         "evictionautoscalers.eviction-autoscaler.azure.com",
         "--wait=true",
     ]);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let log = wh.state.join("no-crd.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--tls-cert-file")
-        .arg(wh.state.join("tls.crt"))
-        .arg("--tls-key-file")
-        .arg(wh.state.join("tls.key"))
-        .env("KUBECONFIG", wh.state.join("kubeconfig"))
-        .env("POD_NAMESPACE", "eviction-autoscaler")
-        .env("LEADER_ELECTION", "false")
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        // The logs go to stdout.
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // The logs go to <state>/no-crd-ready.log.
+    let (child, port, log) = wh.spawn_extra(
+        "no-crd-ready",
+        &[("LEADER_ELECTION", "false"), ("RUST_LOG", "info")],
+    );
     let child = std::sync::Mutex::new(Some(child));
     cleanup.0.push(Box::new(move || {
         if let Some(mut c) = child.lock().ok().and_then(|mut g| g.take()) {
