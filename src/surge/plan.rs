@@ -4,23 +4,25 @@
 //!
 //! # Contract with the worker
 //!
-//! The worker calls [`plan`] once per Deployment per wake-up and carries out
-//! the [`Action`]. Nothing is remembered between calls except the [`Markers`]
-//! persisted on the applier object, so a restart at any moment, or planning
-//! twice on the same snapshot, gives the same decision; and once an action is
-//! applied, the next snapshot does not ask for it again.
+//! The worker (`step.rs`) calls [`plan`] once per Deployment per wake-up for
+//! the object a surge changes now (the applier) and carries out the
+//! [`Action`]; every other object carrying markers is handled there. Nothing
+//! is remembered between calls except what is persisted on the applier
+//! object (the [`Markers`] and the adoption note), so a restart at any
+//! moment, or planning twice on the same snapshot, gives the same decision;
+//! and once an action is applied, the next snapshot does not ask for it again.
 //!
 //! - The value (replicas or autoscaler minimum) and the markers are on the same
 //!   object and are written in ONE patch. That is what lets the planner read
 //!   "value != surged count" as "someone else changed it".
 //! - `Surge`: write markers `(baseline, target)` and the value `target`; for
-//!   [`Applier::Hpa`] also raise the Deployment's replicas to at least `target`
-//!   (an HPA without metrics does not act).
-//! - `AdoptUserChange`: leave the value alone, and either remove the markers
-//!   or set both to `new_baseline`. Both are planned consistently: without
-//!   markers a later surge is a new one; with `(new, new)` the episode goes on
-//!   as a surge of zero, which can be topped up and ends with a `Revert` to
-//!   `new_baseline` (a no-op on the value).
+//!   [`Applier::Hpa`] and [`Applier::Keda`] also raise the Deployment's
+//!   replicas to at least `target` (an autoscaler without metrics does not act).
+//! - `AdoptUserChange`: leave the value alone, set both markers to
+//!   `new_baseline` and record `displaced` (the adoption note). The episode
+//!   goes on as a surge of zero, topped up only if more pods are displaced
+//!   than that (no write loop with a GitOps tool), and ends with a `Revert`
+//!   to `new_baseline` (a no-op on the value).
 //! - `Revert`: write the value `baseline` and remove the markers.
 //!
 //! # Decisions where behaviour.md is silent
@@ -36,9 +38,9 @@
 //! - For an integer `minAvailable` the spec's "baseline + displaced" is kept as
 //!   a lower bound (one spare pod per displaced pod, as the owned PDB pins the
 //!   floor at the baseline), raised when a user PDB's floor is above it.
-//! - HPA only: if the markers and minimum are in place but the Deployment's
-//!   replicas are below the surge (an interrupted second write), the surge is
-//!   re-applied as [`SurgeKind::Resume`].
+//! - HPA or KEDA: if the markers and minimum are in place but the
+//!   Deployment's replicas are below the surge (an interrupted second write),
+//!   the surge is re-applied as [`SurgeKind::Resume`].
 //! - An autoscaler may keep the Deployment above its minimum; the simulation
 //!   uses the larger of the two, and a surge that would not raise the running
 //!   scale is not made (no useless write, no false "impossible").
@@ -46,17 +48,21 @@
 //!   in place, the budget allows no disruption even with every pod healthy.
 //! - A Deployment at 0 replicas is never surged, and a Deployment is reverted
 //!   to at least 1; a 0 recorded on an HPA or ScaledObject is honoured.
-//! - After a user change is adopted no surge happens in that round; a later
-//!   round may surge again on top of the new baseline if pods are still
-//!   displaced and blocked (their value itself is never undone).
+//! - After a user change is adopted no surge happens in that episode unless
+//!   more pods are displaced than when it was adopted; their value itself is
+//!   never undone.
+//! - Without exactly one PDB, or out of scope, nothing starts or grows; an
+//!   active surge still ends (section 6: nothing may strand it).
 //! - Markers we cannot have written (negative, or surge below baseline) are
 //!   treated as a user change.
-//! - Scale-back is decided before any "impossible" check (section 9), and its
-//!   `disruptionsAllowed > 0` condition is waived when the budget could not
-//!   allow a disruption at the surged scale even with every pod healthy
-//!   (e.g. the PDB became `maxUnavailable: 0`): waiting would strand the surge.
-//! - With [`Applier::Conflict`] there is no single value to compare, so user
-//!   changes are not detected; an active surge still reverts (to at least 1).
+//! - Scale-back is decided before any "impossible" check (section 9). It is
+//!   safe ([`safe_to_scale_back`]) when nothing goes down, the PDB is gone or
+//!   not single, it allows a disruption, the baseline's worth is Ready, no
+//!   rollout is in progress (one ReplicaSet removes unready pods first), or
+//!   the budget could not allow a disruption even at the surged scale:
+//!   waiting would strand the surge.
+//! - With [`Applier::Conflict`] there is no single value to compare; the
+//!   markers of every object are reverted by `step.rs` once the drain is over.
 //! - Readiness does not matter for displacement: a not-ready pod on a draining
 //!   node must still leave (the spec excludes only terminating and completed).
 
