@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{EvictParams, PostParams};
 use kube::Api;
 
+use crate::support::drain_node as drain;
 use crate::support::*;
 use crate::user_pdb;
 
@@ -83,40 +84,6 @@ async fn owned_pdb_blocking(ns: &TestNs, name: &str, healthy: i32) {
         },
     )
     .await;
-}
-
-struct Drain {
-    ok: bool,
-    output: String,
-    took: Duration,
-}
-
-async fn drain(node: &str, selector: &str, extra: &[&str]) -> Drain {
-    let mut args: Vec<String> = vec![
-        "drain".into(),
-        node.into(),
-        format!("--pod-selector={selector}"),
-        "--ignore-daemonsets".into(),
-        "--delete-emptydir-data".into(),
-        "--timeout=150s".into(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let started = Instant::now();
-    let out = tokio::task::spawn_blocking(move || {
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        kubectl(&a)
-    })
-    .await
-    .expect("drain task");
-    Drain {
-        ok: out.status.success(),
-        output: format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        took: started.elapsed(),
-    }
 }
 
 /// Samples spec.replicas over time: the peak, whether it ever shrank before
