@@ -70,6 +70,13 @@ async fn node_by_node_upgrade_with_plain_drains_keeps_one_surge_until_the_end() 
 /// that, Ready pods never below 3, and exactly 3 without markers at the end.
 async fn upgrade(prefix: &str, take: Take) {
     let _nodes = nodes_lock().await;
+    // A name of its own per variant: `kubectl drain --pod-selector` spans
+    // namespaces, and the other variant's namespace may still be terminating.
+    let app = match take {
+        Take::CordonFirst => "upc",
+        Take::DrainAtOnce => "upd",
+    };
+    let selector = format!("app={app}");
     let cooldown = format!("{}s", COOLDOWN.as_secs());
     let _ = restart_server(&[("COOLDOWN", cooldown.as_str())]);
     let ns = TestNs::new(prefix).await;
@@ -77,25 +84,26 @@ async fn upgrade(prefix: &str, take: Take) {
     deps.create(
         &PostParams::default(),
         &spread_one_per_node(rolling_max_surge(
-            deployment("up", 3, None),
+            deployment(app, 3, None),
             IntOrString::Int(3),
         )),
     )
     .await
     .expect("create Deployment");
-    let pods = wait_ready(&ns, "up", 3).await;
+    let pods = wait_ready(&ns, app, 3).await;
     let mut nodes = nodes_of(&pods);
     nodes.sort();
     nodes.dedup();
     assert_eq!(nodes.len(), 3, "one pod per node: {nodes:?}");
-    wait_pdb_blocking(&ns, "up", 3).await;
+    wait_pdb_blocking(&ns, app, 3).await;
 
-    let watch = AvailabilityWatcher::start(&ns, "up");
-    let trace = ReplicaSampler::start(&ns, "up");
+    let watch = AvailabilityWatcher::start(&ns, app);
+    let trace = ReplicaSampler::start(&ns, app);
     // Per node: from its cordon to the end of its drain, and the drain alone.
     let mut per_node = Vec::new();
     let mut last_drain_done = Instant::now();
     let mut last_taken = Instant::now();
+    let mut first_refused = false;
     for node in NODE_NAMES {
         let taken = Instant::now();
         last_taken = taken;
@@ -104,12 +112,12 @@ async fn upgrade(prefix: &str, take: Take) {
             wait_for(
                 &format!("surge markers while {node} is cordoned"),
                 Duration::from_secs(30),
-                || async { (deployment_state(&ns, "up").await.1 == Some(true)).then_some(()) },
+                || async { (deployment_state(&ns, app).await.1 == Some(true)).then_some(()) },
             )
             .await;
-            wait_room(&ns, "up").await;
+            wait_room(&ns, app).await;
         }
-        let d = drain_node(node, "app=up", &[]).await;
+        let d = drain_node(node, &selector, &[]).await;
         last_drain_done = Instant::now();
         assert!(
             d.ok,
@@ -117,12 +125,10 @@ async fn upgrade(prefix: &str, take: Take) {
             d.output,
             event_log(&ns.name)
         );
+        // Whether kubectl met a 429 depends on a race the product may win:
+        // the cordon alone can land the surge before the first eviction.
         if take == Take::DrainAtOnce && node == NODE_NAMES[0] {
-            assert!(
-                d.output.contains("denied the request"),
-                "the first eviction was refused until the surge landed:\n{}",
-                d.output
-            );
+            first_refused = d.output.contains("denied the request");
         }
         per_node.push(format!(
             "{:.1}s ({:.1}s drain)",
@@ -139,7 +145,7 @@ async fn upgrade(prefix: &str, take: Take) {
         uncordon(node);
     }
 
-    wait_deployment(&ns, "up", 3, false, COOLDOWN + Duration::from_secs(40)).await;
+    wait_deployment(&ns, app, 3, false, COOLDOWN + Duration::from_secs(40)).await;
     let reverted_after = last_drain_done.elapsed();
     let samples = trace.finish().await;
     let min = watch.finish().await;
@@ -185,7 +191,7 @@ async fn upgrade(prefix: &str, take: Take) {
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
-        deployment_state(&ns, "up").await,
+        deployment_state(&ns, app).await,
         (3, Some(false)),
         "stays at 3 without markers"
     );
@@ -196,12 +202,17 @@ async fn upgrade(prefix: &str, take: Take) {
         Take::DrainAtOnce => "plain kubectl drain",
     };
     record_figure(format!(
-        "node-by-node upgrade, {how} (3 nodes, 3 replicas, COOLDOWN {}s, {}s pause between nodes): per node cordon to drained {}, peak {peak} replicas, {:.1} extra replica-seconds, reverted {:.1}s after the last drain",
+        "node-by-node upgrade, {how} (3 nodes, 3 replicas, COOLDOWN {}s, {}s pause between nodes): per node cordon to drained {}, peak {peak} replicas, {:.1} extra replica-seconds, reverted {:.1}s after the last drain{}",
         COOLDOWN.as_secs(),
         PAUSE.as_secs(),
         per_node.join(" / "),
         extra_replica_seconds(&samples, 3),
         reverted_after.as_secs_f64(),
+        match (take, first_refused) {
+            (Take::DrainAtOnce, true) => "; the first eviction met a 429",
+            (Take::DrainAtOnce, false) => "; the cordon's surge landed before the first eviction",
+            _ => "",
+        },
     ));
     let _ = restart_server(&[]);
 }
