@@ -1157,3 +1157,31 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// Histories the randomized runs once failed on, kept as regressions.
+#[test]
+fn regression_histories() {
+    let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![(
+        // A user's scale to 0 and then to exactly the surged value of a
+        // Deployment raised under a KEDA surge, with its adoption failing.
+        1,
+        1,
+        "25%",
+        vec![
+            Op::Scope(true),
+            Op::SoRemove,
+            Op::Drain(1),
+            Op::SoAdd(2),
+            Op::Fault(Fault::Fail),
+            Op::Fault(Fault::Fail),
+            Op::UserScale(0, 0),
+            Op::UserScale(0, 3),
+        ],
+    )];
+    for (web, api, max_surge, ops) in cases {
+        let mut run = Run::new(web, api, max_surge);
+        if let Err(e) = run.history(&ops) {
+            panic!("{ops:?}: {e}");
+        }
+    }
+}

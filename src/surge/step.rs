@@ -465,9 +465,11 @@ pub fn step(
                 // replicas (a GitOps tool): their value is adopted, once.
                 if autoscaled && dep_s.value() < target {
                     let adopted = markers::adopted_displaced(dep_s.annotations);
+                    let pending = facts.adoption_pending.as_ref() == Some(&dep_s.key);
                     match dep_s.markers() {
-                        Some(m) if dep_s.raw != Some(m.surged_to) => {
+                        Some(m) if dep_s.raw != Some(m.surged_to) || pending => {
                             writes.extend(dep_s.adopt(dep_s.value(), out.displaced));
+                            out.adopting = Some(dep_s.key.clone());
                         }
                         Some(m) if adopted.is_none_or(|n| out.displaced > n) => {
                             writes.extend(dep_s.surge(m.baseline, target));
@@ -512,8 +514,16 @@ pub fn step(
             continue;
         }
         let Some(m) = o.markers() else { continue };
+        // A user's change seen here whose adoption did not persist.
+        let pending = facts.adoption_pending.as_ref() == Some(&o.key);
+        if pending && over {
+            writes.extend(o.clean());
+            out.reverted = true;
+            continue;
+        }
         if !over {
-            if o.raw != Some(m.surged_to) {
+            if o.raw != Some(m.surged_to) || pending {
+                out.adopting = Some(o.key.clone());
                 // Someone else's value: persist it as the baseline now, so a
                 // later return to our number is not mistaken for ours.
                 writes.extend(o.adopt(o.value(), out.displaced));
