@@ -31,7 +31,7 @@ unit:
 
 ## The surge model's long run: many more histories, optimised build.
 model-long:
-	SURGE_HISTORIES=$${SURGE_HISTORIES:-200000} $(CARGO) test --release --lib surge::model -- --nocapture
+	SURGE_RANDOM=1 SURGE_HISTORIES=$${SURGE_HISTORIES:-200000} $(CARGO) test --release --lib surge::model -- --nocapture
 
 ## End-to-end tests against a running local cluster (make cluster-up).
 ## They fail, never skip, when it is not there.

@@ -1143,7 +1143,18 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
         prop_oneof![Just("25%"), Just("100%"), Just("1"), Just("0")],
         proptest::collection::vec(op(), 1..30),
     );
-    let mut runner = proptest::test_runner::TestRunner::new(config);
+    // `make test` replays the same histories every run (CI must not fail on
+    // a draw); SURGE_RANDOM=1 (`make model-long`) explores fresh ones.
+    let mut runner = if std::env::var_os("SURGE_RANDOM").is_some() {
+        proptest::test_runner::TestRunner::new(config)
+    } else {
+        proptest::test_runner::TestRunner::new_with_rng(
+            config,
+            proptest::test_runner::TestRng::deterministic_rng(
+                proptest::test_runner::RngAlgorithm::ChaCha,
+            ),
+        )
+    };
     let started = Instant::now();
     let result = runner.run(&strategy, |(web, api, max_surge, ops)| {
         let mut run = Run::new(web, api, max_surge);
