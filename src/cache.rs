@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 
 use crate::config::Behaviour;
 use crate::crd::EvictionAutoScaler;
+use crate::dirty::Dirty;
 use crate::names;
 use crate::scope;
 
@@ -313,8 +314,12 @@ pub struct Cache {
     pub eas: Store<EvictionAutoScaler>,
     /// KEDA ScaledObjects, once the KEDA CRD is seen (it may be installed later).
     pub keda: Arc<RwLock<Option<Store<DynamicObject>>>>,
-    /// Bumped on every watch event: wakes the controllers.
+    /// Bumped on every watch event: wakes the surge worker.
     pub changed: watch::Receiver<u64>,
+    /// Namespaces whose Deployments, PDBs, autoscalers, EvictionAutoScalers
+    /// or annotations changed: what the reconciler plans (pods, nodes and
+    /// ReplicaSets do not mark; the reconciler reads none of them).
+    pub ns_dirty: Arc<Dirty>,
     synced: Arc<AtomicBool>,
     pub health: Arc<CacheHealth>,
     pub behaviour: Arc<Behaviour>,
@@ -347,6 +352,7 @@ impl Cache {
             eas: s.eas,
             keda: Arc::new(RwLock::new(None)),
             changed,
+            ns_dirty: Arc::new(Dirty::default()),
             synced: Arc::new(AtomicBool::new(true)),
             health: Arc::new(CacheHealth {
                 stale_after: DEFAULT_STALE_AFTER,
@@ -419,6 +425,7 @@ pub fn start(
 ) -> Cache {
     let cfg = watcher::Config::default();
     let (tx, changed) = watch::channel(0u64);
+    let ns_dirty = Arc::new(Dirty::default());
     let base = Instant::now();
     let mut stores = Vec::new();
     let mut r = Reflectors {
@@ -426,11 +433,13 @@ pub fn start(
         cfg: &cfg,
         tasks,
         changed: &tx,
+        dirty: None,
         base,
         stale_after,
         health: &mut stores,
     };
     let pods = r.reflect::<SlimPod>(None, strip_pod);
+    r.dirty = Some(ns_dirty.clone());
     let pdbs = r.reflect::<PodDisruptionBudget>(None, |p| strip_meta(&mut p.metadata));
     let deployments = r.reflect::<Deployment>(None, |d| {
         strip_meta(&mut d.metadata);
@@ -439,18 +448,22 @@ pub fn start(
             spec.template.spec = None;
         }
     });
+    r.dirty = None;
     let replicasets = r.reflect::<ReplicaSet>(None, |r| {
         strip_meta(&mut r.metadata);
         r.metadata.annotations = None;
         r.spec = None;
         r.status = None;
     });
+    r.dirty = Some(ns_dirty.clone());
     let namespaces = r.reflect::<Namespace>(None, |n| strip_meta(&mut n.metadata));
+    r.dirty = None;
     let nodes = r.reflect::<Node>(None, |n| {
         strip_meta(&mut n.metadata);
         n.metadata.annotations = None;
         n.status = None;
     });
+    r.dirty = Some(ns_dirty.clone());
     let hpas = r.reflect::<HorizontalPodAutoscaler>(None, |h| {
         strip_meta(&mut h.metadata);
         h.status = None;
@@ -461,6 +474,7 @@ pub fn start(
         client.clone(),
         keda.clone(),
         tx.clone(),
+        ns_dirty.clone(),
     ));
 
     let synced = Arc::new(AtomicBool::new(false));
@@ -475,6 +489,7 @@ pub fn start(
         eas,
         keda,
         changed,
+        ns_dirty,
         synced: synced.clone(),
         health: Arc::new(CacheHealth {
             stale_after,
@@ -521,6 +536,8 @@ struct Reflectors<'a> {
     cfg: &'a watcher::Config,
     tasks: &'a mut JoinSet<()>,
     changed: &'a watch::Sender<u64>,
+    /// Where the next reflector's events mark their namespace (None: they do not).
+    dirty: Option<Arc<Dirty>>,
     base: Instant,
     stale_after: Duration,
     health: &'a mut Vec<Arc<StoreHealth>>,
@@ -554,14 +571,24 @@ impl Reflectors<'_> {
             .modify(strip)
             .reflect(writer);
         let changed = self.changed.clone();
+        let dirty = self.dirty.clone();
         let stale_after = self.stale_after;
         self.tasks.spawn(async move {
             let mut stream = std::pin::pin!(stream);
             let mut said_missing = false;
             while let Some(item) = stream.next().await {
                 match item {
-                    Ok(Event::Apply(_) | Event::Delete(_)) => {
+                    Ok(Event::Apply(obj) | Event::Delete(obj)) => {
                         note_recovery(&health, health.ok());
+                        if let Some(d) = &dirty {
+                            // Namespaced objects mark their namespace; a
+                            // Namespace marks itself.
+                            let meta = obj.meta();
+                            match meta.namespace.as_deref().or(meta.name.as_deref()) {
+                                Some(ns) => d.mark(ns),
+                                None => d.mark_all(),
+                            }
+                        }
                         changed.send_modify(|n| *n = n.wrapping_add(1));
                     }
                     Ok(Event::InitDone) => {
@@ -574,6 +601,10 @@ impl Reflectors<'_> {
                             }
                         } else {
                             note_recovery(&health, recovered);
+                        }
+                        // A relist may have missed deletions: plan everything.
+                        if let Some(d) = &dirty {
+                            d.mark_all();
                         }
                         changed.send_modify(|n| *n = n.wrapping_add(1));
                     }
@@ -716,6 +747,7 @@ async fn watch_keda_when_installed(
     client: Client,
     slot: Arc<RwLock<Option<Store<DynamicObject>>>>,
     changed: watch::Sender<u64>,
+    dirty: Arc<Dirty>,
 ) {
     let gv = format!("{KEDA_GROUP}/{KEDA_VERSION}");
     loop {
@@ -742,7 +774,13 @@ async fn watch_keda_when_installed(
             let mut stream = std::pin::pin!(stream);
             while let Some(item) = stream.next().await {
                 match item {
-                    Ok(_) => changed.send_modify(|n| *n = n.wrapping_add(1)),
+                    Ok(so) => {
+                        match so.metadata.namespace.as_deref() {
+                            Some(ns) => dirty.mark(ns),
+                            None => dirty.mark_all(),
+                        }
+                        changed.send_modify(|n| *n = n.wrapping_add(1))
+                    }
                     Err(e) => tracing::warn!(kind = "ScaledObject", error = %e, "watch error"),
                 }
             }

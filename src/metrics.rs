@@ -25,6 +25,12 @@ pub struct ControllerLabel {
     pub controller: &'static str,
 }
 
+/// A reconcile pass over every namespace ("full") or only the marked ones ("marked").
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PassLabel {
+    pub pass: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub admission_requests: Family<AdmissionLabels, Counter>,
@@ -35,6 +41,8 @@ pub struct Metrics {
     pub surge_duration: Histogram,
     pub managed_pdbs: Gauge,
     pub reconcile_errors: Family<ControllerLabel, Counter>,
+    pub reconcile_passes: Family<PassLabel, Counter>,
+    pub reconcile_namespaces: Family<PassLabel, Counter>,
     pub leader: Gauge,
     pub client_cert_missing: Counter,
 }
@@ -98,6 +106,18 @@ impl Metrics {
             "Failed reconciles by controller",
             reconcile_errors.clone(),
         );
+        let reconcile_passes = Family::<PassLabel, Counter>::default();
+        registry.register(
+            "reconcile_passes",
+            "Reconciler passes, over every namespace (full) or only those that changed (marked)",
+            reconcile_passes.clone(),
+        );
+        let reconcile_namespaces = Family::<PassLabel, Counter>::default();
+        registry.register(
+            "reconcile_namespaces",
+            "Namespaces planned by the reconciler, by kind of pass",
+            reconcile_namespaces.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -120,6 +140,8 @@ impl Metrics {
             surge_duration,
             managed_pdbs,
             reconcile_errors,
+            reconcile_passes,
+            reconcile_namespaces,
             leader,
             client_cert_missing,
         }

@@ -106,7 +106,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
             leader_tx.closed().await;
         });
     }
-    let degraded = DegradedReasons::default();
+    let degraded = DegradedReasons::marking(cache.ns_dirty.clone());
     let reconciler = Arc::new(Reconciler::new(
         cache.clone(),
         client.clone(),

@@ -59,6 +59,15 @@ impl Backoff {
         self.entries.values().map(|e| e.retry_at).min()
     }
 
+    /// The objects whose wait is over at `now` (their namespaces are planned
+    /// again even if nothing in them changed).
+    pub fn due_keys(&self, now: Instant) -> impl Iterator<Item = &str> {
+        self.entries
+            .iter()
+            .filter(move |(_, e)| now >= e.retry_at)
+            .map(|(k, _)| k.as_str())
+    }
+
     /// Forgets objects the last pass no longer planned to write: their
     /// problem went away, so a later write starts afresh.
     pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
@@ -100,6 +109,9 @@ mod tests {
         assert!(!b.due("ns/pdb/a", t1 + Duration::from_millis(1999)));
         assert!(b.due("ns/pdb/a", t1 + Duration::from_secs(2)));
         assert_eq!(b.next_retry(), Some(t1 + Duration::from_secs(2)));
+        assert_eq!(b.due_keys(t1).count(), 0);
+        let due: Vec<_> = b.due_keys(t1 + Duration::from_secs(2)).collect();
+        assert_eq!(due, ["ns/pdb/a"]);
 
         // Success resets the schedule.
         b.succeeded("ns/pdb/a");

@@ -1,6 +1,9 @@
-//! The PDB reconciler: runs `plan::plan` for every namespace whenever a watch
-//! event arrives (and every resync interval), then performs the writes. Its
-//! writes are conflict-aware patches. A failing write is retried with
+//! The PDB reconciler: runs `plan::plan` for the namespaces whose
+//! Deployments, PDBs, autoscalers, EvictionAutoScalers or annotations changed
+//! (marked by the watch caches, `crate::dirty`), for those holding an object
+//! whose backoff is over, and for every namespace each resync interval; then
+//! performs the writes, `CONCURRENCY` namespaces at a time. Pod and node
+//! updates cost it nothing. Its writes are conflict-aware patches. A failing write is retried with
 //! per-object backoff (`backoff`, 1 s doubling to 5 min, reset on success)
 //! while every other object is written as planned; passes come no sooner than
 //! `MIN_PASS_INTERVAL`. Namespaces being deleted are skipped, and the refusals
@@ -15,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -28,8 +32,9 @@ use tokio::sync::watch;
 
 use crate::cache::{owned_by_us, Cache};
 use crate::crd::{EvictionAutoScaler, EvictionAutoScalerSpec, EvictionAutoScalerStatus};
+use crate::dirty::{Dirty, Marks};
 use crate::markers::Markers;
-use crate::metrics::{ControllerLabel, Metrics};
+use crate::metrics::{ControllerLabel, Metrics, PassLabel};
 use crate::names;
 use crate::patch::{guarded_set, json_patch};
 use crate::pdb::baseline_replicas;
@@ -38,12 +43,20 @@ use backoff::Backoff;
 use plan::{Action, NamespaceSnapshot};
 
 const MIN_PASS_INTERVAL: Duration = Duration::from_millis(500);
+/// A full pass this often, whatever was marked: the safety net for anything
+/// a watch missed, and the clock for time-based rules (an orphan PDB's grace).
 const RESYNC: Duration = Duration::from_secs(30);
+/// Namespaces planned and written at once.
+const CONCURRENCY: usize = 8;
 
 /// Why a Deployment cannot be served, shown as the Degraded condition.
 /// Written by the reconciler and the surge worker, read when writing status.
+/// A change marks the namespace, so the reconciler rewrites that status.
 #[derive(Default, Clone)]
-pub struct DegradedReasons(Arc<Mutex<HashMap<DeploymentKey, Reason>>>);
+pub struct DegradedReasons {
+    reasons: Arc<Mutex<HashMap<DeploymentKey, Reason>>>,
+    dirty: Arc<Dirty>,
+}
 
 /// (namespace, Deployment name)
 type DeploymentKey = (String, String);
@@ -51,28 +64,45 @@ type DeploymentKey = (String, String);
 type Reason = (String, String);
 
 impl DegradedReasons {
+    /// Reasons whose changes mark `dirty` (the cache's namespace marks).
+    pub fn marking(dirty: Arc<Dirty>) -> Self {
+        DegradedReasons {
+            reasons: Arc::default(),
+            dirty,
+        }
+    }
+
     pub fn set(&self, ns: &str, dep: &str, reason: &str, message: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            m.insert((ns.into(), dep.into()), (reason.into(), message.into()));
+        let value = (reason.to_string(), message.to_string());
+        let changed = self.reasons.lock().is_ok_and(|mut m| {
+            m.insert((ns.into(), dep.into()), value.clone()).as_ref() != Some(&value)
+        });
+        if changed {
+            self.dirty.mark(ns);
         }
     }
     pub fn clear(&self, ns: &str, dep: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            m.remove(&(ns.to_string(), dep.to_string()));
+        let removed = self
+            .reasons
+            .lock()
+            .is_ok_and(|mut m| m.remove(&(ns.to_string(), dep.to_string())).is_some());
+        if removed {
+            self.dirty.mark(ns);
         }
     }
     /// Clears the condition only if it has this reason.
     pub fn clear_reason(&self, ns: &str, dep: &str, reason: &str) {
-        if let Ok(mut m) = self.0.lock() {
+        let removed = self.reasons.lock().is_ok_and(|mut m| {
             let key = (ns.to_string(), dep.to_string());
-            if m.get(&key).is_some_and(|(r, _)| r == reason) {
-                m.remove(&key);
-            }
+            m.get(&key).is_some_and(|(r, _)| r == reason) && m.remove(&key).is_some()
+        });
+        if removed {
+            self.dirty.mark(ns);
         }
     }
 
     pub fn get(&self, ns: &str, dep: &str) -> Option<(String, String)> {
-        self.0
+        self.reasons
             .lock()
             .ok()
             .and_then(|m| m.get(&(ns.to_string(), dep.to_string())).cloned())
@@ -206,16 +236,32 @@ impl Reconciler {
 
     /// Runs passes while `leader` is true, until the process ends. Until the
     /// caches sync (a missing CRD keeps them from it) it only waits for
-    /// watch events, at most one look per `MIN_PASS_INTERVAL`.
+    /// marks, at most one look per `MIN_PASS_INTERVAL`. Each pass plans what
+    /// was marked since the last; every `RESYNC` it plans everything.
     pub async fn run(self: Arc<Self>, mut leader: watch::Receiver<bool>) {
-        let mut changed = self.cache.changed.clone();
+        let dirty = self.cache.ns_dirty.clone();
+        let mut marked = dirty.subscribe();
+        let mut last_full = Instant::now();
+        // Leadership gained: plan everything (another replica did the work
+        // so far, and this one's marks were taken without writing).
+        let mut was_leading = false;
         loop {
             let mut wait = RESYNC;
-            if *leader.borrow() && self.cache.synced() && !self.cache.stale() {
+            let leading = *leader.borrow_and_update();
+            if leading && self.cache.synced() && !self.cache.stale() {
+                marked.borrow_and_update();
+                let mut marks = dirty.take();
+                if !was_leading || last_full.elapsed() >= RESYNC {
+                    marks.all = true;
+                }
+                if marks.all {
+                    last_full = Instant::now();
+                }
+                was_leading = true;
                 // Stepping down cancels the pass, even mid-request.
                 let mut lost = leader.clone();
                 tokio::select! {
-                    _ = self.pass(&leader) => {},
+                    _ = self.pass(&leader, marks) => {},
                     _ = lost.wait_for(|leading| !*leading) => {
                         tracing::info!("no longer leading: reconcile pass abandoned");
                     },
@@ -224,121 +270,190 @@ impl Reconciler {
                 if let Some(at) = self.next_retry() {
                     wait = wait.min(at.saturating_duration_since(Instant::now()));
                 }
+                wait = wait.min(RESYNC.saturating_sub(last_full.elapsed()));
+            } else if !leading {
+                was_leading = false;
             }
             tokio::time::sleep(MIN_PASS_INTERVAL).await;
             tokio::select! {
-                _ = changed.changed() => {},
+                _ = marked.changed() => {},
                 _ = leader.changed() => {},
                 _ = tokio::time::sleep(wait) => {},
             }
         }
     }
 
-    /// One pass over every namespace; stops writing as soon as `leader` turns false.
-    pub async fn pass(&self, leader: &watch::Receiver<bool>) {
-        let mut planned: BTreeSet<String> = BTreeSet::new();
-        let mut managed = 0i64;
-        // One read of each store per pass, grouped by namespace.
-        let mut deployments_by_ns = by_namespace(self.cache.deployments.state());
-        let mut pdbs_by_ns = by_namespace(self.cache.pdbs.state());
-        let mut hpas_by_ns = by_namespace(self.cache.hpas.state());
-        let mut eas_by_ns = by_namespace(self.cache.eas.state());
-        for ns in self.cache.namespaces.state() {
-            let Some(name) = ns.metadata.name.clone() else {
-                continue;
-            };
-            let sc = scope::namespace_scope(
-                &name,
-                ns.metadata.annotations.as_ref(),
-                &self.cache.behaviour,
-            );
-            if let Some(bad) = &sc.invalid_annotation {
-                self.report_once(
-                    format!("ns/{name}/{bad}"),
-                    &ns.object_ref(&()),
-                    "InvalidAnnotation",
-                    format!(
-                        "annotation {}: {bad:?} is not a boolean; ignored",
-                        names::ENABLE
-                    ),
-                )
-                .await;
-            }
-            // A Deployment being deleted gets no new PDB (garbage collection
-            // is removing the old one).
-            let deployments: Vec<_> = deployments_by_ns
-                .remove(&name)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|d| d.metadata.deletion_timestamp.is_none())
-                .collect();
-            let pdbs = pdbs_by_ns.remove(&name).unwrap_or_default();
-            let eas = eas_by_ns.remove(&name).unwrap_or_default();
-            let hpas = hpas_by_ns.remove(&name).unwrap_or_default();
-            managed += pdbs.iter().filter(|p| owned_by_us(&p.metadata)).count() as i64;
-            if !sc.enabled && pdbs.is_empty() && eas.is_empty() {
-                continue;
-            }
-            // Being deleted: everything in it goes, and the apiserver refuses
-            // new content there. Nothing to write.
-            if ns.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let keda_min = keda_minimums(&self.cache, &name);
-            let age = |p: &PodDisruptionBudget| -> i64 {
-                p.metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| (k8s_openapi::jiff::Timestamp::now() - t.0).get_seconds())
-                    .unwrap_or(i64::MAX)
-            };
-            let snapshot = NamespaceSnapshot {
-                name: &name,
-                in_scope: sc.enabled,
-                pdb_create: self.cache.behaviour.pdb_create,
-                deployments: &deployments,
-                pdbs: &pdbs,
-                hpas: &hpas,
-                keda_min: &keda_min,
-                eas: &eas,
-                pdb_age_secs: &age,
-                orphan_grace_secs: self.orphan_grace.as_secs() as i64,
-            };
-            let actions = plan::plan(&snapshot);
-            for d in &deployments {
-                let dn = d.metadata.name.as_deref().unwrap_or_default();
-                let conflicted = actions.iter().any(
-                    |a| matches!(a, Action::NameConflict { deployment, .. } if deployment == dn),
-                );
-                if !conflicted {
-                    self.degraded.clear_reason(&name, dn, "PDBNameConflict");
+    /// One pass over the namespaces `marks` names (and those holding an
+    /// object whose backoff is over); stops writing as soon as `leader`
+    /// turns false.
+    pub async fn pass(&self, leader: &watch::Receiver<bool>, mut marks: Marks) {
+        if let Ok(b) = self.backoff.lock() {
+            let now = Instant::now();
+            for key in b.due_keys(now) {
+                if let Some((ns, _)) = key.split_once('/') {
+                    marks.namespaces.insert(ns.to_string());
                 }
-            }
-            for action in actions {
-                if !*leader.borrow() {
-                    return; // stepped down: not one more write
-                }
-                let key = format!("{name}/{}", action.object());
-                planned.insert(key.clone());
-                if !self.due(&key) {
-                    continue;
-                }
-                let result = self.apply(&name, &deployments, action).await;
-                self.settle(&key, "pdb", result);
-            }
-            if sc.enabled {
-                self.write_statuses(&name, &deployments, &pdbs, &eas, leader, &mut planned)
-                    .await;
             }
         }
+        // One read of each store per pass, grouped by namespace, keeping
+        // only the namespaces to plan.
+        let mut deployments_by_ns = marked_by_namespace(self.cache.deployments.state(), &marks);
+        let mut pdbs_by_ns = marked_by_namespace(self.cache.pdbs.state(), &marks);
+        let mut hpas_by_ns = marked_by_namespace(self.cache.hpas.state(), &marks);
+        let mut eas_by_ns = marked_by_namespace(self.cache.eas.state(), &marks);
+        let jobs: Vec<NamespaceJob> = self
+            .cache
+            .namespaces
+            .state()
+            .into_iter()
+            .filter_map(|ns| {
+                let name = ns.metadata.name.clone()?;
+                if !marks.covers(&name) {
+                    return None;
+                }
+                Some(NamespaceJob {
+                    deployments: deployments_by_ns.remove(&name).unwrap_or_default(),
+                    pdbs: pdbs_by_ns.remove(&name).unwrap_or_default(),
+                    hpas: hpas_by_ns.remove(&name).unwrap_or_default(),
+                    eas: eas_by_ns.remove(&name).unwrap_or_default(),
+                    ns,
+                    name,
+                })
+            })
+            .collect();
+        let planned_ns: BTreeSet<String> = jobs.iter().map(|j| j.name.clone()).collect();
+        let kind = PassLabel {
+            pass: if marks.all { "full" } else { "marked" },
+        };
+        if marks.all || !planned_ns.is_empty() {
+            self.metrics.reconcile_passes.get_or_create(&kind).inc();
+            self.metrics
+                .reconcile_namespaces
+                .get_or_create(&kind)
+                .inc_by(planned_ns.len() as u64);
+        }
+        let planned: BTreeSet<String> = futures::stream::iter(jobs)
+            .map(|job| self.namespace_pass(job, leader))
+            .buffer_unordered(CONCURRENCY)
+            .concat()
+            .await;
+        // Objects of a namespace planned this pass that were not planned
+        // again are fixed or gone: forget their backoff. Other namespaces'
+        // entries wait for their own pass.
         if let Ok(mut b) = self.backoff.lock() {
-            b.retain(|k| planned.contains(k));
+            b.retain(|k| {
+                planned.contains(k)
+                    || k.split_once('/')
+                        .is_some_and(|(ns, _)| !planned_ns.contains(ns))
+            });
         }
         // A replica that stopped leading keeps the gauge at the 0 its
         // step-down set.
         if *leader.borrow() {
+            let managed = self
+                .cache
+                .pdbs
+                .state()
+                .iter()
+                .filter(|p| owned_by_us(&p.metadata))
+                .count() as i64;
             self.metrics.managed_pdbs.set(managed);
         }
+    }
+
+    /// Plans and writes one namespace; returns the keys it planned to write.
+    async fn namespace_pass(
+        &self,
+        job: NamespaceJob,
+        leader: &watch::Receiver<bool>,
+    ) -> BTreeSet<String> {
+        let mut planned = BTreeSet::new();
+        let NamespaceJob {
+            ns,
+            name,
+            deployments,
+            pdbs,
+            hpas,
+            eas,
+        } = job;
+        let sc = scope::namespace_scope(
+            &name,
+            ns.metadata.annotations.as_ref(),
+            &self.cache.behaviour,
+        );
+        if let Some(bad) = &sc.invalid_annotation {
+            self.report_once(
+                format!("ns/{name}/{bad}"),
+                &ns.object_ref(&()),
+                "InvalidAnnotation",
+                format!(
+                    "annotation {}: {bad:?} is not a boolean; ignored",
+                    names::ENABLE
+                ),
+            )
+            .await;
+        }
+        // A Deployment being deleted gets no new PDB (garbage collection
+        // is removing the old one).
+        let deployments: Vec<_> = deployments
+            .into_iter()
+            .filter(|d| d.metadata.deletion_timestamp.is_none())
+            .collect();
+        if !sc.enabled && pdbs.is_empty() && eas.is_empty() {
+            return planned;
+        }
+        // Being deleted: everything in it goes, and the apiserver refuses
+        // new content there. Nothing to write.
+        if ns.metadata.deletion_timestamp.is_some() {
+            return planned;
+        }
+        let keda_min = keda_minimums(&self.cache, &name);
+        let age = |p: &PodDisruptionBudget| -> i64 {
+            p.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| (k8s_openapi::jiff::Timestamp::now() - t.0).get_seconds())
+                .unwrap_or(i64::MAX)
+        };
+        let snapshot = NamespaceSnapshot {
+            name: &name,
+            in_scope: sc.enabled,
+            pdb_create: self.cache.behaviour.pdb_create,
+            deployments: &deployments,
+            pdbs: &pdbs,
+            hpas: &hpas,
+            keda_min: &keda_min,
+            eas: &eas,
+            pdb_age_secs: &age,
+            orphan_grace_secs: self.orphan_grace.as_secs() as i64,
+        };
+        let actions = plan::plan(&snapshot);
+        for d in &deployments {
+            let dn = d.metadata.name.as_deref().unwrap_or_default();
+            let conflicted = actions
+                .iter()
+                .any(|a| matches!(a, Action::NameConflict { deployment, .. } if deployment == dn));
+            if !conflicted {
+                self.degraded.clear_reason(&name, dn, "PDBNameConflict");
+            }
+        }
+        for action in actions {
+            if !*leader.borrow() {
+                return planned; // stepped down: not one more write
+            }
+            let key = format!("{name}/{}", action.object());
+            planned.insert(key.clone());
+            if !self.due(&key) {
+                continue;
+            }
+            let result = self.apply(&name, &deployments, action).await;
+            self.settle(&key, "pdb", result);
+        }
+        if sc.enabled {
+            self.write_statuses(&name, &deployments, &pdbs, &eas, leader, &mut planned)
+                .await;
+        }
+        planned
     }
 
     async fn report_once(&self, key: String, obj: &ObjectReference, reason: &str, note: String) {
@@ -667,6 +782,36 @@ pub fn status_patch(
 }
 
 /// Objects grouped by namespace.
+/// What one namespace's pass works on.
+struct NamespaceJob {
+    ns: Arc<k8s_openapi::api::core::v1::Namespace>,
+    name: String,
+    deployments: Vec<Arc<Deployment>>,
+    pdbs: Vec<Arc<PodDisruptionBudget>>,
+    hpas: Vec<Arc<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>>,
+    eas: Vec<Arc<EvictionAutoScaler>>,
+}
+
+/// [`by_namespace`], keeping only the namespaces `marks` covers.
+fn marked_by_namespace<K: Resource>(
+    all: Vec<Arc<K>>,
+    marks: &Marks,
+) -> HashMap<String, Vec<Arc<K>>> {
+    if marks.all {
+        return by_namespace(all);
+    }
+    by_namespace(
+        all.into_iter()
+            .filter(|o| {
+                o.meta()
+                    .namespace
+                    .as_deref()
+                    .is_some_and(|ns| marks.covers(ns))
+            })
+            .collect(),
+    )
+}
+
 pub fn by_namespace<K: Resource>(all: Vec<Arc<K>>) -> HashMap<String, Vec<Arc<K>>> {
     let mut out: HashMap<String, Vec<Arc<K>>> = HashMap::new();
     for o in all {
