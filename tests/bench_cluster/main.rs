@@ -1,0 +1,547 @@
+//! `make bench-cluster` (`cargo test --release --test bench_cluster`): the product on the local control plane at scale
+//! (issue 9, bench items 3 and 4). Needs a running cluster (`make cluster-up`);
+//! starts the server itself (tests/e2e/deploy-local.sh, the binary in EA_BIN).
+//!
+//! 3. Convergence: BENCH_DEPLOYMENTS (2,000) Deployments created at once across
+//!    20 namespaces: time until each has its PDB and EvictionAutoScaler, the
+//!    product's API requests per Deployment and CPU seconds; then BENCH_STEADY
+//!    seconds (600) of steady state: writes per minute and CPU.
+//! 4. Drains: BENCH_DRAIN_DEPLOYMENTS (100) Deployments of 3 replicas on one
+//!    node (300 pods); three nodes drained one after another like a managed
+//!    upgrade, with the product, and again with the product off and budgets
+//!    that never block. Drain time, extra replica-seconds, and the fewest
+//!    Ready pods of any Deployment (its PDB's minimum is 3).
+//!
+//! Prints one line per figure; the Makefile appends them to BENCHMARKS.md.
+
+#[path = "../e2e/support.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::Api;
+use serde_json::json;
+use support::*;
+
+use eviction_autoscaler::crd::EvictionAutoScaler;
+
+const LABEL: &str = "eviction-autoscaler-bench";
+const NODES: [&str; 4] = [
+    "bench-node-0",
+    "bench-node-1",
+    "bench-node-2",
+    "bench-node-3",
+];
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn say(line: String) {
+    println!("{line}");
+}
+
+/// utime + stime of a process, in seconds (USER_HZ is 100 on Linux).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+fn server_pid() -> u32 {
+    std::fs::read_to_string(cluster_dir().join("webhook/pid"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("the server's pid file")
+}
+
+/// The product's API requests: (all, writes), from its own counter.
+fn api_requests(info: &WebhookInfo) -> (f64, f64) {
+    let text = info.metrics();
+    let mut all = 0.0;
+    let mut writes = 0.0;
+    for l in text.lines() {
+        if !l.starts_with("eviction_autoscaler_api_requests_total{") {
+            continue;
+        }
+        let v: f64 = l
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        all += v;
+        let verb = l
+            .split("verb=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("");
+        if !matches!(verb, "get" | "list" | "watch") {
+            writes += v;
+        }
+    }
+    (all, writes)
+}
+
+/// Per-verb/resource request counts, for the report.
+fn api_breakdown(info: &WebhookInfo) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for l in info.metrics().lines() {
+        let Some(rest) = l.strip_prefix("eviction_autoscaler_api_requests_total{") else {
+            continue;
+        };
+        let Some((labels, v)) = rest.split_once("} ") else {
+            continue;
+        };
+        let get = |k: &str| {
+            labels
+                .split(&format!("{k}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("?")
+                .to_string()
+        };
+        *out.entry(format!("{} {}", get("verb"), get("resource")))
+            .or_insert(0.0) += v.parse::<f64>().unwrap_or(0.0);
+    }
+    out
+}
+
+/// Nodes of the benchmark's own (kwok keeps them Ready), roomy enough for
+/// thousands of pods, so the e2e nodes and their 110-pod limit stay apart.
+async fn bench_nodes() {
+    let nodes: Api<Node> = Api::all(client().await);
+    for n in NODES {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": n, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"kubernetes.io/hostname": n, "type": "kwok", LABEL: "true"}},
+            "status": {"allocatable": {"cpu": "1000", "memory": "4Ti", "pods": "5000"},
+                       "capacity": {"cpu": "1000", "memory": "4Ti", "pods": "5000"}}
+        }))
+        .expect("node json");
+        let _ = nodes.create(&PostParams::default(), &node).await;
+        kubectl(&["uncordon", n]);
+    }
+    wait_for("bench nodes Ready", Duration::from_secs(120), || async {
+        let list = nodes
+            .list(&ListParams::default().labels(&format!("{LABEL}=true")))
+            .await
+            .ok()?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        (ready == NODES.len()).then_some(())
+    })
+    .await;
+}
+
+/// A Deployment whose pods run on the bench nodes, preferring `node`.
+fn bench_deployment(name: &str, replicas: i32, node: &str) -> Deployment {
+    let mut d = deployment(name, replicas, Some(node));
+    if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        spec.node_selector = Some([(LABEL.to_string(), "true".to_string())].into());
+        spec.termination_grace_period_seconds = Some(0);
+    }
+    d
+}
+
+async fn fresh_namespace(name: &str, in_scope: bool) {
+    let api: Api<Namespace> = Api::all(client().await);
+    let _ = api.delete(name, &DeleteParams::default()).await;
+    wait_for(
+        "old bench namespace gone",
+        Duration::from_secs(300),
+        || async {
+            api.get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    let mut annotations = BTreeMap::new();
+    if in_scope {
+        annotations.insert(
+            "eviction-autoscaler.azure.com/enable".to_string(),
+            "true".to_string(),
+        );
+    }
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some([(LABEL.to_string(), "true".to_string())].into()),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+}
+
+async fn count<K>(api: &Api<K>) -> usize
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list_metadata(&ListParams::default())
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or(0)
+}
+
+/// Bench item 3.
+async fn convergence(info: &WebhookInfo) {
+    let total = env_usize("BENCH_DEPLOYMENTS", 2000);
+    let spaces = 20usize;
+    let steady = env_usize("BENCH_STEADY", 600);
+    let c = client().await;
+    for i in 0..spaces {
+        fresh_namespace(&format!("bench-conv-{i}"), true).await;
+    }
+    let pid = server_pid();
+    let (req0, _) = api_requests(info);
+    let cpu0 = cpu_seconds(pid);
+    let started = Instant::now();
+    let jobs: Vec<(String, String)> = (0..total)
+        .map(|k| (format!("bench-conv-{}", k % spaces), format!("app-{k}")))
+        .collect();
+    futures::stream::iter(jobs)
+        .map(|(ns, name)| {
+            let c = c.clone();
+            async move {
+                let api: Api<Deployment> = Api::namespaced(c, &ns);
+                let d = bench_deployment(&name, 1, NODES[0]);
+                api.create(&PostParams::default(), &d).await.map(|_| ())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await
+        .expect("create the Deployments");
+    let created = started.elapsed();
+    let pdbs: Api<PodDisruptionBudget> = Api::all(c.clone());
+    let eas: Api<EvictionAutoScaler> = Api::all(c.clone());
+    let (mut p, mut e) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while Instant::now() < deadline {
+        p = count(&pdbs).await;
+        e = count(&eas).await;
+        if p >= total && e >= total {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let converged = started.elapsed();
+    let (req1, _) = api_requests(info);
+    let cpu1 = cpu_seconds(pid);
+    say(format!(
+        "convergence: {total} Deployments in {spaces} namespaces created in {:.1}s; every PDB \
+         and EvictionAutoScaler after {:.1}s ({p} PDBs, {e} EvictionAutoScalers); {:.2} API \
+         requests per Deployment; {:.1} CPU seconds; RSS {:.0} MiB",
+        created.as_secs_f64(),
+        converged.as_secs_f64(),
+        (req1 - req0) / total as f64,
+        cpu1 - cpu0,
+        rss_mib(pid)
+    ));
+    assert!(
+        p >= total && e >= total,
+        "not converged within 900 s: {p} PDBs, {e} EvictionAutoScalers of {total}"
+    );
+    // Let the pods settle (scheduling, status) before the steady window.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let before = api_breakdown(info);
+    let (_, w0) = api_requests(info);
+    let cpu2 = cpu_seconds(pid);
+    tokio::time::sleep(Duration::from_secs(steady as u64)).await;
+    let (_, w1) = api_requests(info);
+    let cpu3 = cpu_seconds(pid);
+    let after = api_breakdown(info);
+    let moved: Vec<String> = after
+        .iter()
+        .filter(|(k, v)| **v != before.get(*k).copied().unwrap_or(0.0))
+        .map(|(k, v)| format!("{k} +{}", v - before.get(k).copied().unwrap_or(0.0)))
+        .collect();
+    say(format!(
+        "steady state: {steady}s with {total} Deployments: {:.2} writes per minute, {:.2} CPU \
+         seconds per minute; requests in the window: {}",
+        (w1 - w0) * 60.0 / steady as f64,
+        (cpu3 - cpu2) * 60.0 / steady as f64,
+        if moved.is_empty() {
+            "none".to_string()
+        } else {
+            moved.join(", ")
+        }
+    ));
+    for i in 0..spaces {
+        kubectl(&[
+            "delete",
+            "namespace",
+            &format!("bench-conv-{i}"),
+            "--wait=false",
+        ]);
+    }
+}
+
+struct DrainFigures {
+    took: Vec<f64>,
+    extra_replica_seconds: f64,
+    min_ready: usize,
+}
+
+/// Replicas of every Deployment in `ns`, and the fewest Ready pods of any,
+/// sampled every 500 ms until stopped.
+struct Sampler {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<(f64, usize)>,
+}
+
+impl Sampler {
+    fn start(ns: &str, baseline: i32) -> Sampler {
+        let ns = ns.to_string();
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let c = client().await;
+            let deps: Api<Deployment> = Api::namespaced(c.clone(), &ns);
+            let pods: Api<Pod> = Api::namespaced(c, &ns);
+            let mut extra = 0.0;
+            let mut min_ready = usize::MAX;
+            let mut last = Instant::now();
+            let mut last_extra = 0i64;
+            loop {
+                if let Ok(list) = deps.list(&ListParams::default()).await {
+                    let now = Instant::now();
+                    extra += last_extra as f64 * (now - last).as_secs_f64();
+                    last = now;
+                    last_extra = list
+                        .items
+                        .iter()
+                        .map(|d| {
+                            i64::from(
+                                d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1) - baseline,
+                            )
+                            .max(0)
+                        })
+                        .sum();
+                }
+                if let Ok(list) = pods.list(&ListParams::default()).await {
+                    let mut ready: BTreeMap<String, usize> = BTreeMap::new();
+                    for p in &list.items {
+                        let app = p
+                            .metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get("app"))
+                            .cloned()
+                            .unwrap_or_default();
+                        let is_ready = p.metadata.deletion_timestamp.is_none()
+                            && p.status
+                                .as_ref()
+                                .and_then(|s| s.conditions.as_ref())
+                                .is_some_and(|c| {
+                                    c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                                });
+                        *ready.entry(app).or_insert(0) += usize::from(is_ready);
+                    }
+                    if let Some(m) = ready.values().min() {
+                        min_ready = min_ready.min(*m);
+                    }
+                }
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+            (extra, min_ready)
+        });
+        Sampler { stop, task }
+    }
+
+    async fn finish(self) -> (f64, usize) {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or((0.0, 0))
+    }
+}
+
+/// Bench item 4, one side: `with_product` or the product off and budgets
+/// that never block (maxUnavailable equal to the replicas).
+async fn drains(with_product: bool) -> DrainFigures {
+    let deployments = env_usize("BENCH_DRAIN_DEPLOYMENTS", 100);
+    let ns = if with_product {
+        "bench-drain-on"
+    } else {
+        "bench-drain-off"
+    };
+    if with_product {
+        let _ = restart_server(&[("COOLDOWN", "10s")]);
+    } else {
+        stop_server();
+    }
+    for n in NODES {
+        kubectl(&["uncordon", n]);
+    }
+    fresh_namespace(ns, with_product).await;
+    let c = client().await;
+    let deps: Api<Deployment> = Api::namespaced(c.clone(), ns);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), ns);
+    // Every pod on bench-node-0 first: cordon the others while creating.
+    for n in &NODES[1..] {
+        kubectl(&["cordon", n]);
+    }
+    for k in 0..deployments {
+        let name = format!("app-{k}");
+        deps.create(
+            &PostParams::default(),
+            &bench_deployment(&name, 3, NODES[0]),
+        )
+        .await
+        .expect("create Deployment");
+        if !with_product {
+            let pdb = PodDisruptionBudget {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                },
+                spec: Some(PodDisruptionBudgetSpec {
+                    max_unavailable: Some(IntOrString::Int(3)),
+                    selector: Some(LabelSelector {
+                        match_labels: Some(labels(&name)),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            pdbs.create(&PostParams::default(), &pdb)
+                .await
+                .expect("create PDB");
+        }
+    }
+    let pods: Api<Pod> = Api::namespaced(c.clone(), ns);
+    let want = deployments * 3;
+    wait_for("every pod Ready", Duration::from_secs(600), || async {
+        let list = pods.list(&ListParams::default()).await.ok()?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        (ready >= want).then_some(())
+    })
+    .await;
+    if with_product {
+        wait_for("every owned PDB", Duration::from_secs(300), || async {
+            (count(&pdbs).await >= deployments).then_some(())
+        })
+        .await;
+    }
+    for n in &NODES[1..] {
+        kubectl(&["uncordon", n]);
+    }
+    let sampler = Sampler::start(ns, 3);
+    let mut took = Vec::new();
+    // A managed upgrade: each node drained, then back (upgraded).
+    for n in &NODES[..3] {
+        let run = drain_node(n, "app", &["--timeout=900s"]).await;
+        assert!(run.ok, "drain of {n} failed: {}", run.output);
+        took.push(run.took.as_secs_f64());
+        kubectl(&["uncordon", n]);
+    }
+    if with_product {
+        // Scale back after the cooldown, inside the sampled window.
+        wait_for("every surge reverted", Duration::from_secs(600), || async {
+            let list = deps.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .all(|d| d.spec.as_ref().and_then(|s| s.replicas) == Some(3))
+                .then_some(())
+        })
+        .await;
+    }
+    let (extra_replica_seconds, min_ready) = sampler.finish().await;
+    kubectl(&["delete", "namespace", ns, "--wait=false"]);
+    DrainFigures {
+        took,
+        extra_replica_seconds,
+        min_ready,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    let info = restart_server(&[]);
+    bench_nodes().await;
+    if what == "all" || what == "convergence" {
+        convergence(&info).await;
+    }
+    if what == "all" || what == "drains" {
+        let on = drains(true).await;
+        let off = drains(false).await;
+        let fmt = |t: &[f64]| {
+            t.iter()
+                .map(|s| format!("{s:.1}s"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let sum = |t: &[f64]| t.iter().sum::<f64>();
+        say(format!(
+            "drains of 3 nodes one after another, {} Deployments x 3 replicas on the first: \
+             with the product {} (total {:.1}s, {:.0} extra replica-seconds, fewest Ready pods \
+             of a Deployment {} (PDB minimum 3)); product off, budgets that never block {} \
+             (total {:.1}s, fewest Ready {}); ratio {:.2}",
+            env_usize("BENCH_DRAIN_DEPLOYMENTS", 100),
+            fmt(&on.took),
+            sum(&on.took),
+            on.extra_replica_seconds,
+            on.min_ready,
+            fmt(&off.took),
+            sum(&off.took),
+            off.min_ready,
+            sum(&on.took) / sum(&off.took).max(0.001)
+        ));
+        let _ = restart_server(&[]);
+    }
+    for n in NODES {
+        kubectl(&["delete", "node", n, "--wait=false"]);
+    }
+}
