@@ -21,13 +21,14 @@ import sys
 from xml.sax.saxutils import escape
 
 WIDTH, LEFT, RIGHT = 1000, 70, 24
-PANEL_H, PANEL_GAP, TOP, BOTTOM = 118, 44, 140, 48
+PANEL_H, PANEL_GAP, TOP, BOTTOM = 118, 44, 164, 48
 SERIES = [
     # key, label, colour, width, dash, opacity, y offset (px, so equal lines stay visible)
     ("replicas", "replicas (spec)", "#2563eb", 6, "", 0.35, 0),
     ("ready", "Ready pods", "#15803d", 2.2, "", 1, 0),
     ("allowed", "PDB disruptionsAllowed", "#ea580c", 2.2, "6 4", 1, 2),
     ("on_drained", "pods on the drained node", "#6b7280", 1.6, "2 3", 1, -2),
+    ("hpa_min", "HPA minReplicas", "#7c3aed", 1.6, "8 3 2 3", 1, -4),
 ]
 DEFAULT_DESCRIBE = {
     "demo-web/web": "opted in, PDB made by eviction-autoscaler, maxSurge 100%",
@@ -38,12 +39,14 @@ DEFAULT_DESCRIBE = {
 
 
 def read_samples(path):
+    """{ns/name: {series: [(t, value)], "degraded": [(t, reason)]}}"""
     series = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f, delimiter="\t"):
             key = f"{row['namespace']}/{row['deployment']}"
             s = series.setdefault(key, {k: [] for k, *_ in SERIES})
             t = float(row["t"])
+            s.setdefault("degraded", []).append((t, row.get("degraded") or ""))
             for k, *_ in SERIES:
                 v = row.get(k, "")
                 s[k].append((t, int(v) if v not in ("", None) else None))
@@ -78,10 +81,46 @@ def step_path(points, x, y, dy):
     return "".join(d)
 
 
+def degraded_spans(points):
+    """[(start, end, reason)] of consecutive samples with the same non-empty reason."""
+    spans, cur = [], None
+    for t, reason in points:
+        if cur and cur[2] != reason:
+            spans.append((cur[0], t, cur[2]))
+            cur = None
+        if reason and cur is None:
+            cur = (t, t, reason)
+    if cur:
+        spans.append((cur[0], points[-1][0], cur[2]))
+    return spans
+
+
+def annotations(s):
+    """[(t, value, text)]: where a surge starts and ends, and a fall to 0 Ready."""
+    notes = []
+    reps = [(t, v) for t, v in s["replicas"] if v is not None]
+    if reps:
+        base = reps[0][1]
+        up = None
+        for t, v in reps:
+            if v > base and up is None:
+                up = (t, v)
+                notes.append((t, v, f"surge {base}→{v}"))
+            elif v == base and up is not None:
+                notes.append((t, v, f"back to {base}"))
+                up = None
+    prev = None
+    for t, v in s["ready"]:
+        if v == 0 and prev:
+            notes.append((t, 0.4, f"0 Ready: all {prev} pods evicted at once"))
+        prev = v
+    return notes
+
+
 def render(series, marks, describe):
     order = list(describe)
     names = sorted(series, key=lambda n: (order.index(n) if n in order else len(order), n))
-    tmax = max([p[-1][0] for s in series.values() for p in s.values() if p] + [t for t, _ in marks] + [1])
+    tmax = max([s["ready"][-1][0] for s in series.values() if s["ready"]] + [t for t, _ in marks] + [1])
     height = TOP + len(names) * (PANEL_H + PANEL_GAP) - PANEL_GAP + BOTTOM
     plot_w = WIDTH - LEFT - RIGHT
     x = lambda t: LEFT + plot_w * t / tmax  # noqa: E731
@@ -98,9 +137,13 @@ def render(series, marks, describe):
         out.append(f'<line x1="{lx}" y1="48" x2="{lx + 26}" y2="48" stroke="{colour}" stroke-width="{width}" '
                    f'stroke-dasharray="{dash}" stroke-opacity="{opacity}"/>')
         out.append(f'<text x="{lx + 32}" y="52">{escape(label)}</text>')
-        lx += 52 + 7 * len(label)
-    out.append(f'<rect x="{lx}" y="41" width="22" height="14" fill="#fde68a" fill-opacity="0.55"/>')
-    out.append(f'<text x="{lx + 28}" y="52">kubectl drain running</text>')
+        lx += 48 + 6.3 * len(label)
+    lx = LEFT
+    out.append(f'<rect x="{lx}" y="62" width="22" height="14" fill="#fde68a" fill-opacity="0.55"/>')
+    out.append(f'<text x="{lx + 28}" y="73">kubectl drain running</text>')
+    lx += 170
+    out.append(f'<rect x="{lx}" y="62" width="22" height="14" fill="#fecaca" fill-opacity="0.55"/>')
+    out.append(f'<text x="{lx + 28}" y="73">Degraded condition on the EvictionAutoScaler</text>')
 
     # Drain spans: "... starts" up to the next mark that ends it.
     spans, start = [], None
@@ -116,7 +159,7 @@ def render(series, marks, describe):
     for i, name in enumerate(names):
         s = series[name]
         top = TOP + i * (PANEL_H + PANEL_GAP)
-        ymax = max([v for pts in s.values() for _, v in pts if v is not None] + [1])
+        ymax = max([v for k, *_ in SERIES for _, v in s[k] if v is not None] + [1])
         y = lambda v, top=top, ymax=ymax: top + PANEL_H - 6 - (PANEL_H - 16) * v / ymax  # noqa: E731
         out.append(f'<g class="panel" data-deployment="{escape(name)}">')
         out.append(f'<text x="{LEFT}" y="{top - 10}" font-size="13"><tspan font-weight="bold">{escape(name)}'
@@ -125,6 +168,11 @@ def render(series, marks, describe):
         for a, b in spans:
             out.append(f'<rect x="{x(a):.1f}" y="{top}" width="{max(x(b) - x(a), 1):.1f}" height="{PANEL_H}" '
                        f'fill="#fde68a" fill-opacity="0.55"/>')
+        for a, b, reason in degraded_spans(s.get("degraded", [])):
+            out.append(f'<rect class="degraded" x="{x(a):.1f}" y="{top}" width="{max(x(b) - x(a), 1):.1f}" '
+                       f'height="{PANEL_H}" fill="#fecaca" fill-opacity="0.55"/>')
+            out.append(f'<text x="{x(a) + 6:.1f}" y="{top + 16}" fill="#b91c1c" font-size="11.5">'
+                       f'Degraded: {escape(reason)} (no surge can help)</text>')
         step = 1 if ymax <= 8 else 2
         for v in range(0, ymax + 1, step):
             out.append(f'<line x1="{LEFT}" y1="{y(v):.1f}" x2="{LEFT + plot_w}" y2="{y(v):.1f}" stroke="#e5e7eb"/>')
@@ -138,6 +186,10 @@ def render(series, marks, describe):
                 out.append(f'<path class="series" data-series="{key}" d="{d}" fill="none" stroke="{colour}" '
                            f'stroke-width="{width}" stroke-dasharray="{dash}" stroke-opacity="{opacity}" '
                            f'stroke-linejoin="round"/>')
+        for t, v, text in annotations(s):
+            ty = y(v) + 15 if v >= ymax else y(v) - 7  # below a line that runs along the top
+            out.append(f'<text class="note" x="{x(t) + 12:.1f}" y="{ty:.1f}" font-size="11" fill="#111827">'
+                       f'{escape(text)}</text>')
         out.append("</g>")
 
     # Time axis and the marks' labels under the last panel.
@@ -146,7 +198,7 @@ def render(series, marks, describe):
     for t in range(0, int(tmax) + 1, tick):
         out.append(f'<text x="{x(t):.1f}" y="{base + 16}" text-anchor="middle" fill="#4b5563">{t}s</text>')
     out.append(f'<text x="{WIDTH - RIGHT}" y="{base + 40}" text-anchor="end" fill="#4b5563">seconds since the '
-               f'first drain was about to start</text>')
+               f'timeline started</text>')
     # Labels in the band above the first panel: each on the first row where it
     # does not run into its left neighbour; right-aligned near the right edge.
     rows_end = []
@@ -158,7 +210,7 @@ def render(series, marks, describe):
         if row == len(rows_end):
             rows_end.append(0)
         rows_end[row] = x(t) + (0 if right else w)
-        ly = 70 + 13 * row
+        ly = 96 + 13 * row
         out.append(f'<line x1="{x(t):.1f}" y1="{ly + 3}" x2="{x(t):.1f}" y2="{TOP - 24}" stroke="#9ca3af" '
                    f'stroke-dasharray="3 3"/>')
         anchor, tx = ("end", x(t) - 3) if right else ("start", x(t) + 3)

@@ -29,7 +29,7 @@ import urllib.parse
 
 PART_OF = "app.kubernetes.io/part-of=ea-demo"
 SURGE_MARK = "evictionSurgeReplicas"
-COLUMNS = ["t", "namespace", "deployment", "replicas", "ready", "allowed", "on_drained", "hpa_min"]
+COLUMNS = ["t", "namespace", "deployment", "replicas", "ready", "allowed", "on_drained", "hpa_min", "degraded"]
 
 BOLD, DIM, RED, GREEN, YELLOW, CYAN, RESET = (
     ("\033[1m", "\033[2m", "\033[31m", "\033[32m", "\033[33m", "\033[36m", "\033[0m")
@@ -97,6 +97,17 @@ def selector_matches(sel, labels):
     return True
 
 
+def degraded_reason(eas, d):
+    """The reason of a True Degraded condition on the Deployment's EvictionAutoScaler, or ''."""
+    for e in eas:
+        if e["metadata"]["namespace"] == d["metadata"]["namespace"] and \
+                (e.get("spec") or {}).get("targetName") == d["metadata"]["name"]:
+            for c in (e.get("status") or {}).get("conditions") or []:
+                if c.get("type") == "Degraded" and c.get("status") == "True":
+                    return c.get("reason") or "Degraded"
+    return ""
+
+
 def short_node(n):
     return re.sub(r"^kwok-node-", "node-", n or "-")
 
@@ -139,6 +150,7 @@ class Sampler:
         self.metrics_line(t)
         for d in sorted(deps["items"], key=lambda d: (d["metadata"]["namespace"], d["metadata"]["name"])):
             row = self.deployment_line(t, d, pods["items"], lists["pdbs"], lists["hpas"])
+            row.append(degraded_reason(lists["eas"], d))
             self.out.write("\t".join(str(x) for x in row) + "\n")
         self.out.flush()
         self.degraded_lines(t, lists["eas"])
