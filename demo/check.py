@@ -79,7 +79,7 @@ def main():
 
 
 def finish(failures):
-    print(f"{'demo-check: ' + str(len(failures)) + ' failed' if failures else 'demo-check: all passed'}")
+    print(f"demo-check: story and picture: {len(failures)} failed" if failures else "demo-check: story and picture: all passed")
     return 1 if failures else 0
 
 

@@ -188,8 +188,11 @@ def render(series, marks, describe):
                            f'stroke-linejoin="round"/>')
         for t, v, text in annotations(s):
             ty = y(v) + 15 if v >= ymax else y(v) - 7  # below a line that runs along the top
-            out.append(f'<text class="note" x="{x(t) + 12:.1f}" y="{ty:.1f}" font-size="11" fill="#111827">'
-                       f'{escape(text)}</text>')
+            tx, anchor = x(t) + 12, "start"
+            if tx + 6.5 * len(text) > WIDTH - RIGHT:  # keep it inside the panel
+                tx, anchor = x(t) - 6, "end"
+            out.append(f'<text class="note" x="{tx:.1f}" y="{ty:.1f}" font-size="11" text-anchor="{anchor}" '
+                       f'fill="#111827">{escape(text)}</text>')
         out.append("</g>")
 
     # Time axis and the marks' labels under the last panel.
