@@ -34,7 +34,7 @@ DEFAULT_DESCRIBE = {
     "demo-web/web": "opted in, PDB made by eviction-autoscaler, maxSurge 100%",
     "demo-hpa/api": "opted in, HPA minReplicas 2, PDB made by eviction-autoscaler, maxSurge 25%",
     "demo-strict/ledger": "opted in, the team's own PDB: maxUnavailable 0, then fixed to minAvailable 2",
-    "demo-legacy/worker": "namespace not opted in, no PDB",
+    "demo-legacy/worker": "namespace not opted in, no PDB: nothing holds its pods back",
 }
 
 
@@ -96,7 +96,7 @@ def degraded_spans(points):
 
 
 def annotations(s):
-    """[(t, value, text)]: where a surge starts and ends, and a fall to 0 Ready."""
+    """[(t, value, text)]: where a surge starts and ends, and where Ready falls by several pods at once."""
     notes = []
     reps = [(t, v) for t, v in s["replicas"] if v is not None]
     if reps:
@@ -109,11 +109,14 @@ def annotations(s):
             elif v == base and up is not None:
                 notes.append((t, v, f"back to {base}"))
                 up = None
-    prev = None
-    for t, v in s["ready"]:
-        if v == 0 and prev:
-            notes.append((t, 0.4, f"0 Ready: all {prev} pods evicted at once"))
-        prev = v
+    # A fall of Ready by more than one pod between two samples: pods that left
+    # together with nothing ready to take over (no PDB to hold them back).
+    # A scale back (replicas lowered) is not such a fall.
+    prev = (None, None)
+    for (t, v), (_, r) in zip(s["ready"], s["replicas"]):
+        if None not in (v, r, *prev) and prev[1] == r and prev[0] - v > 1:
+            notes.append((t, v + 0.4, f"{v} of {r} Ready: its pods were evicted together"))
+        prev = (v, r)
     return notes
 
 

@@ -77,23 +77,6 @@ stamp_drain() {
   done
 }
 
-drain() {
-  local line pod; declare -A told=()
-  while IFS= read -r line; do
-    if [[ "$line" == *"error when evicting"* ]]; then
-      pod=$(sed -n 's/.*pods\/"\([^"]*\)".*/\1/p' <<<"$line")
-      if [[ -n "${told[$pod]:-}" ]]; then
-        printf '%s+%6ss%s  %-22s %s\n' "$D" "$(elapsed)" "$R" "drain" "$pod: 429 again, retrying in 5s"
-        continue
-      fi
-      told[$pod]=1
-      printf '%s+%6ss%s  %-22s %s%s%s\n' "$D" "$(elapsed)" "$R" "drain" "$RED" "$line" "$R"
-    else
-      printf '%s+%6ss%s  %-22s %s\n' "$D" "$(elapsed)" "$R" "drain" "$line"
-    fi
-  done
-}
-
 drain() { # drain <timeout> : kubectl drain's exit code
   local rc=0
   kubectl drain "$NODE" --ignore-daemonsets --delete-emptydir-data --pod-selector="$PART_OF" \
@@ -249,6 +232,8 @@ tell "kubectl -n demo-strict patch pdb ledger --type=merge -p '{\"spec\":{\"maxU
 tell "(the other way out: leave ledger to its owners and drain with a selector that excludes it)"
 kubectl -n demo-strict patch pdb ledger --type=merge -p '{"spec":{"maxUnavailable":null,"minAvailable":2}}' >/dev/null
 mark "ledger PDB fixed"
+tell "ledger's pods still sit on a cordoned node, which is itself a surge signal: now that a surge"
+tell "can help, it may start before the drain even asks."
 
 say "kubectl drain $NODE again"
 mark "drain 2 starts"
