@@ -57,20 +57,28 @@ stop_sampler() {
 }
 trap stop_sampler EXIT
 
-# kubectl drain's own output, stamped. drain retries a 429 every 5 s: a retry
-# that meets the same message as that pod's last one is shortened.
+# kubectl drain's own output, stamped. Its 429 lines are condensed to the pod,
+# who answered (the webhook, or the apiserver's own budget check when the
+# webhook let the request through) and the message; drain retries every 5 s,
+# and a retry that meets the same message as that pod's last one is one short line.
 stamp_drain() {
-  local line pod msg; declare -A told=()
+  local line pod msg who; declare -A told=()
   while IFS= read -r line; do
     if [[ "$line" == *"error when evicting pods/"*"(will retry after"* ]]; then
       pod=$(sed -n 's/.*pods\/"\([^"]*\)".*/\1/p' <<<"$line")
       msg=${line#*"(will retry after"*"): "}
+      who="the apiserver's own budget check (the webhook let it through)"
+      if [[ "$msg" == *"admission webhook"*"denied the request: "* ]]; then
+        who="eviction-autoscaler's webhook"
+        msg=${msg#*"denied the request: "}
+      fi
       if [[ "${told[$pod]:-}" == "$msg" ]]; then
         printf '%s+%6ss%s  %-22s %s\n' "$D" "$(elapsed)" "$R" "drain" "$pod: the same 429 again, retrying in 5s"
         continue
       fi
       told[$pod]=$msg
-      printf '%s+%6ss%s  %-22s %s%s%s\n' "$D" "$(elapsed)" "$R" "drain" "$RED" "$line" "$R"
+      printf '%s+%6ss%s  %-22s %s%s: 429 from %s, retrying in 5s:%s %s\n' "$D" "$(elapsed)" "$R" "drain" \
+        "$RED" "$pod" "$who" "$R" "$msg"
     else
       printf '%s+%6ss%s  %-22s %s\n' "$D" "$(elapsed)" "$R" "drain" "$line"
     fi
@@ -201,7 +209,10 @@ echo
 kubectl get evictionautoscalers -A
 pause
 
-say "The timeline: one line per change, seconds since now (recorded to $OUT/samples.tsv)"
+say "The timeline: one line per change, in seconds from now"
+tell "'drain' lines are kubectl drain's own output (its 429s condensed); the others are what a sampler"
+tell "sees change twice a second in the Deployments, PDBs, HPA, pods, nodes, Events and /metrics"
+tell "(recorded to $OUT/samples.tsv)"
 T0US=${EPOCHREALTIME/./}
 python3 "$HERE/sampler.py" --cluster-dir "$CLUSTER_DIR" --t0 "${T0US:0:-6}.${T0US: -6}" \
   --out "$OUT/samples.tsv" --drained-node "$NODE" &
@@ -272,14 +283,13 @@ python3 "$HERE/plot.py" --samples "$OUT/samples.tsv" --marks "$OUT/marks.tsv" --
 
 port=$(cat "$CLUSTER_DIR/webhook/port")
 say "Done in $(($(date +%s) - begin))s. The cluster and the server keep running. Try next:"
-cat <<EOF
-  source $CLUSTER_DIR/env
-  kubectl get evictionautoscalers -A                      # target, baseline, surge, allowed, conditions
-  kubectl drain kwok-node-1 --ignore-daemonsets --pod-selector=$PART_OF   # drain another node
-  kubectl uncordon kwok-node-1
-  $REPO/target/debug/eviction-autoscaler doctor           # checks the installation
-  curl -s --cacert $CLUSTER_DIR/webhook/ca.crt https://127.0.0.1:$port/metrics | grep ^eviction_autoscaler_
-  tail -f $CLUSTER_DIR/webhook/server.log                 # the server's log
-  make demo                                               # the story again, from a clean slate
-  make cluster-down                                       # stop the server and the cluster
-EOF
+try() { printf '  %-64s # %s\n' "$1" "$2"; }
+try "source $CLUSTER_DIR/env" "kubectl and KUBECONFIG for this cluster"
+try "kubectl get evictionautoscalers -A" "target, baseline, surge, allowed, conditions"
+try "kubectl drain kwok-node-1 --ignore-daemonsets --pod-selector=$PART_OF" "drain another node"
+try "kubectl uncordon kwok-node-1" "and bring it back"
+try "target/debug/eviction-autoscaler doctor" "checks the installation"
+try "curl -s --cacert $CLUSTER_DIR/webhook/ca.crt https://127.0.0.1:$port/metrics" "the metrics"
+try "tail -f $CLUSTER_DIR/webhook/server.log" "the server's log"
+try "make demo" "the story again, from a clean slate"
+try "make cluster-down" "stop the server and the cluster"
