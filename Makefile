@@ -72,7 +72,7 @@ demo: build
 	demo/run.sh
 
 ## The demo end to end on a cluster of its own (.cluster-demo-check), its story
-## and picture checked, then `make cluster-down`'s work checked (about 2.5 min).
+## and picture checked, then `make cluster-down`'s work checked (about 100 s; not part of `make test`).
 demo-check: build
 	demo/check.sh
 

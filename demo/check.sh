@@ -4,7 +4,7 @@
 # up is left alone), checks its story and picture (demo/check.py), then checks
 # that `make cluster-down` stops what the demo leaves running (the webhook
 # server, and a sampler as an interrupted demo would leave it) and removes the
-# state dir. About 2.5 minutes; the full output is in target/demo-check.log.
+# state dir. About 100 s; the full output is in target/demo-check.log.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
