@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stops the local test cluster started by up.sh (by its pid files: SIGTERM, then
-# SIGKILL after 10s) and removes its state dir. Idempotent.
+# SIGKILL after 10s), and the webhook server and demo sampler started beside it,
+# and removes its state dir. Idempotent.
 #
 #   CLUSTER_DIR   state dir (default: <repo>/.cluster)
 set -euo pipefail
@@ -28,8 +29,10 @@ exec 9>"$CLUSTER_DIR/.lock"
 flock 9
 
 # A live process whose command line mentions this state dir (guards against pid reuse).
+# $1: a component of up.sh, or the path of a pid file.
 ours() {
-  local f="$CLUSTER_DIR/pids/$1.pid" pid
+  local f="$1" pid
+  [[ "$f" == */* ]] || f="$CLUSTER_DIR/pids/$1.pid"
   [[ -f "$f" ]] || return 1
   pid="$(cat "$f")"
   [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null &&
@@ -39,7 +42,7 @@ ours() {
 stop() {
   local c pid pids=() names=() left
   for c in "$@"; do
-    if pid="$(ours "$c")"; then pids+=("$pid"); names+=("$c($pid)"); fi
+    if pid="$(ours "$c")"; then pids+=("$pid"); names+=("$(basename "${c%/*pid}")($pid)"); fi
   done
   ((${#pids[@]})) || return 0
   kill -TERM "${pids[@]}" 2>/dev/null || true
@@ -55,6 +58,10 @@ stop() {
   fi
   echo "down.sh: stopped ${names[*]}"
 }
+# First what runs beside the cluster with its pid file in the state dir (removed
+# below, after which nothing could find them): the webhook server of
+# tests/e2e/deploy-local.sh (make demo, deploy-local) and the demo's sampler.
+stop "$CLUSTER_DIR/webhook/pid" "$CLUSTER_DIR/demo/sampler.pid"
 stop kwok kube-scheduler kube-controller-manager kube-apiserver
 stop etcd
 

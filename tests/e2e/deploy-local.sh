@@ -16,6 +16,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 CLUSTER_DIR="${CLUSTER_DIR:-$REPO/.cluster}"
+# Absolute, so the server's command line names the state dir: tests/cluster/down.sh checks it before a kill.
+CLUSTER_DIR="$(cd "$CLUSTER_DIR" 2>/dev/null && pwd || echo "$CLUSTER_DIR")"
 STATE="$CLUSTER_DIR/webhook"
 NS=eviction-autoscaler
 SA=eviction-autoscaler
