@@ -65,7 +65,17 @@ fail() { # fail <component> <message>
 
 stop_all() {
   # SIGTERM everything but etcd at once, wait up to 10s, SIGKILL leftovers; then etcd.
-  local c pid pids=()
+  local c f pid pids=()
+  # What runs beside the cluster (deploy-local.sh's server, the demo's
+  # sampler): its pid file goes with the wiped state, so stop it now.
+  for f in "$CLUSTER_DIR/webhook/pid" "$CLUSTER_DIR/demo/sampler.pid"; do
+    [[ -f "$f" ]] || continue
+    pid="$(cat "$f")"
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null &&
+      tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$CLUSTER_DIR"; then
+      pids+=("$pid")
+    fi
+  done
   for c in kwok kube-scheduler kube-controller-manager kube-apiserver; do
     alive "$c" && pids+=("$(pid_of "$c")")
   done
