@@ -504,6 +504,57 @@ fn chart_certificate_is_served_and_trusted_through_the_ca_bundle() {
     );
 }
 
+/// An upgrade keeps the chart's certificate: its template looks the Secret
+/// up (here through `helm template --dry-run=server`, which lets lookup reach
+/// the cluster) and renders the same pair and caBundle, not a new CA that the
+/// running pods would not serve until their Secret volume is refreshed.
+#[test]
+fn chart_keeps_its_certificate_across_upgrades() {
+    let _ = WebhookInfo::get(); // the namespace exists once deploy-local ran
+    let name = "chart-upgrade-check";
+    let set = [format!("fullnameOverride={name}")];
+    let (_, first) = render(&[set[0].as_str()]);
+    let secret = find(&first, "Secret").clone();
+    assert_eq!(secret["metadata"]["name"], format!("{name}-tls"));
+    let dir = tempdir("chart-upgrade");
+    let file = dir.join("secret.json");
+    std::fs::write(&file, serde_json::to_vec(&secret).expect("json")).expect("write");
+    kubectl_ok(&["apply", "-f", &path_str(&file)]);
+    let kubeconfig = path_str(&cluster_dir().join("kubeconfig"));
+    let text = run_helm(&[
+        "template",
+        "eviction-autoscaler",
+        "charts/eviction-autoscaler",
+        "--namespace",
+        NS,
+        "--dry-run=server",
+        "--kubeconfig",
+        &kubeconfig,
+        "--set",
+        &set[0],
+    ]);
+    let _ = kubectl(&["-n", NS, "delete", "secret", &format!("{name}-tls")]);
+    let second = docs(&text);
+    assert_eq!(
+        find(&second, "Secret")["data"],
+        secret["data"],
+        "the pair was kept"
+    );
+    for kind in [
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ] {
+        assert_eq!(
+            find(&second, kind)["webhooks"][0]["clientConfig"]["caBundle"],
+            secret["data"]["ca.crt"],
+            "{kind} caBundle is the kept CA"
+        );
+    }
+    // Without the Secret, a new pair (the lookup is what keeps it).
+    let (_, third) = render(&[set[0].as_str()]);
+    assert_ne!(find(&third, "Secret")["data"], secret["data"]);
+}
+
 fn tempdir(prefix: &str) -> PathBuf {
     let dir = cluster_dir().join(format!("{prefix}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
