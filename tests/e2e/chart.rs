@@ -453,8 +453,25 @@ fn chart_certificate_is_served_and_trusted_through_the_ca_bundle() {
         .port();
     let log = std::fs::File::create(dir.join("server.log")).expect("log");
     // Leader election on (the default): this extra replica never leads while
-    // the suite's server holds the Lease, so it writes nothing.
+    // the suite's server holds the Lease, so it writes nothing; were it to
+    // lead, it would act as that server does (same behaviour settings).
+    let environ = std::fs::read(format!("/proc/{}/environ", wh.pid())).expect("server environment");
+    let environ = String::from_utf8_lossy(&environ);
+    let behaviour = environ
+        .split('\0')
+        .filter_map(|e| e.split_once('='))
+        .filter(|(k, _)| {
+            [
+                "PDB_CREATE",
+                "ENABLED_BY_DEFAULT",
+                "ACTIONED_NAMESPACES",
+                "ZERO_SURGE_OVERRIDE",
+                "COOLDOWN",
+            ]
+            .contains(k)
+        });
     let mut server = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+        .envs(behaviour)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--tls-cert-file")
         .arg(dir.join("tls.crt"))
