@@ -14,7 +14,7 @@ release:
 
 ## Unit tests, the no-cluster server tests, then the end-to-end tests on a
 ## local control plane that is brought up for them and down afterwards.
-test: unit
+test: unit lint-ci
 	@set -e; started=0; \
 	if ! ( [ -f "$(CLUSTER_DIR)/env" ] && . "$(CLUSTER_DIR)/env" && kubectl version >/dev/null 2>&1 ); then \
 		tests/cluster/up.sh; started=1; fi; \
@@ -45,9 +45,11 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-## The workflows in .github/ (actionlint; it runs shellcheck on their scripts when installed).
+## The workflows in .github/ (actionlint; it runs shellcheck on their scripts when
+## installed), and the version and image names the release workflow relies on.
 lint-ci: tools
 	eval "$$(tests/tools/build.sh --print-env)"; "$$ACTIONLINT_BIN"
+	tests/tools/check-release.sh
 
 ## helm and actionlint, built once from Go modules (tests/tools/) into ~/.cache.
 tools:
@@ -57,8 +59,7 @@ tools:
 ## webhooks and CRD equal to manifests/; server-side dry run on the local
 ## cluster with each certificate source; the chart's certificate served and
 ## trusted), plus the version and image names. Brings the cluster up if needed.
-chart-check: build tools
-	tests/tools/check-release.sh
+chart-check: build lint-ci
 	eval "$$(tests/tools/build.sh --print-env)"; "$$HELM_BIN" lint --strict charts/eviction-autoscaler
 	@set -e; started=0; \
 	if ! ( [ -f "$(CLUSTER_DIR)/env" ] && . "$(CLUSTER_DIR)/env" && kubectl version >/dev/null 2>&1 ); then \

@@ -1,4 +1,4 @@
-// Wrapper module: builds helm for `make chart-check` (see ../README.md).
+// Wrapper module: builds helm for the chart tests (`make tools`; see ../README.md).
 module eviction-autoscaler/tests/tools/helm
 
 go 1.26.0
