@@ -149,19 +149,27 @@ fn chart_lints_clean_with_each_certificate_source() {
         ]);
         assert!(out.contains("0 chart(s) failed"), "{set}: {out}");
     }
-    // A bad value is refused with its name.
-    let out = Command::new(helm())
-        .args([
-            "template",
-            "charts/eviction-autoscaler",
-            "--set",
-            "tls.source=vault",
-        ])
-        .current_dir(repo())
-        .output()
-        .expect("run helm");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("tls.source"), "{err}");
+    // A bad value is refused with its name (values.schema.json).
+    for (set, name) in [
+        ("tls.source=vault", "/tls/source"),
+        (
+            "controllerConfig.pdb.create=yes",
+            "/controllerConfig/pdb/create",
+        ),
+        (
+            "controllerConfig.zeroSurgeOverride=lots",
+            "/controllerConfig/zeroSurgeOverride",
+        ),
+        ("webhook.timeoutSeconds=60", "/webhook/timeoutSeconds"),
+    ] {
+        let out = Command::new(helm())
+            .args(["template", "charts/eviction-autoscaler", "--set", set])
+            .current_dir(repo())
+            .output()
+            .expect("run helm");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(name), "{set}: {err}");
+    }
 }
 
 #[test]
