@@ -74,6 +74,7 @@ fmt:
 
 crd:
 	$(CARGO) run --quiet -- crd > manifests/crd.yaml
+	cp manifests/crd.yaml charts/eviction-autoscaler/crds/evictionautoscalers.yaml
 
 cluster-up:
 	tests/cluster/up.sh

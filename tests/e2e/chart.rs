@@ -255,7 +255,7 @@ fn chart_webhooks_and_crd_are_the_manifests() {
     let crd = std::fs::read_to_string(repo().join("manifests/crd.yaml")).expect("manifest CRD");
     assert!(
         chart_crd == crd,
-        "charts/eviction-autoscaler/crds/evictionautoscalers.yaml is stale: cp manifests/crd.yaml there"
+        "charts/eviction-autoscaler/crds/evictionautoscalers.yaml is stale: run `make crd`"
     );
 }
 
