@@ -70,7 +70,7 @@ fn docs(text: &str) -> Vec<Value> {
 }
 
 /// `helm template` of the chart in the product's namespace, CRDs included.
-fn render(set: &[&str]) -> (String, Vec<Value>) {
+fn render(set: &[&str]) -> Vec<Value> {
     let mut args = vec![
         "template",
         "eviction-autoscaler",
@@ -82,9 +82,7 @@ fn render(set: &[&str]) -> (String, Vec<Value>) {
     for s in set {
         args.extend(["--set", s]);
     }
-    let text = run_helm(&args);
-    let d = docs(&text);
-    (text, d)
+    docs(&run_helm(&args))
 }
 
 fn manifest(file: &str) -> Vec<Value> {
@@ -174,7 +172,7 @@ fn chart_lints_clean_with_each_certificate_source() {
 
 #[test]
 fn chart_rbac_is_the_manifest_rbac() {
-    let (_, chart) = render(&[]);
+    let chart = render(&[]);
     let rbac = manifest("rbac.yaml");
     for kind in ["ClusterRole", "Role"] {
         assert_eq!(
@@ -195,7 +193,7 @@ fn chart_rbac_is_the_manifest_rbac() {
 
 #[test]
 fn chart_deployment_runs_as_the_manifest_says() {
-    let (_, chart) = render(&[]);
+    let chart = render(&[]);
     let shipped = manifest("deployment.yaml");
     let (c, m) = (find(&chart, "Deployment"), find(&shipped, "Deployment"));
     assert_eq!(c["spec"]["replicas"], m["spec"]["replicas"]);
@@ -236,7 +234,7 @@ fn chart_deployment_runs_as_the_manifest_says() {
 #[test]
 fn chart_webhooks_and_crd_are_the_manifests() {
     // With cert-manager the webhooks are the manifests' exactly (annotation included).
-    let (_, chart) = render(&["tls.source=cert-manager"]);
+    let chart = render(&["tls.source=cert-manager"]);
     let shipped = manifest("webhooks.yaml");
     for kind in [
         "ValidatingWebhookConfiguration",
@@ -261,7 +259,7 @@ fn chart_webhooks_and_crd_are_the_manifests() {
 
 #[test]
 fn chart_values_reach_the_server_settings() {
-    let (_, chart) = render(&[
+    let chart = render(&[
         "controllerConfig.pdb.create=true",
         "controllerConfig.namespaces.enabledByDefault=true",
         "controllerConfig.namespaces.actionedNamespaces={team-a,team-b}",
@@ -309,7 +307,7 @@ fn chart_values_reach_the_server_settings() {
         assert_eq!(find(&chart, kind)["webhooks"][0]["timeoutSeconds"], 7);
     }
     // Defaults leave unset settings to the server (no empty values).
-    let (_, chart) = render(&[]);
+    let chart = render(&[]);
     let env = env_map(find(&chart, "Deployment"));
     for name in [
         "ZERO_SURGE_OVERRIDE",
@@ -338,7 +336,7 @@ fn chart_passes_server_side_dry_run_with_each_certificate_source() {
             ][..],
         ),
     ] {
-        let (_, objects) = render(set);
+        let objects = render(set);
         let (cert_manager, apiserver): (Vec<Value>, Vec<Value>) =
             objects.into_iter().partition(|o| {
                 o["apiVersion"]
@@ -424,7 +422,7 @@ fn check_cert_manager_objects(cm: &[Value], others: &[Value]) {
 #[test]
 fn chart_certificate_is_served_and_trusted_through_the_ca_bundle() {
     let wh = WebhookInfo::get();
-    let (_, chart) = render(&["tls.source=chart"]);
+    let chart = render(&["tls.source=chart"]);
     let secret = find(&chart, "Secret");
     let ca_bundle = find(&chart, "ValidatingWebhookConfiguration")["webhooks"][0]["clientConfig"]
         ["caBundle"]
@@ -538,7 +536,7 @@ fn chart_keeps_its_certificate_across_upgrades() {
     let _ = WebhookInfo::get(); // the namespace exists once deploy-local ran
     let name = "chart-upgrade-check";
     let set = [format!("fullnameOverride={name}")];
-    let (_, first) = render(&[set[0].as_str()]);
+    let first = render(&[set[0].as_str()]);
     let secret = find(&first, "Secret").clone();
     assert_eq!(secret["metadata"]["name"], format!("{name}-tls"));
     let dir = tempdir("chart-upgrade");
@@ -576,7 +574,7 @@ fn chart_keeps_its_certificate_across_upgrades() {
         );
     }
     // Without the Secret, a new pair (the lookup is what keeps it).
-    let (_, third) = render(&[set[0].as_str()]);
+    let third = render(&[set[0].as_str()]);
     assert_ne!(find(&third, "Secret")["data"], secret["data"]);
 }
 
