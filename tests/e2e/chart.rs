@@ -535,8 +535,8 @@ fn chart_certificate_is_served_and_trusted_through_the_ca_bundle() {
 fn chart_keeps_its_certificate_across_upgrades() {
     let _ = WebhookInfo::get(); // the namespace exists once deploy-local ran
     let name = "chart-upgrade-check";
-    let set = [format!("fullnameOverride={name}")];
-    let first = render(&[set[0].as_str()]);
+    let set = format!("fullnameOverride={name}");
+    let first = render(&[&set]);
     let secret = find(&first, "Secret").clone();
     assert_eq!(secret["metadata"]["name"], format!("{name}-tls"));
     let dir = tempdir("chart-upgrade");
@@ -554,7 +554,7 @@ fn chart_keeps_its_certificate_across_upgrades() {
         "--kubeconfig",
         &kubeconfig,
         "--set",
-        &set[0],
+        &set,
     ]);
     let _ = kubectl(&["-n", NS, "delete", "secret", &format!("{name}-tls")]);
     let second = docs(&text);
@@ -574,7 +574,7 @@ fn chart_keeps_its_certificate_across_upgrades() {
         );
     }
     // Without the Secret, a new pair (the lookup is what keeps it).
-    let third = render(&[set[0].as_str()]);
+    let third = render(&[&set]);
     assert_ne!(find(&third, "Secret")["data"], secret["data"]);
 }
 
