@@ -116,6 +116,27 @@ fn env_map(deployment: &Value) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// RBAC rules in a canonical order (order means nothing to the authorizer):
+/// each rule's lists sorted, then the rules.
+fn rules(role: &Value) -> Vec<String> {
+    let mut out: Vec<String> = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            for list in r.as_object_mut().expect("rule").values_mut() {
+                if let Some(items) = list.as_array_mut() {
+                    items.sort_by_key(Value::to_string);
+                }
+            }
+            r.to_string()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// A webhook configuration without what legitimately differs: labels, and
 /// the caBundle that only the chart can fill.
 fn webhook_config(v: &Value) -> Value {
@@ -176,8 +197,8 @@ fn chart_rbac_is_the_manifest_rbac() {
     let rbac = manifest("rbac.yaml");
     for kind in ["ClusterRole", "Role"] {
         assert_eq!(
-            find(&chart, kind)["rules"],
-            find(&rbac, kind)["rules"],
+            rules(find(&chart, kind)),
+            rules(find(&rbac, kind)),
             "{kind} rules differ between the chart and manifests/rbac.yaml"
         );
     }
@@ -197,10 +218,22 @@ fn chart_deployment_runs_as_the_manifest_says() {
     let shipped = manifest("deployment.yaml");
     let (c, m) = (find(&chart, "Deployment"), find(&shipped, "Deployment"));
     assert_eq!(c["spec"]["replicas"], m["spec"]["replicas"]);
+    // Order does not matter in env (no $(VAR) references); names must be unique.
+    assert_eq!(
+        env_map(c),
+        env_map(m),
+        "container env differs between the chart and manifests/deployment.yaml"
+    );
+    for d in [c, m] {
+        assert_eq!(
+            env_map(d).len(),
+            container(d)["env"].as_array().map_or(0, Vec::len),
+            "duplicate env names"
+        );
+    }
     for field in [
         "image",
         "args",
-        "env",
         "ports",
         "livenessProbe",
         "readinessProbe",
