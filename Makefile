@@ -4,7 +4,7 @@ CLUSTER_DIR ?= $(CURDIR)/.cluster
 export CLUSTER_DIR
 CARGO ?= cargo
 
-.PHONY: build release test unit model-long e2e lint fmt demo demo-check bench bench-cluster cluster-up cluster-down deploy-local undeploy-local crd clean
+.PHONY: build release test unit model-long e2e lint lint-ci tools chart-check fmt demo demo-check bench bench-cluster cluster-up cluster-down deploy-local undeploy-local crd clean
 
 build:
 	$(CARGO) build --bin eviction-autoscaler
@@ -15,7 +15,7 @@ release:
 ## Unit tests, the no-cluster server tests, then the end-to-end tests on a
 ## local control plane that is brought up for them and down afterwards, then
 ## the demo on a cluster of its own (demo-check, ~100 s) so it cannot rot.
-test: unit
+test: unit lint-ci
 	@set -e; started=0; \
 	if ! ( [ -f "$(CLUSTER_DIR)/env" ] && . "$(CLUSTER_DIR)/env" && kubectl version >/dev/null 2>&1 ); then \
 		tests/cluster/up.sh; started=1; fi; \
@@ -37,7 +37,7 @@ model-long:
 
 ## End-to-end tests against a running local cluster (make cluster-up).
 ## They fail, never skip, when it is not there.
-e2e: build
+e2e: build tools
 	@rm -f $(CLUSTER_DIR)/figures.txt
 	$(CARGO) test --test e2e -- --test-threads=4
 	$(CARGO) test --test e2e_modes -- --test-threads=1
@@ -47,11 +47,36 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
+## The workflows in .github/ (actionlint; it runs shellcheck on their scripts when
+## installed), and the version and image names the release workflow relies on.
+lint-ci: tools
+	eval "$$(tests/tools/build.sh --print-env)"; "$$ACTIONLINT_BIN"
+	tests/tools/check-release.sh
+
+## helm and actionlint, built once from Go modules (tests/tools/) into ~/.cache.
+tools:
+	@tests/tools/build.sh
+
+## The Helm chart: helm lint, and tests/e2e/chart.rs (rendered RBAC, args, env,
+## webhooks and CRD equal to manifests/; server-side dry run on the local
+## cluster with each certificate source; the chart's certificate served and
+## trusted), plus the version and image names. Brings the cluster up if needed.
+chart-check: build lint-ci
+	eval "$$(tests/tools/build.sh --print-env)"; "$$HELM_BIN" lint --strict charts/eviction-autoscaler
+	@set -e; started=0; \
+	if ! ( [ -f "$(CLUSTER_DIR)/env" ] && . "$(CLUSTER_DIR)/env" && kubectl version >/dev/null 2>&1 ); then \
+		tests/cluster/up.sh; started=1; fi; \
+	rc=0; $(CARGO) test --test e2e chart_ -- --test-threads=2 || rc=$$?; \
+	tests/e2e/deploy-local.sh stop >/dev/null 2>&1 || true; \
+	if [ $$started = 1 ]; then tests/cluster/down.sh; fi; \
+	exit $$rc
+
 fmt:
 	$(CARGO) fmt --all
 
 crd:
 	$(CARGO) run --quiet -- crd > manifests/crd.yaml
+	cp manifests/crd.yaml charts/eviction-autoscaler/crds/evictionautoscalers.yaml
 
 cluster-up:
 	tests/cluster/up.sh

@@ -1,0 +1,124 @@
+{{/*
+The name of every object: "eviction-autoscaler" whatever the release is called. The product is
+one per cluster (its CRD and webhooks are cluster-wide), and `eviction-autoscaler doctor` looks
+for the webhook configurations and the Lease by this name.
+*/}}
+{{- define "ea.fullname" -}}
+{{- default .Chart.Name .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ea.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ea.labels" -}}
+{{ include "ea.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "ea.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "ea.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding tls.crt and tls.key. */}}
+{{- define "ea.tlsSecretName" -}}
+{{- if eq .Values.tls.source "secret" -}}
+{{- required "tls.secret.name is required when tls.source is secret" .Values.tls.secret.name -}}
+{{- else -}}
+{{- printf "%s-tls" (include "ea.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DNS names the apiserver uses to reach the Service. */}}
+{{- define "ea.dnsNames" -}}
+{{- $svc := include "ea.fullname" . -}}
+- {{ printf "%s.%s.svc" $svc .Release.Namespace }}
+- {{ printf "%s.%s.svc.cluster.local" $svc .Release.Namespace }}
+{{- end -}}
+
+{{- define "ea.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The serving certificate made by the chart (tls.source=chart), as a dict of base64 PEM
+{ca, crt, key}: the existing Secret's pair when there is one (so an upgrade keeps the
+caBundle valid), else a new CA and certificate. Call once per render (it is random).
+*/}}
+{{- define "ea.chartCert" -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (include "ea.tlsSecretName" .) -}}
+{{- $data := dig "data" dict $old -}}
+{{- if and (hasKey $data "ca.crt") (hasKey $data "tls.crt") (hasKey $data "tls.key") -}}
+{{- dict "ca" (index $data "ca.crt") "crt" (index $data "tls.crt") "key" (index $data "tls.key") | toJson -}}
+{{- else -}}
+{{- $svc := include "ea.fullname" . -}}
+{{- $days := int .Values.tls.chart.validityDays -}}
+{{- $ca := genCA (printf "%s-ca" $svc) $days -}}
+{{- $dns := list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) -}}
+{{- $leaf := genSignedCert (first $dns) nil $dns $days $ca -}}
+{{- dict "ca" ($ca.Cert | b64enc) "crt" ($leaf.Cert | b64enc) "key" ($leaf.Key | b64enc) | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* ACTIONED_NAMESPACES from a list (the extension's form) or a comma-separated string. */}}
+{{- define "ea.actionedNamespaces" -}}
+{{- $ns := .Values.controllerConfig.namespaces.actionedNamespaces -}}
+{{- if kindIs "slice" $ns -}}{{ join "," $ns }}{{- else -}}{{ toString (default "" $ns) }}{{- end -}}
+{{- end -}}
+
+{{- define "ea.validate" -}}
+{{- if not (has .Values.tls.source (list "chart" "cert-manager" "secret")) -}}
+{{- fail (printf "tls.source must be chart, cert-manager or secret, not %q" .Values.tls.source) -}}
+{{- end -}}
+{{- if not (has .Values.server.logFormat (list "json" "text")) -}}
+{{- fail (printf "server.logFormat must be json or text, not %q" .Values.server.logFormat) -}}
+{{- end -}}
+{{- $t := int .Values.webhook.timeoutSeconds -}}
+{{- if or (lt $t 1) (gt $t 30) -}}
+{{- fail (printf "webhook.timeoutSeconds must be 1 to 30, not %v" .Values.webhook.timeoutSeconds) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* cert-manager's CA injector fills caBundle from the Certificate. */}}
+{{- define "ea.webhookAnnotations" -}}
+{{- if eq .Values.tls.source "cert-manager" -}}
+annotations:
+  cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "ea.tlsSecretName" .) }}
+{{- end -}}
+{{- end -}}
+
+{{/* What both webhooks share; takes a dict: ctx, path, caBundle. */}}
+{{- define "ea.webhookCommon" -}}
+{{- $ := .ctx -}}
+admissionReviewVersions: [v1]
+sideEffects: NoneOnDryRun
+failurePolicy: Ignore
+timeoutSeconds: {{ int $.Values.webhook.timeoutSeconds }}
+matchPolicy: Equivalent
+clientConfig:
+  service:
+    name: {{ include "ea.fullname" $ }}
+    namespace: {{ $.Release.Namespace }}
+    path: {{ .path }}
+    port: 443
+  {{- with .caBundle }}
+  caBundle: {{ . }}
+  {{- end }}
+# The product's own namespace is excluded: its pods must stay evictable without it.
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: [{{ $.Release.Namespace }}]
+{{- end -}}
