@@ -10,6 +10,9 @@ pub mod objects;
 pub mod preflight;
 pub mod surge;
 
+#[cfg(test)]
+mod fixtures;
+
 use std::fmt::Write as _;
 use std::process::ExitCode;
 

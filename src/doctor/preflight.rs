@@ -346,3 +346,396 @@ impl Ctx<'_> {
         i32::try_from(n).unwrap_or(i32::MAX)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::fixtures::*;
+    use k8s_openapi::api::apps::v1::{DeploymentStrategy, RollingUpdateDeployment};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use std::sync::Arc;
+
+    fn run(w: &World, nodes: &[&str]) -> Preflight {
+        let b = behaviour();
+        let view = w.objs.surge_view(&b, &[]);
+        let nodes: Vec<String> = nodes.iter().map(|s| s.to_string()).collect();
+        preflight(&w.objs, &view, &b, &nodes)
+    }
+
+    fn row<'a>(p: &'a Preflight, pod: &str) -> &'a PodReport {
+        p.nodes
+            .iter()
+            .flat_map(|n| &n.pods)
+            .find(|r| r.name == pod)
+            .unwrap_or_else(|| panic!("no row for {pod}: {p:#?}"))
+    }
+
+    struct Case {
+        name: &'static str,
+        world: World,
+        pod: &'static str,
+        verdict: Verdict,
+        reason: &'static str,
+        needs: &'static [&'static str],
+        surge: Option<(i32, i32)>,
+    }
+
+    fn world(f: impl FnOnce(&mut World)) -> World {
+        let mut w = World::new();
+        f(&mut w);
+        w
+    }
+
+    /// A Deployment `web` of 3 pods (web-0 on n1) under a PDB that allows none.
+    fn blocked_web(ns: &str, min: Option<IntOrString>, max: Option<IntOrString>) -> World {
+        world(|w| {
+            w.deploy(ns, "web", &["n1", "n2", "n3"], |_| {})
+                .add_pdb(pdb(ns, "web-pdb", "web", min, max, (0, 3, 3)));
+        })
+    }
+
+    fn cases() -> Vec<Case> {
+        vec![
+            Case {
+                name: "DaemonSet pods are skipped with --ignore-daemonsets",
+                world: world(|w| {
+                    w.add_pod(owned(pod("on", "ds-0", "ds", "n1"), "DaemonSet", "ds"));
+                }),
+                pod: "ds-0",
+                verdict: Verdict::Skipped,
+                reason: "DaemonSet",
+                needs: &["--ignore-daemonsets"],
+                surge: None,
+            },
+            Case {
+                name: "mirror pods are skipped",
+                world: world(|w| {
+                    w.add_pod(mirror(owned(pod("on", "static-0", "s", "n1"), "Node", "n1")));
+                }),
+                pod: "static-0",
+                verdict: Verdict::Skipped,
+                reason: "mirror",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "completed pods are removed without a budget check",
+                world: world(|w| {
+                    w.add_pod(phase(owned(pod("on", "job-0", "web", "n1"), "Job", "j"), "Succeeded"))
+                        .add_pdb(pdb("on", "p", "web", int(5), None, (0, 0, 5)));
+                }),
+                pod: "job-0",
+                verdict: Verdict::Free,
+                reason: "completed",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "unmanaged pods need --force",
+                world: world(|w| {
+                    w.add_pod(pod("on", "bare", "bare", "n1"));
+                }),
+                pod: "bare",
+                verdict: Verdict::Free,
+                reason: "no PDB",
+                needs: &["--force"],
+                surge: None,
+            },
+            Case {
+                name: "emptyDir pods need --delete-emptydir-data",
+                world: world(|w| {
+                    w.add_pod(with_empty_dir(owned(pod("on", "e", "e", "n1"), "StatefulSet", "e")));
+                }),
+                pod: "e",
+                verdict: Verdict::Free,
+                reason: "no PDB",
+                needs: &["--delete-emptydir-data"],
+                surge: None,
+            },
+            Case {
+                name: "a budget with room lets the pods go one by one",
+                world: world(|w| {
+                    w.deploy("on", "web", &["n1", "n1", "n2"], |_| {})
+                        .add_pdb(pdb("on", "web-pdb", "web", int(2), None, (1, 3, 2)));
+                }),
+                pod: "web-0",
+                verdict: Verdict::Free,
+                reason: "its 2 pods here go one by one",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "a user PDB at the replicas is opened by a surge (maxSurge 25% of 3 = 1)",
+                world: blocked_web("on", int(3), None),
+                pod: "web-0",
+                verdict: Verdict::Surge,
+                reason: "would surge Deployment web from 3 to 4",
+                needs: &[],
+                surge: Some((3, 4)),
+            },
+            Case {
+                name: "an owned PDB at the replicas is opened by a surge",
+                world: world(|w| {
+                    w.deploy("on", "web", &["n1", "n1", "n2"], |_| {})
+                        .add_pdb(ours(pdb("on", "web", "web", int(3), None, (0, 3, 3))));
+                }),
+                pod: "web-1",
+                verdict: Verdict::Surge,
+                reason: "from 3 to 4",
+                needs: &[],
+                surge: Some((3, 4)),
+            },
+            Case {
+                name: "out of scope: no surge",
+                world: blocked_web("off", int(3), None),
+                pod: "web-0",
+                verdict: Verdict::Blocked,
+                reason: "out of the product's scope",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "maxUnavailable 0: no surge can help",
+                world: blocked_web("on", None, int(0)),
+                pod: "web-0",
+                verdict: Verdict::Blocked,
+                reason: "maxUnavailable is 0",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "maxUnavailable 0 out of scope says the budget, not the scope",
+                world: blocked_web("off", None, int(0)),
+                pod: "web-0",
+                verdict: Verdict::Blocked,
+                reason: "no eviction is ever allowed",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "user PDB minAvailable 100%",
+                world: blocked_web("on", pct("100%"), None),
+                pod: "web-0",
+                verdict: Verdict::Blocked,
+                reason: "minAvailable is 100%",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "Recreate strategy: no room to surge",
+                world: world(|w| {
+                    w.deploy("on", "web", &["n1", "n2", "n3"], |d| {
+                        if let Some(s) = d.spec.as_mut() {
+                            s.strategy = Some(DeploymentStrategy {
+                                type_: Some("Recreate".into()),
+                                rolling_update: None,
+                            });
+                        }
+                    })
+                    .add_pdb(pdb("on", "web-pdb", "web", int(3), None, (0, 3, 3)));
+                }),
+                pod: "web-0",
+                verdict: Verdict::Blocked,
+                reason: "cannot surge Deployment web",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "maxSurge 2 surges by 2 for 2 displaced pods",
+                world: world(|w| {
+                    w.deploy("on", "web", &["n1", "n1", "n2"], |d| {
+                        if let Some(s) = d.spec.as_mut() {
+                            s.strategy = Some(DeploymentStrategy {
+                                type_: Some("RollingUpdate".into()),
+                                rolling_update: Some(RollingUpdateDeployment {
+                                    max_surge: int(2),
+                                    max_unavailable: None,
+                                }),
+                            });
+                        }
+                    })
+                    .add_pdb(pdb("on", "web-pdb", "web", int(3), None, (0, 3, 3)));
+                }),
+                pod: "web-0",
+                verdict: Verdict::Surge,
+                reason: "from 3 to 5",
+                needs: &[],
+                surge: Some((3, 5)),
+            },
+            Case {
+                name: "a StatefulSet is not surged",
+                world: world(|w| {
+                    w.add_pod(owned(pod("on", "db-0", "db", "n1"), "StatefulSet", "db"))
+                        .add_pdb(pdb("on", "db", "db", int(1), None, (0, 1, 1)));
+                }),
+                pod: "db-0",
+                verdict: Verdict::Blocked,
+                reason: "StatefulSet/db is not a Deployment",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "an unmanaged pod under a closed budget",
+                world: world(|w| {
+                    w.add_pod(pod("on", "bare", "bare", "n1"))
+                        .add_pdb(pdb("on", "b", "bare", int(1), None, (0, 1, 1)));
+                }),
+                pod: "bare",
+                verdict: Verdict::Blocked,
+                reason: "no controller",
+                needs: &["--force"],
+                surge: None,
+            },
+            Case {
+                name: "two PDBs over one pod: the apiserver refuses",
+                world: world(|w| {
+                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
+                        .add_pdb(pdb("on", "a", "web", int(1), None, (2, 3, 1)))
+                        .add_pdb(pdb("on", "b", "web", int(1), None, (2, 3, 1)));
+                }),
+                pod: "web-0",
+                verdict: Verdict::Blocked,
+                reason: "selected by 2 PDBs (a, b)",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "KEDA and an HPA on one Deployment: no surge",
+                world: world(|w| {
+                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
+                        .add_pdb(pdb("on", "web-pdb", "web", int(3), None, (0, 3, 3)));
+                    w.objs.hpas.push(Arc::new(hpa("on", "web", 3)));
+                    w.objs.scaled_objects.push(Arc::new(scaled_object("on", "web", 3)));
+                }),
+                pod: "web-0",
+                verdict: Verdict::Blocked,
+                reason: "a KEDA ScaledObject and an HPA both target this Deployment",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "an unready pod the policy lets go",
+                world: world(|w| {
+                    w.add_pod(not_ready(owned(pod("on", "u", "u", "n1"), "StatefulSet", "u")));
+                    let mut b = pdb("on", "u", "u", int(2), None, (0, 1, 2));
+                    if let Some(s) = b.spec.as_mut() {
+                        s.unhealthy_pod_eviction_policy = Some("AlwaysAllow".into());
+                    }
+                    w.add_pdb(b);
+                }),
+                pod: "u",
+                verdict: Verdict::Free,
+                reason: "unhealthyPodEvictionPolicy",
+                needs: &[],
+                surge: None,
+            },
+            Case {
+                name: "an unready pod under IfHealthyBudget with too few healthy stays",
+                world: world(|w| {
+                    w.add_pod(not_ready(owned(pod("on", "u", "u", "n1"), "StatefulSet", "u")))
+                        .add_pdb(pdb("on", "u", "u", int(2), None, (0, 1, 2)));
+                }),
+                pod: "u",
+                verdict: Verdict::Blocked,
+                reason: "not a Deployment",
+                needs: &[],
+                surge: None,
+            },
+        ]
+    }
+
+    #[test]
+    fn pod_verdicts() {
+        for c in cases() {
+            let p = run(&c.world, &["n1"]);
+            let r = row(&p, c.pod);
+            assert_eq!(r.verdict, c.verdict, "{}: {r:#?}", c.name);
+            assert!(r.reason.contains(c.reason), "{}: {}", c.name, r.reason);
+            assert_eq!(r.needs, c.needs, "{}", c.name);
+            assert_eq!(
+                r.surge.as_ref().map(|s| (s.from, s.to)),
+                c.surge,
+                "{}",
+                c.name
+            );
+            assert_eq!(p.blocked, c.verdict == Verdict::Blocked, "{}", c.name);
+        }
+    }
+
+    /// Two nodes drained together displace the pods of both: one larger surge.
+    #[test]
+    fn nodes_drained_together_share_one_surge() {
+        let mut w = World::new();
+        w.deploy("on", "web", &["n1", "n2", "n3", "n3"], |d| {
+            if let Some(s) = d.spec.as_mut() {
+                s.strategy = Some(DeploymentStrategy {
+                    type_: Some("RollingUpdate".into()),
+                    rolling_update: Some(RollingUpdateDeployment {
+                        max_surge: pct("100%"),
+                        max_unavailable: None,
+                    }),
+                });
+            }
+        })
+        .add_pdb(pdb("on", "web-pdb", "web", int(4), None, (0, 4, 4)));
+        let one = run(&w, &["n1"]);
+        assert_eq!(row(&one, "web-0").surge.as_ref().map(|s| s.to), Some(5));
+        let two = run(&w, &["n1", "n3"]);
+        assert_eq!(two.nodes.len(), 2);
+        assert_eq!(two.nodes[1].pods.len(), 2);
+        for pod in ["web-0", "web-2", "web-3"] {
+            assert_eq!(
+                row(&two, pod).surge.as_ref().map(|s| (s.from, s.to)),
+                Some((4, 7)),
+                "{pod}"
+            );
+        }
+        assert!(!two.blocked);
+    }
+
+    /// A surge already in place is reported as under way.
+    #[test]
+    fn an_active_surge_is_under_way() {
+        let mut w = World::new();
+        w.deploy("on", "web", &["n1", "n2", "n3", "n2"], |d| {
+            d.metadata.annotations = Some(
+                [
+                    (crate::names::ORIGINAL_MIN_REPLICAS.to_string(), "3".to_string()),
+                    (crate::names::SURGE_REPLICAS.to_string(), "4".to_string()),
+                ]
+                .into(),
+            );
+        })
+        .add_pdb(ours(pdb("on", "web", "web", int(3), None, (0, 3, 3))));
+        let p = run(&w, &["n1"]);
+        let r = row(&p, "web-0");
+        assert_eq!(r.verdict, Verdict::Surge, "{r:#?}");
+        assert_eq!(
+            r.surge,
+            Some(SurgePlan {
+                deployment: "web".into(),
+                from: 3,
+                to: 4,
+                under_way: true
+            })
+        );
+        assert!(r.reason.contains("under way"), "{}", r.reason);
+    }
+
+    /// Only pods of the named node are reported; a cordoned node says so.
+    #[test]
+    fn only_the_named_nodes() {
+        let mut w = World::new();
+        w.deploy("on", "web", &["n1", "n2"], |_| {});
+        let mut n2 = (*w.objs.nodes[1]).clone();
+        if let Some(s) = n2.spec.as_mut() {
+            s.unschedulable = Some(true);
+        }
+        w.objs.nodes[1] = Arc::new(n2);
+        let p = run(&w, &["n2"]);
+        assert_eq!(p.nodes.len(), 1);
+        assert!(p.nodes[0].draining);
+        let names: Vec<&str> = p.nodes[0].pods.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["web-1"]);
+    }
+}
