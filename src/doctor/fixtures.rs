@@ -180,7 +180,8 @@ pub fn hpa(ns: &str, target: &str, min: i32) -> HorizontalPodAutoscaler {
 }
 
 pub fn scaled_object(ns: &str, target: &str, min: i64) -> DynamicObject {
-    let mut so = DynamicObject::new(&format!("{target}-so"), &crate::cache::keda_resource()).within(ns);
+    let mut so =
+        DynamicObject::new(&format!("{target}-so"), &crate::cache::keda_resource()).within(ns);
     so.data = json!({"spec": {"minReplicaCount": min, "scaleTargetRef": {"name": target}}});
     so
 }

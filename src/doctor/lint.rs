@@ -396,3 +396,298 @@ fn autoscaler_minimums(objs: &Objects) -> Vec<LintFinding> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::fixtures::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+    use std::sync::Arc;
+
+    fn run(w: &World) -> Vec<LintFinding> {
+        let b = behaviour();
+        let view = w.objs.surge_view(&b, &[]);
+        lint(&w.objs, &view, &b)
+    }
+
+    fn world(f: impl FnOnce(&mut World)) -> World {
+        let mut w = World::new();
+        f(&mut w);
+        w
+    }
+
+    /// `web` (3 pods on n1..n3) under one PDB `p` with this budget and status.
+    fn web(
+        ns: &str,
+        min: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+        max: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+        status: (i32, i32, i32),
+    ) -> World {
+        world(|w| {
+            w.deploy(ns, "web", &["n1", "n2", "n3"], |_| {})
+                .add_pdb(pdb(ns, "p", "web", min, max, status));
+        })
+    }
+
+    /// (case, world, expected (level, rule, message part) findings).
+    fn cases() -> Vec<(
+        &'static str,
+        World,
+        Vec<(Level, &'static str, &'static str)>,
+    )> {
+        vec![
+            (
+                "a budget with room",
+                web("on", int(2), None, (1, 3, 2)),
+                vec![],
+            ),
+            (
+                "maxUnavailable 0",
+                web("on", None, int(0), (0, 3, 3)),
+                vec![(Level::Fail, "never-allows", "maxUnavailable is 0")],
+            ),
+            (
+                "maxUnavailable 0%",
+                web("on", None, pct("0%"), (0, 3, 3)),
+                vec![(Level::Fail, "never-allows", "maxUnavailable is 0%")],
+            ),
+            (
+                "minAvailable 100%",
+                web("on", pct("100%"), None, (0, 3, 3)),
+                vec![(Level::Fail, "never-allows", "minAvailable is 100%")],
+            ),
+            (
+                "neither field",
+                web("on", None, None, (0, 3, 0)),
+                vec![(Level::Fail, "never-allows", "neither")],
+            ),
+            (
+                "minAvailable at the pods, in scope: the surge opens it",
+                web("on", int(3), None, (0, 3, 3)),
+                vec![(
+                    Level::Warn,
+                    "min-available-at-or-above-pods",
+                    "a drain of n1 surges Deployment web from 3 to 4",
+                )],
+            ),
+            (
+                "minAvailable above the pods, out of scope",
+                web("off", int(4), None, (0, 3, 4)),
+                vec![
+                    (
+                        Level::Fail,
+                        "min-available-at-or-above-pods",
+                        "no surge helps: the namespace is out of the product's scope",
+                    ),
+                    (
+                        Level::Warn,
+                        "unhealthy-pods-hold-budget",
+                        "3 of its pods are healthy and it needs 4",
+                    ),
+                ],
+            ),
+            (
+                "our own PDB at the replicas is the design",
+                world(|w| {
+                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
+                        .add_pdb(ours(pdb("on", "web", "web", int(3), None, (0, 3, 3))));
+                }),
+                vec![],
+            ),
+            (
+                "minAvailable 67% of 3 rounds up to 3",
+                web("off", pct("67%"), None, (0, 3, 3)),
+                vec![(
+                    Level::Fail,
+                    "percent-rounds-to-all",
+                    "minAvailable 67% of 3 pods rounds up to 3",
+                )],
+            ),
+            (
+                "minAvailable 50% of 3 is 2: fine",
+                web("off", pct("50%"), None, (1, 3, 2)),
+                vec![],
+            ),
+            (
+                "maxUnavailable 50% of 1 rounds up to every pod",
+                world(|w| {
+                    w.deploy("on", "one", &["n1"], |_| {}).add_pdb(pdb(
+                        "on",
+                        "p",
+                        "one",
+                        None,
+                        pct("50%"),
+                        (1, 1, 0),
+                    ));
+                }),
+                vec![(Level::Warn, "percent-protects-nothing", "rounds up to 1")],
+            ),
+            (
+                "a selector that matches nothing",
+                world(|w| {
+                    w.deploy("on", "web", &["n1"], |_| {}).add_pdb(pdb(
+                        "on",
+                        "p",
+                        "wbe",
+                        int(1),
+                        None,
+                        (0, 0, 1),
+                    ));
+                }),
+                vec![(Level::Warn, "selects-no-pods", "matches no running pod")],
+            ),
+            (
+                "an empty selector",
+                world(|w| {
+                    let mut b = pdb("on", "p", "web", int(1), None, (0, 0, 1));
+                    if let Some(s) = b.spec.as_mut() {
+                        s.selector = Some(LabelSelector::default());
+                    }
+                    w.deploy("on", "web", &["n1"], |_| {}).add_pdb(b);
+                }),
+                vec![(Level::Warn, "selects-no-pods", "missing or empty")],
+            ),
+            (
+                "an invalid selector",
+                world(|w| {
+                    let mut b = pdb("on", "p", "web", int(1), None, (0, 0, 1));
+                    if let Some(s) = b.spec.as_mut() {
+                        s.selector = Some(LabelSelector {
+                            match_expressions: Some(vec![LabelSelectorRequirement {
+                                key: "app".into(),
+                                operator: "In".into(),
+                                values: None,
+                            }]),
+                            ..Default::default()
+                        });
+                    }
+                    w.deploy("on", "web", &["n1"], |_| {}).add_pdb(b);
+                }),
+                vec![(Level::Fail, "invalid-pdb", "needs values")],
+            ),
+            (
+                "two PDBs over the same pods",
+                world(|w| {
+                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
+                        .add_pdb(pdb("on", "a", "web", int(1), None, (2, 3, 1)))
+                        .add_pdb(pdb("on", "b", "web", int(1), None, (2, 3, 1)));
+                }),
+                vec![(
+                    Level::Fail,
+                    "several-pdbs",
+                    "3 pod(s) (web-0, web-1, web-2) are selected by 2 PDBs (a, b)",
+                )],
+            ),
+            (
+                "unhealthy pods hold the budget at zero",
+                world(|w| {
+                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
+                        .add_pdb(pdb("on", "p", "web", int(2), None, (0, 1, 2)));
+                }),
+                vec![(Level::Warn, "unhealthy-pods-hold-budget", "AlwaysAllow")],
+            ),
+            (
+                "unhealthy pods under AlwaysAllow are fine",
+                world(|w| {
+                    let mut b = pdb("on", "p", "web", int(2), None, (0, 1, 2));
+                    if let Some(s) = b.spec.as_mut() {
+                        s.unhealthy_pod_eviction_policy = Some("AlwaysAllow".into());
+                    }
+                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
+                        .add_pdb(b);
+                }),
+                vec![],
+            ),
+            (
+                "an HPA minimum above the pods",
+                world(|w| {
+                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
+                        .add_pdb(pdb("on", "p", "web", int(1), None, (2, 3, 1)));
+                    w.objs.hpas.push(Arc::new(hpa("on", "web", 5)));
+                }),
+                vec![(
+                    Level::Warn,
+                    "autoscaler-min-above-pods",
+                    "its minimum 5 for Deployment web is above the 3 pods",
+                )],
+            ),
+            (
+                "a ScaledObject minimum above the pods of our PDB",
+                world(|w| {
+                    w.deploy("on", "web", &["n1", "n2"], |_| {})
+                        .add_pdb(ours(pdb("on", "web", "web", int(1), None, (1, 2, 1))));
+                    w.objs
+                        .scaled_objects
+                        .push(Arc::new(scaled_object("on", "web", 4)));
+                }),
+                vec![(
+                    Level::Warn,
+                    "autoscaler-min-above-pods",
+                    "the PDB the product owns keeps minAvailable",
+                )],
+            ),
+            (
+                "an HPA minimum at the pods is fine",
+                world(|w| {
+                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
+                        .add_pdb(pdb("on", "p", "web", int(1), None, (2, 3, 1)));
+                    w.objs.hpas.push(Arc::new(hpa("on", "web", 3)));
+                }),
+                vec![],
+            ),
+        ]
+    }
+
+    #[test]
+    fn lint_rules() {
+        for (name, w, want) in cases() {
+            let got = run(&w);
+            assert_eq!(got.len(), want.len(), "{name}: {got:#?}");
+            for (g, (level, rule, part)) in got.iter().zip(&want) {
+                assert_eq!((g.level, g.rule), (*level, *rule), "{name}: {g:#?}");
+                assert!(g.message.contains(part), "{name}: {}", g.message);
+            }
+        }
+    }
+
+    #[test]
+    fn closed_budgets() {
+        use crate::budget::IntOrPercent::{Int, Percent};
+        let rows = [
+            (
+                Rule::MaxUnavailable(Int(0)),
+                3,
+                Some(("never-allows", false)),
+            ),
+            (Rule::MaxUnavailable(Int(1)), 3, None),
+            (
+                Rule::MinAvailable(Percent(100)),
+                3,
+                Some(("never-allows", false)),
+            ),
+            (
+                Rule::MinAvailable(Int(3)),
+                3,
+                Some(("min-available-at-or-above-pods", true)),
+            ),
+            (Rule::MinAvailable(Int(2)), 3, None),
+            (Rule::MinAvailable(Int(2)), 0, None),
+            (
+                Rule::MinAvailable(Percent(90)),
+                9,
+                Some(("percent-rounds-to-all", true)),
+            ),
+            (Rule::MinAvailable(Percent(90)), 10, None),
+            (
+                Rule::MinAvailable(Percent(50)),
+                1,
+                Some(("percent-rounds-to-all", true)),
+            ),
+            (Rule::None, 3, Some(("never-allows", false))),
+        ];
+        for (rule, pods, want) in rows {
+            let got = closed(rule, pods).map(|c| (c.rule, c.surge_can_help));
+            assert_eq!(got, want, "{rule:?} with {pods} pods");
+        }
+    }
+}

@@ -410,7 +410,11 @@ mod tests {
             Case {
                 name: "mirror pods are skipped",
                 world: world(|w| {
-                    w.add_pod(mirror(owned(pod("on", "static-0", "s", "n1"), "Node", "n1")));
+                    w.add_pod(mirror(owned(
+                        pod("on", "static-0", "s", "n1"),
+                        "Node",
+                        "n1",
+                    )));
                 }),
                 pod: "static-0",
                 verdict: Verdict::Skipped,
@@ -421,8 +425,11 @@ mod tests {
             Case {
                 name: "completed pods are removed without a budget check",
                 world: world(|w| {
-                    w.add_pod(phase(owned(pod("on", "job-0", "web", "n1"), "Job", "j"), "Succeeded"))
-                        .add_pdb(pdb("on", "p", "web", int(5), None, (0, 0, 5)));
+                    w.add_pod(phase(
+                        owned(pod("on", "job-0", "web", "n1"), "Job", "j"),
+                        "Succeeded",
+                    ))
+                    .add_pdb(pdb("on", "p", "web", int(5), None, (0, 0, 5)));
                 }),
                 pod: "job-0",
                 verdict: Verdict::Free,
@@ -444,7 +451,11 @@ mod tests {
             Case {
                 name: "emptyDir pods need --delete-emptydir-data",
                 world: world(|w| {
-                    w.add_pod(with_empty_dir(owned(pod("on", "e", "e", "n1"), "StatefulSet", "e")));
+                    w.add_pod(with_empty_dir(owned(
+                        pod("on", "e", "e", "n1"),
+                        "StatefulSet",
+                        "e",
+                    )));
                 }),
                 pod: "e",
                 verdict: Verdict::Free,
@@ -532,7 +543,14 @@ mod tests {
                             });
                         }
                     })
-                    .add_pdb(pdb("on", "web-pdb", "web", int(3), None, (0, 3, 3)));
+                    .add_pdb(pdb(
+                        "on",
+                        "web-pdb",
+                        "web",
+                        int(3),
+                        None,
+                        (0, 3, 3),
+                    ));
                 }),
                 pod: "web-0",
                 verdict: Verdict::Blocked,
@@ -554,7 +572,14 @@ mod tests {
                             });
                         }
                     })
-                    .add_pdb(pdb("on", "web-pdb", "web", int(3), None, (0, 3, 3)));
+                    .add_pdb(pdb(
+                        "on",
+                        "web-pdb",
+                        "web",
+                        int(3),
+                        None,
+                        (0, 3, 3),
+                    ));
                 }),
                 pod: "web-0",
                 verdict: Verdict::Surge,
@@ -577,8 +602,14 @@ mod tests {
             Case {
                 name: "an unmanaged pod under a closed budget",
                 world: world(|w| {
-                    w.add_pod(pod("on", "bare", "bare", "n1"))
-                        .add_pdb(pdb("on", "b", "bare", int(1), None, (0, 1, 1)));
+                    w.add_pod(pod("on", "bare", "bare", "n1")).add_pdb(pdb(
+                        "on",
+                        "b",
+                        "bare",
+                        int(1),
+                        None,
+                        (0, 1, 1),
+                    ));
                 }),
                 pod: "bare",
                 verdict: Verdict::Blocked,
@@ -605,7 +636,9 @@ mod tests {
                     w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
                         .add_pdb(pdb("on", "web-pdb", "web", int(3), None, (0, 3, 3)));
                     w.objs.hpas.push(Arc::new(hpa("on", "web", 3)));
-                    w.objs.scaled_objects.push(Arc::new(scaled_object("on", "web", 3)));
+                    w.objs
+                        .scaled_objects
+                        .push(Arc::new(scaled_object("on", "web", 3)));
                 }),
                 pod: "web-0",
                 verdict: Verdict::Blocked,
@@ -616,7 +649,11 @@ mod tests {
             Case {
                 name: "an unready pod the policy lets go",
                 world: world(|w| {
-                    w.add_pod(not_ready(owned(pod("on", "u", "u", "n1"), "StatefulSet", "u")));
+                    w.add_pod(not_ready(owned(
+                        pod("on", "u", "u", "n1"),
+                        "StatefulSet",
+                        "u",
+                    )));
                     let mut b = pdb("on", "u", "u", int(2), None, (0, 1, 2));
                     if let Some(s) = b.spec.as_mut() {
                         s.unhealthy_pod_eviction_policy = Some("AlwaysAllow".into());
@@ -632,8 +669,12 @@ mod tests {
             Case {
                 name: "an unready pod under IfHealthyBudget with too few healthy stays",
                 world: world(|w| {
-                    w.add_pod(not_ready(owned(pod("on", "u", "u", "n1"), "StatefulSet", "u")))
-                        .add_pdb(pdb("on", "u", "u", int(2), None, (0, 1, 2)));
+                    w.add_pod(not_ready(owned(
+                        pod("on", "u", "u", "n1"),
+                        "StatefulSet",
+                        "u",
+                    )))
+                    .add_pdb(pdb("on", "u", "u", int(2), None, (0, 1, 2)));
                 }),
                 pod: "u",
                 verdict: Verdict::Blocked,
@@ -700,7 +741,10 @@ mod tests {
         w.deploy("on", "web", &["n1", "n2", "n3", "n2"], |d| {
             d.metadata.annotations = Some(
                 [
-                    (crate::names::ORIGINAL_MIN_REPLICAS.to_string(), "3".to_string()),
+                    (
+                        crate::names::ORIGINAL_MIN_REPLICAS.to_string(),
+                        "3".to_string(),
+                    ),
                     (crate::names::SURGE_REPLICAS.to_string(), "4".to_string()),
                 ]
                 .into(),
