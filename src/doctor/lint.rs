@@ -430,11 +430,9 @@ mod tests {
     }
 
     /// (case, world, expected (level, rule, message part) findings).
-    fn cases() -> Vec<(
-        &'static str,
-        World,
-        Vec<(Level, &'static str, &'static str)>,
-    )> {
+    type Want = Vec<(Level, &'static str, &'static str)>;
+
+    fn cases() -> Vec<(&'static str, World, Want)> {
         vec![
             (
                 "a budget with room",
