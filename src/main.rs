@@ -30,9 +30,7 @@ enum Command {
     },
     /// Print the EvictionAutoScaler CustomResourceDefinition as YAML.
     Crd,
-    /// Check the installation and lint the PodDisruptionBudgets, or, with
-    /// --node, preflight a drain. Exit 0 fine, 1 findings (a drain would
-    /// block), 2 could not check. See docs/doctor.md.
+    // Help text: the doc comment of doctor::Args.
     Doctor(Box<doctor::Args>),
     /// Revert active surges and delete the PDBs and EvictionAutoScalers the
     /// product owns. Remove the webhooks and the Deployment first.

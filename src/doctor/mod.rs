@@ -60,7 +60,7 @@ pub const EXIT_FINDINGS: u8 = 1;
 /// Could not check: API error, unknown node, bad arguments (clap's own code).
 pub const EXIT_CANNOT_CHECK: u8 = 2;
 
-/// `eviction-autoscaler doctor`.
+/// Check the installation and lint the budgets, or preflight a drain (--node).
 ///
 /// Without --node: the installation checks, then a lint of the
 /// PodDisruptionBudgets (budgets that can never allow an eviction, that

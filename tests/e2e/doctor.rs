@@ -271,6 +271,25 @@ async fn doctor_lints_prepared_bad_budgets() {
         "{text}"
     );
 
+    // The default run: the installation checks, then the lint.
+    let (code, _, text) = doctor(&[&only]);
+    assert_eq!(code, 1, "{text}");
+    let crd = text
+        .lines()
+        .position(|l| l.starts_with("ok") && l.contains("CRD"));
+    let lint = text
+        .lines()
+        .position(|l| l.starts_with("FAIL budget never-allows:"));
+    assert!(
+        crd.is_some() && lint.is_some() && crd < lint,
+        "installation first, then budgets:\n{text}"
+    );
+    let (_, report, text) = doctor(&[&only, "-o", "json"]);
+    assert!(
+        report["installation"].is_array() && report["budgets"].is_array(),
+        "{text}"
+    );
+
     // Fixed: the errors go, the warnings stay, exit 0.
     let pdbs: Api<PodDisruptionBudget> = ns.api();
     for name in ["never", "twice-b"] {
