@@ -213,13 +213,10 @@ impl World {
                 status: None,
             })
         };
-        World {
-            objs: Objects {
-                nodes: vec![node("n1"), node("n2"), node("n3")],
-                namespaces: vec![ns("on", "true"), ns("off", "false")],
-                ..Default::default()
-            },
-        }
+        let mut objs = Objects::default();
+        objs.nodes = vec![node("n1"), node("n2"), node("n3")];
+        objs.namespaces = vec![ns("on", "true"), ns("off", "false")];
+        World { objs }
     }
 
     /// A Deployment `name` (label app=name) with a ReplicaSet and one Ready

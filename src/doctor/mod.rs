@@ -168,13 +168,21 @@ pub async fn run(client: Client, args: &Args) -> Result<Report, DoctorError> {
         .apiserver_version()
         .await
         .map_err(DoctorError::Unreachable)?;
+    let only = (!args.only_namespaces.is_empty())
+        .then(|| objects::Scope::Only(args.only_namespaces.clone()));
     if !args.nodes.is_empty() {
-        let objs = objects::read(&client, &args.only_namespaces).await?;
+        let nodes = objects::nodes(&client).await?;
         for n in &args.nodes {
-            if !objs.nodes.iter().any(|x| objects::name_of(x.as_ref()) == n) {
+            if !nodes.iter().any(|x| objects::name_of(x.as_ref()) == n) {
                 return Err(DoctorError::UnknownNode(n.clone()));
             }
         }
+        // Only the namespaces with pods on the nodes matter.
+        let scope = match only {
+            Some(s) => s,
+            None => objects::Scope::Only(objects::namespaces_on(&client, &args.nodes).await?),
+        };
+        let objs = objects::read(&client, &scope, nodes).await?;
         let view = objs.surge_view(&args.behaviour, &[]);
         let drain = preflight::preflight(&objs, &view, &args.behaviour, &args.nodes);
         return Ok(Report::new(None, None, Some(drain)));
@@ -186,7 +194,8 @@ pub async fn run(client: Client, args: &Args) -> Result<Report, DoctorError> {
     let budgets = match args.only {
         Some(Only::Install) => None,
         _ => {
-            let objs = objects::read(&client, &args.only_namespaces).await?;
+            let scope = only.unwrap_or(objects::Scope::All);
+            let objs = objects::read(&client, &scope, objects::nodes(&client).await?).await?;
             let view = objs.surge_view(&args.behaviour, &[]);
             Some(lint::lint(&objs, &view, &args.behaviour))
         }
