@@ -353,3 +353,198 @@ fn render_node(out: &mut String, n: &preflight::NodeReport) {
         let _ = writeln!(out, "{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use preflight::{NodeReport, PodReport, Preflight, SurgePlan, Verdict};
+    use serde_json::json;
+
+    fn pod(
+        name: &str,
+        verdict: Verdict,
+        surge: Option<(i32, i32)>,
+        needs: &[&'static str],
+    ) -> PodReport {
+        PodReport {
+            namespace: "demo".into(),
+            name: name.into(),
+            owner: "Deployment/web".into(),
+            needs: needs.to_vec(),
+            pdbs: vec!["web".into()],
+            verdict,
+            surge: surge.map(|(from, to)| SurgePlan {
+                deployment: "web".into(),
+                from,
+                to,
+                under_way: false,
+            }),
+            reason: format!("because {name}"),
+        }
+    }
+
+    fn drain(blocked: bool) -> Preflight {
+        let mut pods = vec![
+            pod("a-long-pod-name", Verdict::Surge, Some((3, 4)), &[]),
+            pod("b", Verdict::Free, None, &["--force"]),
+        ];
+        if blocked {
+            pods.push(pod("c", Verdict::Blocked, None, &[]));
+        }
+        Preflight {
+            nodes: vec![NodeReport {
+                name: "n1".into(),
+                draining: true,
+                blocked: usize::from(blocked),
+                pods,
+            }],
+            blocked,
+        }
+    }
+
+    #[test]
+    fn exit_codes() {
+        let warn = lint::LintFinding {
+            level: Level::Warn,
+            rule: "selects-no-pods",
+            namespace: "demo".into(),
+            object: "PodDisruptionBudget/x".into(),
+            message: "m".into(),
+        };
+        let fail = lint::LintFinding {
+            level: Level::Fail,
+            ..warn.clone()
+        };
+        let ok = Finding {
+            level: Level::Ok,
+            what: "fine".into(),
+        };
+        let bad = Finding {
+            level: Level::Fail,
+            what: "broken".into(),
+        };
+        let rows = [
+            (
+                Report::new(Some(vec![ok.clone()]), Some(vec![warn.clone()]), None),
+                EXIT_OK,
+            ),
+            (
+                Report::new(Some(vec![ok.clone()]), Some(vec![fail]), None),
+                EXIT_FINDINGS,
+            ),
+            (
+                Report::new(Some(vec![bad]), Some(vec![warn]), None),
+                EXIT_FINDINGS,
+            ),
+            (Report::new(None, None, Some(drain(false))), EXIT_OK),
+            (Report::new(None, None, Some(drain(true))), EXIT_FINDINGS),
+        ];
+        for (i, (r, want)) in rows.iter().enumerate() {
+            assert_eq!(r.exit_code, *want, "row {i}");
+        }
+    }
+
+    #[test]
+    fn node_table() {
+        let text = render(&Report::new(None, None, Some(drain(true))));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "node n1 (cordoned): 3 pods, 1 free, 1 after a surge, 1 blocked, 0 skipped"
+        );
+        assert_eq!(
+            lines[1],
+            "  POD                   OWNER           PDB  VERDICT     WHY"
+        );
+        assert_eq!(
+            lines[2],
+            "  demo/a-long-pod-name  Deployment/web  web  surge 3->4  because a-long-pod-name"
+        );
+        assert_eq!(
+            lines[3],
+            "  demo/b                Deployment/web  web  free        (needs --force) because b"
+        );
+        assert!(lines[4].contains("BLOCKED"), "{text}");
+        assert_eq!(lines[5], "BLOCKED: the drain would stop at 1 pod(s)");
+        let text = render(&Report::new(None, None, Some(drain(false))));
+        assert_eq!(text.lines().last(), Some("ok: the drain would complete"));
+    }
+
+    #[test]
+    fn lint_and_installation_lines() {
+        let r = Report::new(
+            Some(vec![Finding {
+                level: Level::Ok,
+                what: "CRD established".into(),
+            }]),
+            Some(vec![lint::LintFinding {
+                level: Level::Fail,
+                rule: "never-allows",
+                namespace: "demo".into(),
+                object: "PodDisruptionBudget/locked".into(),
+                message: "maxUnavailable is 0".into(),
+            }]),
+            None,
+        );
+        assert_eq!(
+            render(&r),
+            "ok   CRD established\n\
+             FAIL budget never-allows: demo/PodDisruptionBudget/locked: maxUnavailable is 0\n"
+        );
+        let clean = Report::new(None, Some(vec![]), None);
+        assert_eq!(render(&clean), "ok   budgets: no finding\n");
+    }
+
+    /// The JSON layout is a documented interface (docs/doctor.md): field
+    /// names and value spellings are pinned here.
+    #[test]
+    fn json_layout() {
+        let r = Report::new(
+            Some(vec![Finding {
+                level: Level::Warn,
+                what: "w".into(),
+            }]),
+            None,
+            Some(drain(true)),
+        );
+        let v = serde_json::to_value(&r).unwrap_or_default();
+        assert_eq!(
+            v,
+            json!({
+                "schema": 1,
+                "installation": [{"level": "warn", "what": "w"}],
+                "drain": {
+                    "blocked": true,
+                    "nodes": [{
+                        "name": "n1", "draining": true, "blocked": 1,
+                        "pods": [
+                            {"namespace": "demo", "name": "a-long-pod-name", "owner": "Deployment/web",
+                             "needs": [], "pdbs": ["web"], "verdict": "surge",
+                             "surge": {"deployment": "web", "from": 3, "to": 4, "underWay": false},
+                             "reason": "because a-long-pod-name"},
+                            {"namespace": "demo", "name": "b", "owner": "Deployment/web",
+                             "needs": ["--force"], "pdbs": ["web"], "verdict": "free",
+                             "surge": null, "reason": "because b"},
+                            {"namespace": "demo", "name": "c", "owner": "Deployment/web",
+                             "needs": [], "pdbs": ["web"], "verdict": "blocked",
+                             "surge": null, "reason": "because c"}
+                        ]
+                    }]
+                },
+                "exitCode": 1
+            })
+        );
+        let lint = serde_json::to_value(lint::LintFinding {
+            level: Level::Fail,
+            rule: "several-pdbs",
+            namespace: "demo".into(),
+            object: "Pod/x".into(),
+            message: "m".into(),
+        })
+        .unwrap_or_default();
+        assert_eq!(
+            lint,
+            json!({"level": "fail", "rule": "several-pdbs", "namespace": "demo", "object": "Pod/x", "message": "m"})
+        );
+    }
+}
