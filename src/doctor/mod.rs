@@ -378,6 +378,7 @@ mod tests {
                 from,
                 to,
                 under_way: false,
+                object: "Deployment/web".into(),
             }),
             reason: format!("because {name}"),
         }
@@ -520,7 +521,8 @@ mod tests {
                         "pods": [
                             {"namespace": "demo", "name": "a-long-pod-name", "owner": "Deployment/web",
                              "needs": [], "pdbs": ["web"], "verdict": "surge",
-                             "surge": {"deployment": "web", "from": 3, "to": 4, "underWay": false},
+                             "surge": {"deployment": "web", "from": 3, "to": 4, "underWay": false,
+                                       "object": "Deployment/web"},
                              "reason": "because a-long-pod-name"},
                             {"namespace": "demo", "name": "b", "owner": "Deployment/web",
                              "needs": ["--force"], "pdbs": ["web"], "verdict": "free",

@@ -50,6 +50,9 @@ pub struct SurgePlan {
     pub to: i32,
     /// Already in place (a surge under way), not started by this drain.
     pub under_way: bool,
+    /// `Kind/name` of the object the surge changes: the Deployment, or the
+    /// HorizontalPodAutoscaler or ScaledObject whose minimum it raises.
+    pub object: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -295,26 +298,37 @@ impl Ctx<'_> {
                     .or_insert_with(|| outcome(self.view, self.behaviour, &ns, d, self.nodes))
                     .clone();
                 match o {
-                    Outcome::Surge { from, to, active } => Decision {
-                        verdict: Verdict::Surge,
-                        surge: Some(SurgePlan {
-                            deployment: d.clone(),
-                            from,
-                            to,
-                            under_way: active,
-                        }),
-                        reason: if active {
-                            format!(
-                                "PDB {} allows no disruption; a surge of Deployment {d} from {from} to {to} is under way, the eviction is retried (429) until the new pods are Ready",
-                                name_of(pdb)
-                            )
+                    Outcome::Surge {
+                        from,
+                        to,
+                        active,
+                        object,
+                    } => {
+                        let through = if object == format!("Deployment/{d}") {
+                            String::new()
                         } else {
-                            format!(
-                                "PDB {} allows no disruption; the product would surge Deployment {d} from {from} to {to}, the eviction is retried (429) until the new pods are Ready",
+                            format!(" (through {object})")
+                        };
+                        let what = if active {
+                            format!("a surge of Deployment {d} from {from} to {to}{through} is under way")
+                        } else {
+                            format!("the product would surge Deployment {d} from {from} to {to}{through}")
+                        };
+                        Decision {
+                            verdict: Verdict::Surge,
+                            surge: Some(SurgePlan {
+                                deployment: d.clone(),
+                                from,
+                                to,
+                                under_way: active,
+                                object,
+                            }),
+                            reason: format!(
+                                "PDB {} allows no disruption; {what}, the eviction is retried (429) until the new pods are Ready",
                                 name_of(pdb)
-                            )
-                        },
-                    },
+                            ),
+                        }
+                    }
                     Outcome::Blocked(why) => decided(Verdict::Blocked, never.unwrap_or(why)),
                 }
             }
@@ -760,10 +774,33 @@ mod tests {
                 deployment: "web".into(),
                 from: 3,
                 to: 4,
-                under_way: true
+                under_way: true,
+                object: "Deployment/web".into(),
             })
         );
         assert!(r.reason.contains("under way"), "{}", r.reason);
+    }
+
+    /// Under an HPA the surge raises its minimum; the report names it.
+    #[test]
+    fn a_surge_through_an_hpa_names_it() {
+        let mut w = World::new();
+        w.deploy("on", "web", &["n1", "n2", "n3", "n3"], |_| {})
+            .add_pdb(ours(pdb("on", "web", "web", int(4), None, (0, 4, 4))));
+        w.objs.hpas.push(Arc::new(hpa("on", "web", 4)));
+        let p = run(&w, &["n1"]);
+        let r = row(&p, "web-0");
+        let s = r.surge.as_ref().unwrap_or_else(|| panic!("{r:#?}"));
+        assert_eq!(
+            (s.from, s.to, s.object.as_str()),
+            (4, 5, "HorizontalPodAutoscaler/web-hpa")
+        );
+        assert!(
+            r.reason
+                .contains("from 4 to 5 (through HorizontalPodAutoscaler/web-hpa)"),
+            "{}",
+            r.reason
+        );
     }
 
     /// Only pods of the named node are reported; a cordoned node says so.

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use crate::config::Behaviour;
 use crate::surge::plan::{Action, SurgeKind, Wait};
-use crate::surge::step::{self, Facts, Settings};
+use crate::surge::step::{self, Facts, ObjKey, ObjKind, Settings};
 use crate::surge::view::Indexed;
 
 /// The answer for one Deployment whose budget allows no disruption.
@@ -14,7 +14,14 @@ use crate::surge::view::Indexed;
 pub enum Outcome {
     /// A surge starts (or is under way, `active`): the evictions are
     /// answered 429 and retried until the new pods are Ready.
-    Surge { from: i32, to: i32, active: bool },
+    Surge {
+        from: i32,
+        to: i32,
+        active: bool,
+        /// `Kind/name` of the object whose value the surge changes (the
+        /// Deployment, or the HPA or ScaledObject whose minimum it raises).
+        object: String,
+    },
     /// No surge helps; why.
     Blocked(String),
 }
@@ -55,6 +62,10 @@ pub fn outcome(
             from: baseline,
             to: target,
             active: kind != SurgeKind::Start,
+            object: s
+                .writes
+                .first()
+                .map_or_else(|| format!("Deployment/{deployment}"), |w| object(&w.target)),
         },
         Action::Impossible { reason } => {
             Outcome::Blocked(format!("cannot surge Deployment {deployment}: {reason}"))
@@ -65,6 +76,7 @@ pub fn outcome(
                     from: m.baseline,
                     to: m.surged_to,
                     active: true,
+                    object: format!("Deployment/{deployment}"),
                 },
                 _ => Outcome::Blocked(format!(
                     "a user's change to Deployment {deployment} was adopted during this drain; \
@@ -80,6 +92,15 @@ pub fn outcome(
             Outcome::Blocked(why_none(objs.in_scope, s.pdb.as_deref(), deployment))
         }
     }
+}
+
+fn object(k: &ObjKey) -> String {
+    let kind = match k.kind {
+        ObjKind::Deployment => "Deployment",
+        ObjKind::Hpa => "HorizontalPodAutoscaler",
+        ObjKind::ScaledObject => "ScaledObject",
+    };
+    format!("{kind}/{}", k.name)
 }
 
 /// Why the planner does nothing although the budget allows no disruption.

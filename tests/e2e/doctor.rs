@@ -94,6 +94,7 @@ async fn doctor_node_preflight_predicts_the_drain() {
         assert_eq!(p["surge"]["from"], 2, "{p}");
         assert_eq!(p["surge"]["to"], 3, "{p}");
         assert_eq!(p["surge"]["underWay"], false, "{p}");
+        assert_eq!(p["surge"]["object"], "Deployment/doc-surge", "{p}");
     }
     let stuck = pods_of_app(&report, "doc-stuck");
     assert!(!stuck.is_empty(), "doc-stuck pods on {node}:\n{text}");
