@@ -35,7 +35,11 @@ pub fn outcome(
     deployment: &str,
     nodes: &BTreeSet<String>,
 ) -> Outcome {
-    let Some(objs) = view.namespaces.get(namespace) else {
+    let Some(objs) = view
+        .namespaces
+        .get(namespace)
+        .filter(|o| o.deployment(deployment).is_some())
+    else {
         return Outcome::Blocked(format!("Deployment {deployment} not found"));
     };
     let mut draining = view.draining.clone();
