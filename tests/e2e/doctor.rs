@@ -65,19 +65,26 @@ async fn create_deployment(ns: &TestNs, d: Deployment) {
 /// drain shows the product doing what the preflight said: 2 -> 3.
 #[tokio::test]
 async fn doctor_node_preflight_predicts_the_drain() {
+    // No other test cordons a node meanwhile: the pods land where they prefer.
+    let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-doctor-node").await;
-    let node = "kwok-node-1";
+    let prefer = "kwok-node-1";
     create_pdb(
         &ns,
         user_pdb("stuck-pdb", "doc-stuck", None, Some(IntOrString::Int(0))),
     )
     .await;
-    create_deployment(&ns, deployment("doc-stuck", 2, Some(node))).await;
-    create_deployment(&ns, deployment("doc-surge", 2, Some(node))).await;
-    wait_ready(&ns, "doc-stuck", 2).await;
+    create_deployment(&ns, deployment("doc-stuck", 2, Some(prefer))).await;
+    create_deployment(&ns, deployment("doc-surge", 2, Some(prefer))).await;
+    let stuck_pods = wait_ready(&ns, "doc-stuck", 2).await;
     let pods = wait_ready(&ns, "doc-surge", 2).await;
-    let node = nodes_of(&pods)[0].clone();
     wait_pdb_blocking(&ns, "doc-surge", 2).await;
+    // Every node holding one of the pods (preferred is not required).
+    let mut all = nodes_of(&pods);
+    all.extend(nodes_of(&stuck_pods));
+    all.sort();
+    all.dedup();
+    let node = all.join(",");
 
     let only = format!("--only-namespace={}", ns.name);
     let (code, report, text) = doctor(&["--node", &node, &only, "-o", "json"]);
@@ -86,7 +93,7 @@ async fn doctor_node_preflight_predicts_the_drain() {
     assert_eq!(report["exitCode"], 1, "{text}");
     assert_eq!(report["drain"]["blocked"], true, "{text}");
     let surge = pods_of_app(&report, "doc-surge");
-    assert!(!surge.is_empty(), "doc-surge pods on {node}:\n{text}");
+    assert_eq!(surge.len(), 2, "doc-surge pods on {node}:\n{text}");
     for p in &surge {
         assert_eq!(p["verdict"], "surge", "{p}");
         assert_eq!(p["owner"], "Deployment/doc-surge", "{p}");
@@ -97,7 +104,7 @@ async fn doctor_node_preflight_predicts_the_drain() {
         assert_eq!(p["surge"]["object"], "Deployment/doc-surge", "{p}");
     }
     let stuck = pods_of_app(&report, "doc-stuck");
-    assert!(!stuck.is_empty(), "doc-stuck pods on {node}:\n{text}");
+    assert_eq!(stuck.len(), 2, "doc-stuck pods on {node}:\n{text}");
     for p in &stuck {
         assert_eq!(p["verdict"], "blocked", "{p}");
         assert!(
@@ -110,7 +117,7 @@ async fn doctor_node_preflight_predicts_the_drain() {
     // The human output: a table for the node, and the verdict.
     let (code, _, text) = doctor(&["--node", &node, &only]);
     assert_eq!(code, 1, "{text}");
-    assert!(text.contains(&format!("node {node}")), "{text}");
+    assert!(text.contains(&format!("node {}", all[0])), "{text}");
     assert!(
         text.lines()
             .any(|l| l.contains("doc-surge-") && l.contains("surge 2->3")),
@@ -144,10 +151,10 @@ async fn doctor_node_preflight_predicts_the_drain() {
     );
 
     // The real drain: the product surges exactly as predicted, and it completes.
-    let _nodes = nodes_lock().await;
+    let drained = nodes_of(&pods)[0].clone();
     let sampler = ReplicaSampler::start(&ns, "doc-surge");
-    let run = drain_node(&node, "app=doc-surge", &["--timeout=120s"]).await;
-    uncordon(&node);
+    let run = drain_node(&drained, "app=doc-surge", &["--timeout=120s"]).await;
+    uncordon(&drained);
     let samples = sampler.finish().await;
     assert!(run.ok, "drain:\n{}", run.output);
     let peak = samples.iter().map(|(_, r)| *r).max().unwrap_or(0);
