@@ -26,6 +26,7 @@ use super::objects::{name_of, ns_of, pod_node, pod_ready, Objects, Owner};
 use super::surge::{outcome, Outcome};
 use crate::budget::Rule;
 use crate::config::Behaviour;
+use crate::scope::deployment_opted_out;
 use crate::surge::view::Indexed;
 
 /// What happens to one pod.
@@ -231,7 +232,25 @@ impl Ctx<'_> {
         }
         // The Eviction API (eviction.go).
         let pdb = match pdbs {
-            [] => return decided(Verdict::Free, "no PDB selects it"),
+            [] => {
+                let opted_out = match owner {
+                    Owner::Deployment(d) => self
+                        .objs
+                        .deployments
+                        .iter()
+                        .find(|x| ns_of(x.as_ref()) == ns_of(p) && name_of(x.as_ref()) == d)
+                        .is_some_and(|x| deployment_opted_out(x.metadata.annotations.as_ref())),
+                    _ => false,
+                };
+                return decided(
+                    Verdict::Free,
+                    if opted_out {
+                        "no PDB selects it (its Deployment opted out of ours: pdb-create \"false\")"
+                    } else {
+                        "no PDB selects it"
+                    },
+                );
+            }
             [one] => one,
             many => {
                 let names: Vec<&str> = many.iter().map(|b| name_of(b.as_ref())).collect();
@@ -475,6 +494,21 @@ mod tests {
                 verdict: Verdict::Free,
                 reason: "no PDB",
                 needs: &["--delete-emptydir-data"],
+                surge: None,
+            },
+            Case {
+                name: "an opted-out Deployment without a PDB goes freely, and says why",
+                world: world(|w| {
+                    w.deploy("on", "web", &["n1"], |d| {
+                        d.metadata.annotations = Some(
+                            [(crate::names::PDB_CREATE.to_string(), "false".to_string())].into(),
+                        );
+                    });
+                }),
+                pod: "web-0",
+                verdict: Verdict::Free,
+                reason: "opted out",
+                needs: &[],
                 surge: None,
             },
             Case {
