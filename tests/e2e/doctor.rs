@@ -16,11 +16,16 @@ use serde_json::Value;
 use super::support::*;
 use super::user_pdb;
 
+/// Runs the doctor with the default scope settings (namespaces in scope by
+/// their `enable` annotation), whatever the test's environment says.
 fn doctor(args: &[&str]) -> (i32, Value, String) {
     let out: Output = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
         .arg("doctor")
         .args(args)
         .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
+        .env_remove("ENABLED_BY_DEFAULT")
+        .env_remove("ACTIONED_NAMESPACES")
+        .env_remove("ZERO_SURGE_OVERRIDE")
         .output()
         .expect("run doctor");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -334,4 +339,76 @@ async fn doctor_cannot_check_exits_2() {
     assert_eq!(code, 2, "{text}");
     let (code, _, text) = doctor(&["--node", "kwok-node-0", "--only", "budgets"]);
     assert_eq!(code, 2, "--only does not go with --node: {text}");
+}
+
+/// A budget at the replicas in a namespace out of scope: no surge, so the
+/// lint fails it and the preflight blocks, both saying why; once the
+/// namespace is enabled the same budget is opened by a surge (2 -> 3).
+#[tokio::test]
+async fn doctor_follows_the_namespace_scope() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Patch, PatchParams};
+    let ns = TestNs::with_annotations("e2e-doctor-scope", &[]).await;
+    create_pdb(
+        &ns,
+        user_pdb("floor", "doc-scope", Some(IntOrString::Int(2)), None),
+    )
+    .await;
+    create_deployment(&ns, deployment("doc-scope", 2, None)).await;
+    let pods = wait_ready(&ns, "doc-scope", 2).await;
+    wait_pdb_blocking(&ns, "floor", 2).await;
+    let nodes = nodes_of(&pods).join(",");
+    let only = format!("--only-namespace={}", ns.name);
+    let scope_reason = "out of the product's scope";
+
+    let (code, report, text) = doctor(&["--only", "budgets", &only, "-o", "json"]);
+    assert_eq!(code, 1, "{text}");
+    let f = &report["budgets"][0];
+    assert_eq!(
+        (&f["level"], &f["rule"]),
+        (
+            &Value::from("fail"),
+            &Value::from("min-available-at-or-above-pods")
+        ),
+        "{text}"
+    );
+    assert!(
+        f["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(scope_reason)),
+        "{text}"
+    );
+    let (code, report, text) = doctor(&["--node", &nodes, &only, "-o", "json"]);
+    assert_eq!(code, 1, "{text}");
+    for p in pods_of_app(&report, "doc-scope") {
+        assert_eq!(p["verdict"], "blocked", "{p}");
+        assert!(
+            p["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains(scope_reason)),
+            "{p}"
+        );
+    }
+
+    let api: Api<Namespace> = Api::all(ns.client.clone());
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        "eviction-autoscaler.azure.com/enable": "true"}}});
+    api.patch(&ns.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("enable the namespace");
+    let (code, report, text) = doctor(&["--node", &nodes, &only, "-o", "json"]);
+    assert_eq!(code, 0, "{text}");
+    let surged = pods_of_app(&report, "doc-scope");
+    assert_eq!(surged.len(), 2, "{text}");
+    for p in surged {
+        assert_eq!(p["verdict"], "surge", "{p}");
+        assert_eq!(
+            (&p["surge"]["from"], &p["surge"]["to"]),
+            (&Value::from(2), &Value::from(3)),
+            "{p}"
+        );
+    }
+    let (code, report, text) = doctor(&["--only", "budgets", &only, "-o", "json"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(report["budgets"][0]["level"], "warn", "{text}");
 }
