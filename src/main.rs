@@ -30,15 +30,8 @@ enum Command {
     },
     /// Print the EvictionAutoScaler CustomResourceDefinition as YAML.
     Crd,
-    /// Check an installation: apiserver, CRD, webhook configurations, RBAC,
-    /// leader Lease, degraded EvictionAutoScalers. Exits 1 on a failure.
-    Doctor {
-        /// Namespace of the product (its ServiceAccount and Lease).
-        #[arg(long, default_value = "eviction-autoscaler")]
-        namespace: String,
-        #[arg(long, default_value = "eviction-autoscaler")]
-        service_account: String,
-    },
+    // Help text: the doc comment of doctor::Args.
+    Doctor(Box<doctor::Args>),
     /// Revert active surges and delete the PDBs and EvictionAutoScalers the
     /// product owns. Remove the webhooks and the Deployment first.
     Uninstall {
@@ -96,35 +89,11 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Doctor {
-            namespace,
-            service_account,
-        } => {
+        Command::Doctor(args) => {
             let Some(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {
-                return ExitCode::FAILURE;
+                return ExitCode::from(doctor::EXIT_CANNOT_CHECK);
             };
-            let findings = rt.block_on(async {
-                match eviction_autoscaler::client::infer().await {
-                    Ok(c) => doctor::run(c.api, &namespace, &service_account).await,
-                    Err(e) => vec![doctor::Finding {
-                        level: doctor::Level::Fail,
-                        what: format!("no usable kubeconfig: {e}"),
-                    }],
-                }
-            });
-            for f in &findings {
-                let tag = match f.level {
-                    doctor::Level::Ok => "ok  ",
-                    doctor::Level::Warn => "WARN",
-                    doctor::Level::Fail => "FAIL",
-                };
-                println!("{tag} {}", f.what);
-            }
-            if findings.iter().any(|f| f.level == doctor::Level::Fail) {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            }
+            rt.block_on(doctor::main(&args))
         }
         Command::Uninstall { dry_run } => {
             let Some(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {

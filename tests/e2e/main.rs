@@ -4,6 +4,7 @@
 //! with the real kubectl.
 
 mod chart;
+mod doctor;
 pub mod pdbs;
 mod safety;
 mod support;

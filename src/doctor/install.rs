@@ -1,6 +1,7 @@
-//! `eviction-autoscaler doctor`: checks an installation the way an operator
-//! would by hand, and says what is wrong in one line each. The findings are
-//! computed by pure functions over the objects read, so each rule is tested.
+//! The installation checks of `eviction-autoscaler doctor`: an installation
+//! checked the way an operator would by hand, one line per finding. The
+//! findings are computed by pure functions over the objects read, so each
+//! rule is tested.
 
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
@@ -17,18 +18,7 @@ use kube::{Api, Client};
 
 use crate::crd::EvictionAutoScaler;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    Ok,
-    Warn,
-    Fail,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
-    pub level: Level,
-    pub what: String,
-}
+use super::{Finding, Level};
 
 fn ok(what: impl Into<String>) -> Finding {
     Finding {
