@@ -47,12 +47,6 @@ impl ReplicaSpec {
             .collect(),
         }
     }
-
-    pub fn with_env(mut self, k: &str, v: &str) -> Self {
-        self.env.retain(|(x, _)| x != k);
-        self.env.push((k.into(), v.into()));
-        self
-    }
 }
 
 /// One replica in a fixed slot (port and log file); restarts reuse the port.
@@ -123,12 +117,6 @@ impl Replica {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
-    }
-
-    pub fn alive(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
     /// Sends a signal (`-KILL`, `-TERM`) to the process.

@@ -174,7 +174,7 @@ async fn leader_killed_repeatedly_during_node_drains() {
         .iter()
         .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
         .collect();
-    let lb = TcpProxy::start(backends).await;
+    let lb = TcpProxy::start(backends);
     register_webhooks(wh, lb.port);
     let replicas = Arc::new(Mutex::new(vec![a, b]));
     let client = client().await;

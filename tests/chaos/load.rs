@@ -10,6 +10,9 @@
 //! outcome counts as a failure: a TLS error, a refused or reset connection,
 //! a timeout (5 s), a status other than 200, or an answer that is not an
 //! allowed AdmissionReview with the request's uid.
+//!
+//! It runs on a runtime and thread of its own, so the test's blocking calls
+//! (curl, kubectl, waiting for a process) never delay a request.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,7 +44,7 @@ pub struct Load {
     pub targets: Vec<Arc<Target>>,
     counts: Arc<Counts>,
     stop: Arc<AtomicBool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 #[derive(Debug)]
@@ -112,6 +115,12 @@ async fn send(t: &Target, uid: &str) -> Result<(), String> {
 impl Load {
     /// `rate` requests per second in all, from `workers` concurrent senders.
     pub fn start(ports: &[u16], ca_pem: &[u8], rate: u32, workers: u32) -> Load {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("load runtime");
+        let _enter = rt.enter();
         let targets: Vec<Arc<Target>> = ports
             .iter()
             .map(|&port| {
@@ -194,11 +203,18 @@ impl Load {
                 }
             }));
         }
+        let thread = std::thread::spawn(move || {
+            rt.block_on(async move {
+                for t in tasks {
+                    let _ = t.await;
+                }
+            })
+        });
         Load {
             targets,
             counts,
             stop,
-            tasks,
+            thread,
         }
     }
 
@@ -208,9 +224,8 @@ impl Load {
 
     pub async fn finish(self) -> LoadStats {
         self.stop.store(true, Ordering::Relaxed);
-        for t in self.tasks {
-            let _ = t.await;
-        }
+        let thread = self.thread;
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         let c = &self.counts;
         LoadStats {
             sent: c.sent.load(Ordering::Relaxed),

@@ -3,6 +3,10 @@
 //! that accepts it), and a link between the product and the apiserver that
 //! can be paused (`Mode::Hold`: no byte moves, new connections wait) or cut
 //! (`Mode::Drop`: open connections are closed, new ones closed at once).
+//!
+//! It runs on a runtime and thread of its own: the tests block their own
+//! threads (curl, kubectl, sleeps), and a proxy task stuck behind them would
+//! look like a slow network to the product.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,52 +28,69 @@ struct Inner {
     backends: Mutex<Vec<SocketAddr>>,
     next: AtomicUsize,
     mode: watch::Sender<Mode>,
-    accepted: AtomicUsize,
 }
 
 pub struct TcpProxy {
     pub port: u16,
     inner: Arc<Inner>,
-    task: tokio::task::JoinHandle<()>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for TcpProxy {
     fn drop(&mut self) {
         let _ = self.inner.mode.send(Mode::Drop);
-        self.task.abort();
+        if let Some(s) = self.shutdown.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
 impl TcpProxy {
-    pub async fn start(backends: Vec<SocketAddr>) -> TcpProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy bind");
-        let port = listener.local_addr().expect("proxy addr").port();
+    pub fn start(backends: Vec<SocketAddr>) -> TcpProxy {
         let (mode, _) = watch::channel(Mode::Forward);
         let inner = Arc::new(Inner {
             backends: Mutex::new(backends),
             next: AtomicUsize::new(0),
             mode,
-            accepted: AtomicUsize::new(0),
         });
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("proxy addr").port();
+        let (shutdown, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let i = inner.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((client, _)) = listener.accept().await else {
-                    continue;
-                };
-                i.accepted.fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(serve(i.clone(), client));
-            }
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("proxy runtime");
+            rt.block_on(async move {
+                let listener = TcpListener::from_std(listener).expect("proxy listener");
+                loop {
+                    tokio::select! {
+                        _ = &mut stopped => break,
+                        a = listener.accept() => if let Ok((client, _)) = a {
+                            tokio::spawn(serve(i.clone(), client));
+                        },
+                    }
+                }
+            });
+            // Dropping the runtime ends every connection task.
         });
-        TcpProxy { port, inner, task }
+        TcpProxy {
+            port,
+            inner,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        }
     }
 
     pub fn set_mode(&self, m: Mode) {
         let _ = self.inner.mode.send(m);
-    }
-
-    pub fn accepted(&self) -> usize {
-        self.inner.accepted.load(Ordering::Relaxed)
     }
 }
 
