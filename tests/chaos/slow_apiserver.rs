@@ -217,11 +217,19 @@ async fn a_paused_apiserver_link_fails_open_steps_down_and_loses_no_write() {
     assert_settled_at(&ns, "sld", 3, Duration::from_secs(90)).await;
     let min_ready = watcher.finish().await;
     let started = event_total(&ns.name, "SurgeStarted");
+    let surged_by = kubectl_ok(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={range .items[?(@.reason==\"SurgeStarted\")]}{.reportingInstance}{\" \"}{end}",
+    ]);
     let reverted = event_total(&ns.name, "SurgeReverted");
     let worst = |a: &[(bool, i64, f64)]| a.iter().map(|x| x.2).fold(0.0, f64::max);
     let all_allowed = |a: &[(bool, i64, f64)]| a.iter().all(|x| x.0);
     record_figure(format!(
-        "apiserver link held {:.0}s: {} webhook answers, all allowed: {}, slowest {:.2}s (timeout {}s); leader stepped down {:?} after the hold (seen {:?}s after its last renewal in the Lease; renew deadline 10s, Lease 15s), other replica leading {:?} after; resumed: surge at {:?} in {:.1}s; link cut 8s: {} answers, all allowed: {}, slowest {:.2}s; drain ok {}, min Ready {min_ready}/3, SurgeStarted {started}, SurgeReverted {reverted}",
+        "apiserver link held {:.0}s: {} webhook answers, all allowed: {}, slowest {:.2}s (timeout {}s); leader stepped down {:?} after the hold (seen {:?}s after its last renewal in the Lease; renew deadline 10s, Lease 15s), other replica leading {:?} after; resumed: surge at {:?} in {:.1}s; link cut 8s: {} answers, all allowed: {}, slowest {:.2}s; drain ok {}, min Ready {min_ready}/3, SurgeStarted {started} (by {surged_by}), SurgeReverted {reverted}",
         (resumed - held_at).as_secs_f64(),
         held_answers.len(),
         all_allowed(&held_answers),
