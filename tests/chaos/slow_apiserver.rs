@@ -106,7 +106,12 @@ async fn a_paused_apiserver_link_fails_open_steps_down_and_loses_no_write() {
     // The proxied replica starts first and leads; the other one waits.
     let slow = Replica::start(&slow_spec, "slow-r");
     slow.wait_ready(Duration::from_secs(30));
-    wait_leader(&client, &[slow.name.clone()], Duration::from_secs(30)).await;
+    wait_leader(
+        &client,
+        std::slice::from_ref(&slow.name),
+        Duration::from_secs(30),
+    )
+    .await;
     let direct = Replica::start(&spec, "direct-r");
     direct.wait_ready(Duration::from_secs(30));
     register_webhooks(wh, slow.port);
