@@ -34,6 +34,9 @@ pub struct Target {
 
 #[derive(Default)]
 struct Counts {
+    /// A probe has seen a replica ready: the load has begun (ticks before
+    /// that are not counted as "no ready replica").
+    begun: AtomicBool,
     sent: AtomicU64,
     ok: AtomicU64,
     no_ready_replica: AtomicU64,
@@ -139,7 +142,7 @@ impl Load {
         // Readiness probes, with a client of their own.
         for t in &targets {
             let probe = client(t.port, ca_pem);
-            let (t, stop) = (t.clone(), stop.clone());
+            let (t, stop, counts) = (t.clone(), stop.clone(), counts.clone());
             tasks.push(tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     let req = Request::get("/readyz").body(Vec::new()).expect("req");
@@ -162,6 +165,9 @@ impl Load {
                         _ => false,
                     };
                     t.ready.store(ready, Ordering::Relaxed);
+                    if ready {
+                        counts.begun.store(true, Ordering::Relaxed);
+                    }
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
             }));
@@ -181,7 +187,9 @@ impl Load {
                         .filter(|t| t.ready.load(Ordering::Relaxed))
                         .collect();
                     if ready.is_empty() {
-                        counts.no_ready_replica.fetch_add(1, Ordering::Relaxed);
+                        if counts.begun.load(Ordering::Relaxed) {
+                            counts.no_ready_replica.fetch_add(1, Ordering::Relaxed);
+                        }
                         continue;
                     }
                     next += 1;
