@@ -4,7 +4,7 @@ CLUSTER_DIR ?= $(CURDIR)/.cluster
 export CLUSTER_DIR
 CARGO ?= cargo
 
-.PHONY: build release test unit model-long e2e chaos lint fmt demo bench cluster-up cluster-down deploy-local undeploy-local crd clean
+.PHONY: build release test unit model-long e2e lint fmt demo bench cluster-up cluster-down deploy-local undeploy-local crd clean
 
 build:
 	$(CARGO) build --bin eviction-autoscaler
@@ -45,6 +45,7 @@ e2e: build
 ## Fault tolerance (docs/reliability.md): the leader-kill loop with
 ## CHAOS_KILLS SIGKILLs (default 20) during node drains, on a local cluster
 ## brought up for it if none is running; its figures are printed at the end.
+.PHONY: chaos
 chaos: build
 	@set -e; started=0; \
 	if ! ( [ -f "$(CLUSTER_DIR)/env" ] && . "$(CLUSTER_DIR)/env" && kubectl version >/dev/null 2>&1 ); then \
