@@ -41,7 +41,23 @@ e2e: build tools
 	@rm -f $(CLUSTER_DIR)/figures.txt
 	$(CARGO) test --test e2e -- --test-threads=4
 	$(CARGO) test --test e2e_modes -- --test-threads=1
+	CHAOS_KILLS=$${CHAOS_KILLS:-3} $(CARGO) test --test chaos -- --test-threads=1
 	@echo "--- figures measured by the drain tests ---"; cat $(CLUSTER_DIR)/figures.txt 2>/dev/null || true
+
+## Fault tolerance (docs/reliability.md): the leader-kill loop with
+## CHAOS_KILLS SIGKILLs (default 20) during node drains, on a local cluster
+## brought up for it if none is running; its figures are printed at the end.
+.PHONY: chaos
+chaos: build
+	@set -e; started=0; \
+	if ! ( [ -f "$(CLUSTER_DIR)/env" ] && . "$(CLUSTER_DIR)/env" && kubectl version >/dev/null 2>&1 ); then \
+		tests/cluster/up.sh; started=1; fi; \
+	rm -f $(CLUSTER_DIR)/figures.txt; rc=0; \
+	CHAOS_KILLS=$${CHAOS_KILLS:-20} $(CARGO) test --test chaos leader_killed_repeatedly -- --test-threads=1 || rc=$$?; \
+	echo "--- figures ---"; cat $(CLUSTER_DIR)/figures.txt 2>/dev/null || true; \
+	tests/e2e/deploy-local.sh stop >/dev/null 2>&1 || true; \
+	if [ $$started = 1 ]; then tests/cluster/down.sh; fi; \
+	exit $$rc
 
 lint:
 	$(CARGO) fmt --all -- --check

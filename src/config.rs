@@ -126,6 +126,12 @@ pub struct ServeOpts {
     #[arg(long, env = "REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
 
+    /// On SIGTERM, how long /readyz answers 503 while requests are still
+    /// served, so that endpoints and load balancers stop sending new ones
+    /// before the listener closes (the Lease is released at the start).
+    #[arg(long, env = "SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+
     /// How often certificate files are checked for changes.
     #[arg(long, env = "CERT_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub cert_reload_interval: Duration,

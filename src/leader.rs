@@ -293,27 +293,51 @@ impl Election {
     }
 
     pub async fn run(self, tx: watch::Sender<bool>, metrics: Arc<Metrics>) {
-        let t = self.timing;
-        // Start of the last round that renewed the Lease.
-        let mut last_renewed: Option<Instant> = None;
-        loop {
-            let started = Instant::now();
-            let budget = t.round_budget(last_renewed, started);
-            match tokio::time::timeout(budget, self.try_hold()).await {
-                Ok(Ok(true)) => last_renewed = Some(started),
-                // Someone else holds it: whatever we believed, we do not lead.
-                Ok(Ok(false)) => last_renewed = None,
-                Ok(Err(e)) => tracing::warn!(error = %e, "lease not renewed"),
-                Err(_) => tracing::warn!(?budget, "lease renewal did not finish in time"),
-            }
-            let now = Instant::now();
-            let leading = t.leading(last_renewed, now);
-            publish(&tx, &metrics, &self.identity, leading);
-            if !leading {
-                last_renewed = None;
-            }
-            tokio::time::sleep(t.pause(last_renewed, now)).await;
+        let this = &self;
+        run_rounds(this.timing, &this.identity, &tx, &metrics, move || {
+            this.try_hold()
+        })
+        .await
+    }
+}
+
+/// The renewal loop around `round` (one [`Election::try_hold`]); apart so
+/// that a test can drive it with rounds that fail or hang.
+async fn run_rounds<F, Fut>(
+    t: Timing,
+    identity: &str,
+    tx: &watch::Sender<bool>,
+    metrics: &Metrics,
+    mut round: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, LeaseError>>,
+{
+    // Start of the last round that renewed the Lease.
+    let mut last_renewed: Option<Instant> = None;
+    loop {
+        let started = Instant::now();
+        // A pause ends at the deadline at the latest: step down now, not
+        // after one more round that may last a whole budget past it.
+        if !t.leading(last_renewed, started) {
+            publish(tx, metrics, identity, false);
+            last_renewed = None;
         }
+        let budget = t.round_budget(last_renewed, started);
+        match tokio::time::timeout(budget, round()).await {
+            Ok(Ok(true)) => last_renewed = Some(started),
+            // Someone else holds it: whatever we believed, we do not lead.
+            Ok(Ok(false)) => last_renewed = None,
+            Ok(Err(e)) => tracing::warn!(error = %e, "lease not renewed"),
+            Err(_) => tracing::warn!(?budget, "lease renewal did not finish in time"),
+        }
+        let now = Instant::now();
+        let leading = t.leading(last_renewed, now);
+        publish(tx, metrics, identity, leading);
+        if !leading {
+            last_renewed = None;
+        }
+        tokio::time::sleep(t.pause(last_renewed, now)).await;
     }
 }
 
@@ -402,6 +426,55 @@ mod tests {
             assert!(now + t.round_budget(Some(t0), now) <= t0 + t.renew_deadline);
             assert!(now + t.pause(Some(t0), now) <= t0 + t.renew_deadline);
         }
+    }
+
+    /// Rounds that each end on their own call timeout (the apiserver does
+    /// not answer) leave less than a retry period before the deadline; the
+    /// pause then ends exactly at the deadline. The step-down must happen
+    /// there, not after one more round (seen: 2.4 s late with the defaults,
+    /// tests/chaos/slow_apiserver.rs).
+    #[tokio::test]
+    async fn a_leader_whose_rounds_time_out_steps_down_at_the_deadline() {
+        let t = Timing {
+            lease_duration: Duration::from_millis(1500),
+            renew_deadline: Duration::from_millis(1000),
+            retry_period: Duration::from_millis(200),
+        };
+        let m = Metrics::new();
+        let (tx, mut rx) = watch::channel(false);
+        let renewed = Arc::new(std::sync::Mutex::new(None));
+        let mut calls = 0;
+        let r = renewed.clone();
+        let rounds = run_rounds(t, "me", &tx, &m, move || {
+            calls += 1;
+            let first = calls == 1;
+            let r = r.clone();
+            async move {
+                if first {
+                    *r.lock().expect("lock") = Some(Instant::now());
+                    return Ok(true);
+                }
+                // A hung request, cut by its own timeout.
+                tokio::time::sleep(t.call_timeout()).await;
+                Err(LeaseError::Timeout(t.call_timeout()))
+            }
+        });
+        let stepped = async {
+            let _ = rx.wait_for(|l| *l).await;
+            let _ = rx.wait_for(|l| !*l).await;
+            Instant::now()
+        };
+        let stepped = tokio::select! {
+            _ = rounds => unreachable!("the loop never ends"),
+            s = stepped => s,
+        };
+        let renewed = renewed.lock().expect("lock").expect("renewed once");
+        let after = stepped.duration_since(renewed);
+        assert!(
+            after <= t.renew_deadline + Duration::from_millis(60),
+            "stepped down {after:?} after the last renewal (deadline {:?})",
+            t.renew_deadline
+        );
     }
 
     #[test]

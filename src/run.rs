@@ -1,5 +1,6 @@
 //! `eviction-autoscaler serve`: wires the caches, webhooks and server together.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,6 +71,9 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     tracing::info!(?behaviour, listen = %opts.listen, "starting");
 
     let mut tasks = JoinSet::new();
+    // The election and the controllers: stopped first on SIGTERM, before the
+    // Lease is released, while the webhooks (and their caches) keep serving.
+    let mut controllers = JoinSet::new();
     tasks.spawn(cert.clone().watch(opts.cert_reload_interval));
     tasks.spawn(
         tls_settings
@@ -98,11 +102,11 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
             timing: crate::leader::Timing::default(),
         };
         election_handle = Some(election.clone());
-        tasks.spawn(election.run(leader_tx, metrics.clone()));
+        controllers.spawn(election.run(leader_tx, metrics.clone()));
     } else {
         metrics.leader.set(1);
         // Keep the sender alive: a dropped sender would end the controllers' waits.
-        tasks.spawn(async move {
+        controllers.spawn(async move {
             leader_tx.closed().await;
         });
     }
@@ -115,7 +119,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         degraded.clone(),
         opts.orphan_pdb_grace,
     ));
-    tasks.spawn(reconciler.clone().run(leader.clone()));
+    controllers.spawn(reconciler.clone().run(leader.clone()));
     let book = SignalBook::default();
     let worker = Worker::new(
         cache.clone(),
@@ -125,7 +129,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         degraded.clone(),
         reconciler,
     );
-    tasks.spawn(worker.run(leader.clone()));
+    controllers.spawn(worker.run(leader.clone()));
 
     // Every replica records its webhook's signals (memory and durable copy).
     // Signals older than twice the cooldown are never read again.
@@ -148,29 +152,39 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         signals,
         write_timeout: Duration::from_secs(5),
     });
+    let draining = Arc::new(AtomicBool::new(false));
     let app = server::router(
         AppState {
             webhooks,
             metrics,
             max_body: opts.max_body_bytes,
             require_client_cert: tls_settings.client_ca_configured(),
+            draining: draining.clone(),
         },
         opts.request_timeout,
     );
     let listener = server::bind(opts.listen).await?;
     tracing::info!(listen = %opts.listen, "serving HTTPS");
-    server::serve(
-        listener,
-        tls_settings,
-        app,
-        opts.request_timeout,
-        shutdown_signal(),
-    )
-    .await;
-    tracing::info!("shutting down");
+    let delay = opts.shutdown_delay;
+    let shutdown = async move {
+        shutdown_signal().await;
+        let started = tokio::time::Instant::now();
+        // Readiness first: endpoints stop sending new requests while this
+        // replica still answers the ones already on their way.
+        draining.store(true, Ordering::Relaxed);
+        tracing::info!(?delay, "shutting down: not ready, still serving");
+        controllers.abort_all();
+        while controllers.join_next().await.is_some() {}
+        if let Some(e) = election_handle {
+            // No controller of ours runs any more: hand over at once rather
+            // than at the Lease's expiry.
+            let _ = tokio::time::timeout(Duration::from_secs(3), e.release()).await;
+        }
+        tokio::time::sleep_until(started + delay).await;
+        tracing::info!("closing the listener; finishing requests in flight");
+    };
+    server::serve(listener, tls_settings, app, opts.request_timeout, shutdown).await;
+    tracing::info!("shut down");
     tasks.abort_all();
-    if let Some(e) = election_handle {
-        let _ = tokio::time::timeout(Duration::from_secs(3), e.release()).await;
-    }
     Ok(())
 }

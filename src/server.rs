@@ -2,6 +2,7 @@
 //! Bad input gets a clear JSON error and the server keeps serving.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +36,8 @@ pub struct AppState {
     pub max_body: usize,
     /// CLIENT_CA_FILE is set: the webhook paths need a verified client certificate.
     pub require_client_cert: bool,
+    /// Set on SIGTERM: /readyz fails at once while requests are still served.
+    pub draining: Arc<AtomicBool>,
 }
 
 /// Set on every request by the accept loop: whether the connection's client
@@ -146,6 +149,9 @@ async fn mutate_deployments(State(s): State<AppState>, body: Body) -> Response {
 /// Ready once every watch cache has synced, and while none is stale; the
 /// body names the stores that keep it from being ready.
 async fn readyz(State(s): State<AppState>) -> Response {
+    if s.draining.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
     let cache = &s.webhooks.cache;
     let unready = cache.health.unready();
     if cache.synced() && unready.is_empty() {
@@ -228,6 +234,11 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 /// Accepts TLS connections until `shutdown` resolves. A failed handshake
 /// (plain HTTP, wrong client certificate, slow client) closes that
 /// connection and nothing else.
+///
+/// Then closes the listener and shuts every open connection down gracefully
+/// (HTTP/2 GOAWAY, HTTP/1 close after the response in progress), waiting up
+/// to `timeout` (the request time limit) for requests in flight to finish:
+/// returning earlier would end the process under them.
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<TlsSettings>,
@@ -236,7 +247,11 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let mut shutdown = std::pin::pin!(shutdown);
+    let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        // Reap finished connections so the set does not grow.
+        while connections.try_join_next().is_some() {}
         let (tcp, peer) = tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
@@ -252,7 +267,8 @@ pub async fn serve(
         // The current configuration: a reloaded client CA applies from the next connection.
         let acceptor = TlsAcceptor::from(tls.current());
         let app = app.clone();
-        tokio::spawn(async move {
+        let mut closing = closing.clone();
+        connections.spawn(async move {
             let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
@@ -279,9 +295,33 @@ pub async fn serve(
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(timeout);
-            if let Err(e) = builder.serve_connection(TokioIo::new(tls), svc).await {
+            let conn = builder.serve_connection(TokioIo::new(tls), svc);
+            let mut conn = std::pin::pin!(conn);
+            let result = tokio::select! {
+                r = conn.as_mut() => r,
+                // Also true at once for a connection accepted just before the shutdown.
+                _ = async { closing.wait_for(|c| *c).await.map(|_| ()) } => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
+    }
+    drop(listener);
+    let open = connections.len();
+    let _ = closing_tx.send(true);
+    let drained = tokio::time::timeout(timeout, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    match drained {
+        Ok(()) => tracing::info!(connections = open, "open connections drained"),
+        Err(_) => tracing::warn!(
+            left = connections.len(),
+            "connections still open after the request timeout; closing them"
+        ),
     }
 }

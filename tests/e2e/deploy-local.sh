@@ -99,6 +99,9 @@ echo "$POD_NAME" >"$STATE/pod_name"
   export PDB_CREATE="${PDB_CREATE:-true}" ENABLED_BY_DEFAULT="${ENABLED_BY_DEFAULT:-false}"
   export ACTIONED_NAMESPACES="${ACTIONED_NAMESPACES:-kube-system,e2e-actioned}" COOLDOWN="${COOLDOWN:-5s}"
   export POD_NAMESPACE=$NS POD_NAME="$POD_NAME" RUST_LOG="${RUST_LOG:-info,kube_runtime=warn}"
+  # Nothing routes by readiness here: no need to keep serving after SIGTERM
+  # (stop_server SIGKILLs after 5 s).
+  export SHUTDOWN_DELAY="${SHUTDOWN_DELAY:-0s}"
   exec "$BIN" serve --listen "127.0.0.1:$PORT" \
     --tls-cert-file "$STATE/tls.crt" --tls-key-file "$STATE/tls.key" \
     >>"$STATE/server.log" 2>&1

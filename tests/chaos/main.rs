@@ -1,0 +1,19 @@
+//! Fault tolerance under chaos (issue 10, docs/reliability.md): leader
+//! kills during drains, control-plane restarts, a paused link to the
+//! apiserver, all webhook replicas down, rolling restarts and certificate
+//! rotations under load. They restart the server and bring replicas of
+//! their own, so they run one at a time (`--test-threads=1`): a short
+//! version in `make test`, the long leader loop in `make chaos`
+//! (CHAOS_KILLS, default 20). Every figure goes to $CLUSTER_DIR/figures.txt.
+
+#[path = "../e2e/support.rs"]
+mod support;
+
+mod control_plane;
+mod fleet;
+mod leader_chaos;
+mod load;
+mod no_webhook;
+mod proxy;
+mod rolling;
+mod slow_apiserver;
