@@ -17,6 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::cache::StoreState;
@@ -26,6 +27,40 @@ use kube::core::admission::AdmissionRequest;
 use kube::core::DynamicObject;
 
 use crate::webhook::{parse_review, Answer, ReviewError, Webhooks};
+
+/// Bounds on what one client, or many, can make the server hold. Every
+/// request is also bounded in time by the request timeout (TLS handshake,
+/// headers, body and answer), so a slow client holds its share only that long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Open connections at once; past it new ones are closed at accept.
+    pub max_connections: usize,
+    /// Webhook requests being handled at once, all connections together;
+    /// past it the answer is 503 (failurePolicy Ignore: the apiserver then
+    /// applies its own PDB check, so this never denies an allowed eviction).
+    /// With the body limit it bounds the memory held by request bodies.
+    pub max_in_flight: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    pub h2_max_streams: u32,
+    /// Request head size (HTTP/1 read buffer, HTTP/2 header list); past it 431.
+    pub max_header_bytes: usize,
+    /// Header fields in one HTTP/1 request; past it 431.
+    pub max_headers: usize,
+}
+
+impl Default for Limits {
+    /// The apiserver sends small heads and, per replica, a few hundred
+    /// reviews a second at most; these leave it ample room.
+    fn default() -> Self {
+        Limits {
+            max_connections: 1024,
+            max_in_flight: 128,
+            h2_max_streams: 64,
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+        }
+    }
+}
 
 #[derive(Clone)]
 pub struct AppState {
@@ -182,14 +217,38 @@ async fn metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
+/// Webhook requests past `Limits::max_in_flight` get 503 at once rather
+/// than queueing: a queue would only hold more bodies in memory.
+async fn limit_in_flight(
+    State(permits): State<Arc<Semaphore>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Ok(_permit) = permits.try_acquire() else {
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests in flight; try again",
+        );
+    };
+    next.run(req).await
+}
+
 pub fn router(state: AppState, request_timeout: Duration) -> Router {
+    router_with_limits(state, request_timeout, Limits::default())
+}
+
+pub fn router_with_limits(state: AppState, request_timeout: Duration, limits: Limits) -> Router {
+    let in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
     let webhooks = Router::new()
         .route("/validate/evictions", post(validate_evictions))
         .route("/mutate/deployments", post(mutate_deployments))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_client_cert,
-        ));
+        ))
+        // Health probes stay outside the limit: an overloaded replica is
+        // not a dead one, and a failed liveness probe would restart it.
+        .route_layer(middleware::from_fn_with_state(in_flight, limit_in_flight));
     Router::new()
         .merge(webhooks)
         // Never depends on the apiserver: answers as soon as the listener is up.
@@ -235,6 +294,19 @@ pub async fn serve(
     timeout: Duration,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    serve_with_limits(listener, tls, app, timeout, Limits::default(), shutdown).await
+}
+
+/// [`serve`] with explicit [`Limits`] (tests and the HTTP fuzz driver use small ones).
+pub async fn serve_with_limits(
+    listener: TcpListener,
+    tls: Arc<TlsSettings>,
+    app: Router,
+    timeout: Duration,
+    limits: Limits,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -249,10 +321,15 @@ pub async fn serve(
                 }
             },
         };
+        let Ok(slot) = connections.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "connection limit reached; closing the new connection");
+            continue;
+        };
         // The current configuration: a reloaded client CA applies from the next connection.
         let acceptor = TlsAcceptor::from(tls.current());
         let app = app.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
@@ -278,7 +355,21 @@ pub async fn serve(
             builder
                 .http1()
                 .timer(TokioTimer::new())
-                .header_read_timeout(timeout);
+                .header_read_timeout(timeout)
+                // Floor of hyper's buffer is 8 KiB; a longer head is answered 431.
+                .max_buf_size(limits.max_header_bytes.max(8192))
+                .max_headers(limits.max_headers);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(limits.h2_max_streams)
+                .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+                // Rapid reset (CVE-2023-44487) and streams the server had to reset.
+                .max_pending_accept_reset_streams(limits.h2_max_streams as usize)
+                .max_local_error_reset_streams(Some(1024))
+                // A peer that stops answering pings is gone: free its slot.
+                .keep_alive_interval(Some(timeout))
+                .keep_alive_timeout(timeout);
             if let Err(e) = builder.serve_connection(TokioIo::new(tls), svc).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
