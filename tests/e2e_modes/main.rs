@@ -3,6 +3,7 @@
 //! that existed before start-up, a SIGKILL during a surge, and leader
 //! election between two replicas.
 
+mod rbac;
 #[path = "../e2e/support.rs"]
 mod support;
 mod surge_upgrade;
