@@ -78,10 +78,22 @@ fn pdb(ns: &str, name: &str, selector: Value, allowed: i32, healthy: i32) -> Val
 pub fn namespace_objects(ns: &str) -> (Vec<Value>, Vec<Value>) {
     let mut pods = Vec::new();
     for i in 0..3 {
-        pods.push(pod(ns, &format!("web-{i}"), "web", rs_owner("web"), "Running"));
+        pods.push(pod(
+            ns,
+            &format!("web-{i}"),
+            "web",
+            rs_owner("web"),
+            "Running",
+        ));
     }
     for i in 0..2 {
-        pods.push(pod(ns, &format!("free-{i}"), "free", rs_owner("free"), "Running"));
+        pods.push(pod(
+            ns,
+            &format!("free-{i}"),
+            "free",
+            rs_owner("free"),
+            "Running",
+        ));
     }
     pods.push(pod(ns, "pending", "web", rs_owner("web"), "Pending"));
     pods.push(pod(
@@ -96,7 +108,13 @@ pub fn namespace_objects(ns: &str) -> (Vec<Value>, Vec<Value>) {
         pdb(ns, "web", json!({"matchLabels": {"app": "web"}}), 0, 3),
         pdb(ns, "free", json!({"matchLabels": {"app": "free"}}), 1, 2),
         pdb(ns, "db", json!({"matchLabels": {"app": "db"}}), 0, 1),
-        pdb(ns, "double-a", json!({"matchLabels": {"app": "double"}}), 0, 1),
+        pdb(
+            ns,
+            "double-a",
+            json!({"matchLabels": {"app": "double"}}),
+            0,
+            1,
+        ),
         pdb(
             ns,
             "double-b",
@@ -131,13 +149,8 @@ fn snapshot(behaviour: Behaviour) -> Cache {
     let (node_r, mut node_w) = reflector::store();
     let (hpa_r, mut hpa_w) = reflector::store();
     let (eas_r, mut eas_w) = reflector::store();
-    let (mut pods, mut pdbs, mut deps, mut rss, mut nss) = (
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-    );
+    let (mut pods, mut pdbs, mut deps, mut rss, mut nss) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for ns in NAMESPACES {
         let (p, b) = namespace_objects(ns);
         pods.extend(p);
