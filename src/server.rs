@@ -59,7 +59,9 @@ impl Default for Limits {
             max_connections: 1024,
             max_in_flight: 128,
             max_body_bytes_in_flight: 64 * 1024 * 1024,
-            h2_max_streams: 64,
+            // Go's HTTP/2 client (the apiserver's) assumes 100 until it
+            // reads our SETTINGS: fewer would refuse its first burst.
+            h2_max_streams: 100,
             max_header_bytes: 64 * 1024,
             max_headers: 100,
         }
