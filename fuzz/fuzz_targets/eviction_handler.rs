@@ -46,7 +46,8 @@ fn pick<'a>(n: &Name<'a>, known: &[&'a str]) -> String {
 fn state() -> &'static (Arc<Webhooks>, Mutex<Receiver<Signal>>) {
     static S: OnceLock<(Arc<Webhooks>, Mutex<Receiver<Signal>>)> = OnceLock::new();
     S.get_or_init(|| {
-        let (hooks, _, rx) = runtime().block_on(async { eviction_autoscaler_fuzz::harness::webhooks(false) });
+        let (hooks, _, rx) =
+            runtime().block_on(async { eviction_autoscaler_fuzz::harness::webhooks(false) });
         (hooks, Mutex::new(rx))
     })
 }
@@ -59,14 +60,17 @@ fn body(input: &Input) -> Vec<u8> {
     let pod = pick(&input.pod, &PODS);
     let mut v = eviction_review(input.uid, &ns, &pod, input.dry_run);
     let r = &mut v["request"];
-    r["operation"] = json!(["CREATE", "UPDATE", "DELETE", "CONNECT", "create", ""][input.operation as usize % 6]);
+    r["operation"] = json!(
+        ["CREATE", "UPDATE", "DELETE", "CONNECT", "create", ""][input.operation as usize % 6]
+    );
     r["resource"]["resource"] = json!(pick(&input.resource, &["pods", "pods", "deployments"]));
     r["subResource"] = match &input.sub_resource {
         None => Value::Null,
         Some(s) => json!(pick(s, &["eviction", "status", "exec"])),
     };
     if let Some(d) = input.delete_options_dry_run {
-        r["object"]["deleteOptions"] = json!({"dryRun": if d { json!(["All"]) } else { json!([]) }});
+        r["object"]["deleteOptions"] =
+            json!({"dryRun": if d { json!(["All"]) } else { json!([]) }});
     }
     if input.drop_object {
         r["object"] = Value::Null;
@@ -96,7 +100,10 @@ fuzz_target!(|input: Input| {
     assert!(serde_json::to_vec(&answer.review).is_ok());
     if !resp.allowed {
         assert_eq!(ns, "ns", "denied out of scope");
-        assert!(pod.starts_with("web-"), "denied {pod}, which no budget blocks");
+        assert!(
+            pod.starts_with("web-"),
+            "denied {pod}, which no budget blocks"
+        );
         assert_eq!(resp.result.code, 429);
         assert_eq!(resp.result.reason, "TooManyRequests");
         assert!(resp

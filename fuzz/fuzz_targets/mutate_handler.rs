@@ -67,7 +67,10 @@ fuzz_target!(|input: Input| {
         None => {
             let mut ann: Vec<(&str, &str)> = input.annotations.clone();
             if let Some(o) = input.opt_out {
-                ann.push(("eviction-autoscaler.azure.com/pdb-create", if o { "false" } else { "true" }));
+                ann.push((
+                    "eviction-autoscaler.azure.com/pdb-create",
+                    if o { "false" } else { "true" },
+                ));
             }
             let exprs: Vec<Value> = input
                 .expressions
@@ -87,8 +90,10 @@ fuzz_target!(|input: Input| {
         }
     };
     let mut review = deployment_review(input.uid, &ns, object, input.dry_run);
-    review["request"]["operation"] = json!(["CREATE", "UPDATE", "DELETE"][input.operation as usize % 3]);
-    review["request"]["kind"]["kind"] = json!(["Deployment", "StatefulSet"][input.kind as usize % 2]);
+    review["request"]["operation"] =
+        json!(["CREATE", "UPDATE", "DELETE"][input.operation as usize % 3]);
+    review["request"]["kind"]["kind"] =
+        json!(["Deployment", "StatefulSet"][input.kind as usize % 2]);
     let Ok(req) = parse_review(&serde_json::to_vec(&review).unwrap_or_default()) else {
         return;
     };
@@ -108,7 +113,10 @@ fuzz_target!(|input: Input| {
         let ops: Value = serde_json::from_slice(p).expect("the patch is JSON");
         for op in ops.as_array().expect("a JSON patch is an array") {
             let path = op["path"].as_str().unwrap_or_default();
-            assert!(path.starts_with("/metadata/annotations"), "patch touches {path}");
+            assert!(
+                path.starts_with("/metadata/annotations"),
+                "patch touches {path}"
+            );
         }
     }
 });
