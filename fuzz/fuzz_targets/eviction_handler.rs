@@ -60,17 +60,16 @@ fn body(input: &Input) -> Vec<u8> {
     let pod = pick(&input.pod, &PODS);
     let mut v = eviction_review(input.uid, &ns, &pod, input.dry_run);
     let r = &mut v["request"];
-    r["operation"] = json!(
-        ["CREATE", "UPDATE", "DELETE", "CONNECT", "create", ""][input.operation as usize % 6]
-    );
+    let operation =
+        ["CREATE", "UPDATE", "DELETE", "CONNECT", "create", ""][input.operation as usize % 6];
+    r["operation"] = json!(operation);
     r["resource"]["resource"] = json!(pick(&input.resource, &["pods", "pods", "deployments"]));
     r["subResource"] = match &input.sub_resource {
         None => Value::Null,
         Some(s) => json!(pick(s, &["eviction", "status", "exec"])),
     };
     if let Some(d) = input.delete_options_dry_run {
-        r["object"]["deleteOptions"] =
-            json!({"dryRun": if d { json!(["All"]) } else { json!([]) }});
+        r["object"]["deleteOptions"] = json!({ "dryRun": if d { vec!["All"] } else { vec![] } });
     }
     if input.drop_object {
         r["object"] = Value::Null;

@@ -2,7 +2,8 @@
 //! Deployments built from structured input (names, replicas, labels,
 //! selectors with expressions, the opt-out annotation), or raw object JSON.
 //! Properties: never a panic; never a rejection (behaviour.md 3); no write
-//! on dry-run or out of scope; a patch only adds annotations.
+//! on dry-run or out of scope, nor for a Deployment the apiserver will
+//! reject (selector missing its template); a patch only adds annotations.
 #![no_main]
 use std::sync::{Arc, OnceLock};
 
@@ -10,6 +11,7 @@ use arbitrary::Arbitrary;
 use eviction_autoscaler::webhook::{parse_review, Webhooks};
 use eviction_autoscaler_fuzz::harness::{deployment_review, Writes, NAMESPACES};
 use eviction_autoscaler_fuzz::runtime;
+use k8s_openapi::api::apps::v1::Deployment;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Map, Value};
 
@@ -76,8 +78,8 @@ fuzz_target!(|input: Input| {
                 .expressions
                 .iter()
                 .map(|e| {
-                    json!({"key": e.key, "operator": ["In", "NotIn", "Exists", "DoesNotExist", "Bogus"][e.op as usize % 5],
-                           "values": e.values})
+                    let op = ["In", "NotIn", "Exists", "DoesNotExist", "Bogus"][e.op as usize % 5];
+                    json!({"key": e.key, "operator": op, "values": e.values})
                 })
                 .collect();
             json!({
@@ -90,10 +92,10 @@ fuzz_target!(|input: Input| {
         }
     };
     let mut review = deployment_review(input.uid, &ns, object, input.dry_run);
-    review["request"]["operation"] =
-        json!(["CREATE", "UPDATE", "DELETE"][input.operation as usize % 3]);
-    review["request"]["kind"]["kind"] =
-        json!(["Deployment", "StatefulSet"][input.kind as usize % 2]);
+    let operation = ["CREATE", "UPDATE", "DELETE"][input.operation as usize % 3];
+    let kind = ["Deployment", "StatefulSet"][input.kind as usize % 2];
+    review["request"]["operation"] = json!(operation);
+    review["request"]["kind"]["kind"] = json!(kind);
     let Ok(req) = parse_review(&serde_json::to_vec(&review).unwrap_or_default()) else {
         return;
     };
@@ -105,8 +107,22 @@ fuzz_target!(|input: Input| {
     assert_eq!(resp.uid, uid);
     assert!(resp.allowed, "a Deployment was rejected");
     assert!(serde_json::to_vec(&answer.review).is_ok());
-    if dry || ns != "ns" {
+    // In scope: annotated `ns`, and kube-system (ACTIONED_NAMESPACES' default).
+    let in_scope = ns == "ns" || ns == "kube-system";
+    if dry || !in_scope {
         assert_eq!(writes.count(), before, "a write on dry-run or out of scope");
+    }
+    if writes.count() > before {
+        // Only for a Deployment the apiserver can accept: its selector
+        // selects its own pod template.
+        let dep: Deployment =
+            serde_json::from_value(review["request"]["object"].clone()).expect("a Deployment");
+        let labels = eviction_autoscaler::pdb::template_labels(&dep);
+        let selector = dep.spec.as_ref().map(|s| &s.selector);
+        assert!(
+            eviction_autoscaler::budget::pdb_selects(selector, &labels),
+            "a PDB for a Deployment whose selector misses its template"
+        );
     }
     if let Some(p) = &resp.patch {
         // kube keeps the patch as its JSON bytes (base64 only on the wire).
