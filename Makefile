@@ -4,7 +4,7 @@ CLUSTER_DIR ?= $(CURDIR)/.cluster
 export CLUSTER_DIR
 CARGO ?= cargo
 
-.PHONY: build release test unit model-long e2e lint lint-ci tools chart-check fmt demo demo-check bench bench-cluster cluster-up cluster-down deploy-local undeploy-local crd clean
+.PHONY: build release test unit model-long e2e lint lint-ci tools chart-check fmt demo demo-check bench bench-cluster cluster-up cluster-down deploy-local undeploy-local crd clean fuzz fuzz-cmin
 
 build:
 	$(CARGO) build --bin eviction-autoscaler
@@ -121,6 +121,27 @@ demo-check: build
 
 bench:
 	$(CARGO) run --release --example bench
+
+## Fuzzing, not part of `make test` (its first build alone takes longer than
+## CI's budget). The three libFuzzer targets in fuzz/ (nightly toolchain and
+## `cargo install cargo-fuzz`) run FUZZ_RUNS inputs each from the committed
+## corpus (fuzz/corpus/<target>), with a 10 s per-input timeout (a hang is a
+## failure) and a 2 GiB RSS limit; then the HTTP-layer driver (stable)
+## throws HTTP_FUZZ_INPUTS mutated requests and the slow/oversized/flood
+## scenarios at the real server. Figures: docs/security.md.
+FUZZ_RUNS ?= 350000
+FUZZ_TARGETS := admission_decode eviction_handler mutate_handler
+fuzz:
+	@set -e; cd fuzz; for t in $(FUZZ_TARGETS); do \
+		echo "--- fuzz $$t: $(FUZZ_RUNS) inputs"; \
+		cargo +nightly fuzz run -O -s none $$t corpus/$$t -- \
+			-runs=$(FUZZ_RUNS) -timeout=10 -rss_limit_mb=2048 -max_len=16384 -print_final_stats=1; \
+	done
+	HTTP_FUZZ_INPUTS=$${HTTP_FUZZ_INPUTS:-40000} $(CARGO) run --example http_fuzz
+
+## Shrinks the corpora to the inputs that add coverage (run before committing them).
+fuzz-cmin:
+	@set -e; cd fuzz; for t in $(FUZZ_TARGETS); do cargo +nightly fuzz cmin -O -s none $$t corpus/$$t; done
 
 clean:
 	-tests/cluster/down.sh

@@ -137,6 +137,15 @@ pub fn plan_for_new_deployment(
         // generateName: the name is not known at admission; the reconciler creates it.
         return CreatePlan::Skip("deployment has no name yet");
     }
+    // Validation runs after mutating admission: the apiserver rejects a
+    // Deployment whose selector is empty or misses its own template, and a
+    // PDB made for it would outlive it, its selector covering other pods.
+    if !pdb_selects(
+        dep.spec.as_ref().map(|s| &s.selector),
+        &template_labels(dep),
+    ) {
+        return CreatePlan::Skip("selector does not select the pod template");
+    }
     if !matching_pdbs(dep, pdbs).is_empty() {
         return CreatePlan::Skip("a PDB already selects its pods");
     }
@@ -253,6 +262,25 @@ pub(crate) mod tests {
             plan_for_new_deployment(&opted, true, true, &none, &no_hpa),
             CreatePlan::Skip("deployment opted out")
         );
+        // Found by fuzz/mutate_handler: a Deployment the apiserver will
+        // reject after admission (empty selector, or one that misses its
+        // template) gets no PDB.
+        for selector in [
+            LabelSelector::default(),
+            LabelSelector {
+                match_labels: Some([("app".to_string(), "db".to_string())].into()),
+                match_expressions: None,
+            },
+        ] {
+            let mut invalid = d.clone();
+            if let Some(spec) = invalid.spec.as_mut() {
+                spec.selector = selector;
+            }
+            assert_eq!(
+                plan_for_new_deployment(&invalid, true, true, &none, &no_hpa),
+                CreatePlan::Skip("selector does not select the pod template")
+            );
+        }
         let existing = vec![Arc::new(owned_pdb(&d, 1))];
         assert_eq!(
             plan_for_new_deployment(&d, true, true, &existing, &no_hpa),

@@ -6,18 +6,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use futures::StreamExt;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::cache::StoreState;
@@ -27,6 +28,46 @@ use kube::core::admission::AdmissionRequest;
 use kube::core::DynamicObject;
 
 use crate::webhook::{parse_review, Answer, ReviewError, Webhooks};
+
+/// Bounds on what one client, or many, can make the server hold. Every
+/// request is also bounded in time by the request timeout (TLS handshake,
+/// headers, body and answer), so a slow client holds its share only that long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Open connections at once; past it new ones are closed at accept.
+    pub max_connections: usize,
+    /// Webhook requests being handled at once, all connections together;
+    /// past it the answer is 503 (failurePolicy Ignore: the apiserver then
+    /// applies its own PDB check, so this never denies an allowed eviction).
+    pub max_in_flight: usize,
+    /// Request-body bytes held at once, all webhook requests together (at
+    /// least one body of the body limit); past it 503. This, not the
+    /// request count, bounds the memory that bodies take.
+    pub max_body_bytes_in_flight: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    pub h2_max_streams: u32,
+    /// Request head size (HTTP/1 read buffer, HTTP/2 header list); past it 431.
+    pub max_header_bytes: usize,
+    /// Header fields in one HTTP/1 request; past it 431.
+    pub max_headers: usize,
+}
+
+impl Default for Limits {
+    /// The apiserver sends small heads and, per replica, a few hundred
+    /// reviews a second at most; these leave it ample room.
+    fn default() -> Self {
+        Limits {
+            max_connections: 1024,
+            max_in_flight: 128,
+            max_body_bytes_in_flight: 64 * 1024 * 1024,
+            // Go's HTTP/2 client (the apiserver's) assumes 100 until it
+            // reads our SETTINGS: fewer would refuse its first burst.
+            h2_max_streams: 100,
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+        }
+    }
+}
 
 #[derive(Clone)]
 pub struct AppState {
@@ -79,9 +120,11 @@ fn answer(a: Answer) -> Response {
     Json(a.review).into_response()
 }
 
-/// Input the server cannot handle: too large, unreadable, not a review.
+/// Input the server cannot handle: too large, unreadable, not a review;
+/// or, for now, more body bytes than the budget has left.
 enum BadInput {
     TooLarge(usize),
+    Busy,
     Unreadable(String),
     Review(ReviewError),
 }
@@ -93,6 +136,10 @@ impl IntoResponse for BadInput {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("request body is larger than the limit of {max} bytes"),
             ),
+            BadInput::Busy => json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many request bytes in flight; try again",
+            ),
             BadInput::Unreadable(e) => json_error(
                 StatusCode::BAD_REQUEST,
                 format!("cannot read the request body: {e}"),
@@ -102,46 +149,102 @@ impl IntoResponse for BadInput {
     }
 }
 
-/// Reads at most `max` bytes. Past that the rest is read and dropped rather
-/// than buffered, so that HTTP/2 clients get the 413 instead of a reset
-/// stream; the request timeout bounds how long that can take.
-async fn read_limited(body: Body, max: usize) -> Result<Bytes, BadInput> {
-    let mut stream = body.into_data_stream();
+/// The shared budget of request-body bytes ([`Limits::max_body_bytes_in_flight`]).
+#[derive(Clone)]
+struct BodyBudget(Arc<Semaphore>);
+
+impl BodyBudget {
+    /// Extends `held` to cover `want` bytes, or Busy when the budget is spent.
+    fn cover(&self, held: &mut Option<OwnedSemaphorePermit>, want: usize) -> Result<(), BadInput> {
+        let have = held.as_ref().map_or(0, |p| p.num_permits());
+        if want <= have {
+            return Ok(());
+        }
+        let more = u32::try_from(want - have).map_err(|_| BadInput::Busy)?;
+        let p = self
+            .0
+            .clone()
+            .try_acquire_many_owned(more)
+            .map_err(|_| BadInput::Busy)?;
+        match held {
+            Some(h) => h.merge(p),
+            None => *held = Some(p),
+        }
+        Ok(())
+    }
+}
+
+/// Reads at most `max` bytes, each one covered by the budget (the declared
+/// length up front, so one allocation and an early 503). Past `max` the rest
+/// is read and dropped rather than buffered, so that HTTP/2 clients get the
+/// 413 instead of a reset stream; the request timeout bounds how long that
+/// can take. The permit goes with the bytes: hold it while they live.
+async fn read_limited(
+    body: Body,
+    max: usize,
+    budget: &BodyBudget,
+) -> Result<(Bytes, Option<OwnedSemaphorePermit>), BadInput> {
+    let declared = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX);
+    let mut held = None;
     let mut buf = Vec::new();
+    if declared <= max {
+        budget.cover(&mut held, declared)?;
+        buf.reserve_exact(declared);
+    }
+    let mut stream = body.into_data_stream();
     let mut too_large = false;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| BadInput::Unreadable(e.to_string()))?;
         if too_large || buf.len() + chunk.len() > max {
             too_large = true;
             buf = Vec::new();
+            held = None;
             continue;
         }
+        budget.cover(&mut held, buf.len() + chunk.len())?;
         buf.extend_from_slice(&chunk);
     }
     if too_large {
         return Err(BadInput::TooLarge(max));
     }
-    Ok(Bytes::from(buf))
+    Ok((Bytes::from(buf), held))
 }
 
 async fn read_review(
     s: &AppState,
+    budget: &BodyBudget,
     body: Body,
-) -> Result<AdmissionRequest<DynamicObject>, BadInput> {
-    let body = read_limited(body, s.max_body).await?;
-    parse_review(&body).map_err(BadInput::Review)
+) -> Result<
+    (
+        AdmissionRequest<DynamicObject>,
+        Option<OwnedSemaphorePermit>,
+    ),
+    BadInput,
+> {
+    let (body, permit) = read_limited(body, s.max_body, budget).await?;
+    let review = parse_review(&body).map_err(BadInput::Review)?;
+    Ok((review, permit))
 }
 
-async fn validate_evictions(State(s): State<AppState>, body: Body) -> Response {
-    match read_review(&s, body).await {
-        Ok(req) => answer(s.webhooks.evictions(req).await),
+async fn validate_evictions(
+    State(s): State<AppState>,
+    Extension(budget): Extension<BodyBudget>,
+    body: Body,
+) -> Response {
+    match read_review(&s, &budget, body).await {
+        // The permit is held until the answer is made.
+        Ok((req, _permit)) => answer(s.webhooks.evictions(req).await),
         Err(e) => e.into_response(),
     }
 }
 
-async fn mutate_deployments(State(s): State<AppState>, body: Body) -> Response {
-    match read_review(&s, body).await {
-        Ok(req) => answer(s.webhooks.deployments(req).await),
+async fn mutate_deployments(
+    State(s): State<AppState>,
+    Extension(budget): Extension<BodyBudget>,
+    body: Body,
+) -> Response {
+    match read_review(&s, &budget, body).await {
+        Ok((req, _permit)) => answer(s.webhooks.deployments(req).await),
         Err(e) => e.into_response(),
     }
 }
@@ -188,14 +291,42 @@ async fn metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
+/// Webhook requests past `Limits::max_in_flight` get 503 at once rather
+/// than queueing: a queue would only hold more bodies in memory.
+async fn limit_in_flight(
+    State(permits): State<Arc<Semaphore>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Ok(_permit) = permits.try_acquire() else {
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests in flight; try again",
+        );
+    };
+    next.run(req).await
+}
+
 pub fn router(state: AppState, request_timeout: Duration) -> Router {
+    router_with_limits(state, request_timeout, Limits::default())
+}
+
+pub fn router_with_limits(state: AppState, request_timeout: Duration, limits: Limits) -> Router {
+    let in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
+    let budget = BodyBudget(Arc::new(Semaphore::new(
+        limits.max_body_bytes_in_flight.max(state.max_body),
+    )));
     let webhooks = Router::new()
         .route("/validate/evictions", post(validate_evictions))
         .route("/mutate/deployments", post(mutate_deployments))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_client_cert,
-        ));
+        ))
+        .route_layer(Extension(budget))
+        // Health probes stay outside the limit: an overloaded replica is
+        // not a dead one, and a failed liveness probe would restart it.
+        .route_layer(middleware::from_fn_with_state(in_flight, limit_in_flight));
     Router::new()
         .merge(webhooks)
         // Never depends on the apiserver: answers as soon as the listener is up.
@@ -246,6 +377,19 @@ pub async fn serve(
     timeout: Duration,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    serve_with_limits(listener, tls, app, timeout, Limits::default(), shutdown).await
+}
+
+/// [`serve`] with explicit [`Limits`] (tests and the HTTP fuzz driver use small ones).
+pub async fn serve_with_limits(
+    listener: TcpListener,
+    tls: Arc<TlsSettings>,
+    app: Router,
+    timeout: Duration,
+    limits: Limits,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut shutdown = std::pin::pin!(shutdown);
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
@@ -264,11 +408,16 @@ pub async fn serve(
                 }
             },
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "connection limit reached; closing the new connection");
+            continue;
+        };
         // The current configuration: a reloaded client CA applies from the next connection.
         let acceptor = TlsAcceptor::from(tls.current());
         let app = app.clone();
         let mut closing = closing.clone();
         connections.spawn(async move {
+            let _slot = slot;
             let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
@@ -294,7 +443,21 @@ pub async fn serve(
             builder
                 .http1()
                 .timer(TokioTimer::new())
-                .header_read_timeout(timeout);
+                .header_read_timeout(timeout)
+                // Floor of hyper's buffer is 8 KiB; a longer head is answered 431.
+                .max_buf_size(limits.max_header_bytes.max(8192))
+                .max_headers(limits.max_headers);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(limits.h2_max_streams)
+                .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+                // Rapid reset (CVE-2023-44487) and streams the server had to reset.
+                .max_pending_accept_reset_streams(limits.h2_max_streams as usize)
+                .max_local_error_reset_streams(Some(1024))
+                // A peer that stops answering pings is gone: free its slot.
+                .keep_alive_interval(Some(timeout))
+                .keep_alive_timeout(timeout);
             let conn = builder.serve_connection(TokioIo::new(tls), svc);
             let mut conn = std::pin::pin!(conn);
             let result = tokio::select! {

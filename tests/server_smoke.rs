@@ -2,9 +2,19 @@
 //! real TLS, a kubeconfig that points at an unreachable apiserver. Uses curl
 //! as the client, as an operator would.
 
+#[path = "../fuzz/src/harness.rs"]
+#[allow(dead_code)]
+mod harness;
+#[path = "../fuzz/src/http_kit.rs"]
+#[allow(dead_code)]
+mod http_kit;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use eviction_autoscaler::server::Limits;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 struct Server {
     child: Child,
@@ -356,4 +366,311 @@ fn client_certificates_are_required_on_webhook_paths_only() {
         "old CA no longer trusted"
     );
     assert_eq!(call(None, "/healthz", None).0, 200);
+}
+
+/// `openssl s_client` against the server: (handshake completed, output).
+fn s_client(s: &Server, args: &[&str]) -> (bool, String) {
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{}", s.port)])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl must be installed");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done =
+        out.status.success() && (text.contains("Cipher is ") || text.contains("Ciphersuite: "));
+    (done, text)
+}
+
+/// behaviour.md 8, "HTTPS only (rustls, TLS 1.2+)": no plaintext answer;
+/// TLS 1.0 and 1.1 refused by the server (a protocol_version alert, with a
+/// client that would accept them); TLS 1.2 suites without ECDHE or without
+/// AEAD refused (a handshake_failure alert, each one offered by this
+/// OpenSSL); TLS 1.2 ECDHE with AES-GCM or ChaCha20 and TLS 1.3 accepted.
+/// (3DES and RC4 cannot be offered by OpenSSL 3's default build; rustls
+/// implements neither.)
+#[test]
+fn tls_refuses_plaintext_old_versions_and_weak_suites() {
+    let s = start();
+    // Plaintext HTTP: no HTTP answer, the connection is closed.
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    std::io::Write::write_all(&mut tcp, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut tcp, &mut got);
+    assert!(
+        !got.starts_with(b"HTTP/"),
+        "plaintext answered: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+
+    for v in ["-tls1", "-tls1_1"] {
+        let (done, out) = s_client(&s, &[v, "-cipher", "DEFAULT:@SECLEVEL=0"]);
+        assert!(!done, "{v} accepted:\n{out}");
+        // An alert from the server (rustls answers handshake_failure).
+        assert!(
+            out.contains("SSL alert number"),
+            "{v}: refused by the server, not the client:\n{out}"
+        );
+    }
+    for suite in [
+        "AES128-SHA",
+        "AES256-SHA256",
+        "AES128-GCM-SHA256",
+        "ECDHE-ECDSA-AES128-SHA",
+        "ECDHE-ECDSA-AES256-SHA384",
+        "ECDHE-RSA-AES128-SHA",
+    ] {
+        let offered = Command::new("openssl")
+            .args(["ciphers", "-tls1_2", &format!("{suite}:@SECLEVEL=0")])
+            .output()
+            .unwrap();
+        assert!(
+            offered.status.success(),
+            "this OpenSSL cannot offer {suite}"
+        );
+        let (done, out) = s_client(&s, &["-tls1_2", "-cipher", &format!("{suite}:@SECLEVEL=0")]);
+        assert!(!done, "{suite} accepted:\n{out}");
+        assert!(
+            out.contains("SSL alert number"),
+            "{suite}: refused by the server:\n{out}"
+        );
+    }
+    for suite in [
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+    ] {
+        let (done, out) = s_client(&s, &["-tls1_2", "-cipher", suite]);
+        assert!(done, "{suite} refused:\n{out}");
+        assert!(out.contains(suite), "{out}");
+    }
+    let (done, out) = s_client(&s, &["-tls1_3"]);
+    assert!(done && out.contains("TLSv1.3"), "TLS 1.3 refused:\n{out}");
+}
+
+/// A request head over the limit: 431 on HTTP/1.1 (size and header count)
+/// and HTTP/2 (header list size); the server goes on serving.
+#[tokio::test]
+async fn oversized_request_heads_get_431() {
+    let run = http_kit::start(Limits::default(), Duration::from_secs(5)).await;
+    let big = "a".repeat(100 * 1024);
+    let code = http_kit::h1(
+        &run,
+        &format!("GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {big}"),
+        b"",
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, Some(431), "HTTP/1.1 100 KiB header");
+    let many: String = (0..150).map(|i| format!("\r\nx-h{i}: v")).collect();
+    let code = http_kit::h1(
+        &run,
+        &format!("GET /healthz HTTP/1.1\r\nhost: x{many}"),
+        b"",
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, Some(431), "HTTP/1.1 150 headers");
+    let send = run.h2().await.unwrap().ready().await.unwrap();
+    let req = axum::http::Request::get("https://localhost/healthz")
+        .header("x-big", big)
+        .body(())
+        .unwrap();
+    let (resp, _) = send.clone().send_request(req, true).unwrap();
+    let status = resp.await.map(|r| r.status().as_u16());
+    assert!(
+        matches!(status, Ok(431) | Err(_)),
+        "HTTP/2 100 KiB header list: {status:?}"
+    );
+    assert_eq!(status.ok(), Some(431));
+    let code = http_kit::h1(&run, "GET /healthz HTTP/1.1\r\nhost: x", b"")
+        .await
+        .unwrap();
+    assert_eq!(code, Some(200));
+}
+
+/// Sends a webhook request head declaring `len` body bytes and one byte of
+/// it, then holds the connection open (returned) without sending the rest.
+async fn held_request(
+    run: &http_kit::Running,
+    len: usize,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let mut s = run.tls().await.unwrap();
+    s.write_all(
+        format!("POST /validate/evictions HTTP/1.1\r\nhost: x\r\ncontent-length: {len}\r\n\r\n{{")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    s.flush().await.unwrap();
+    s
+}
+
+/// Webhook requests past `max_in_flight` get 503 at once; health probes are
+/// not counted; a slow body ends with 503 at the request timeout.
+#[tokio::test]
+async fn webhook_requests_past_the_in_flight_limit_get_503() {
+    let limits = Limits {
+        max_in_flight: 2,
+        ..Limits::default()
+    };
+    let run = http_kit::start(limits, Duration::from_secs(3)).await;
+    let mut held = vec![held_request(&run, 100).await, held_request(&run, 100).await];
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let review = harness::eviction_review("u", "ns", "free-0", false).to_string();
+    let started = Instant::now();
+    let code = http_kit::h1(
+        &run,
+        "POST /validate/evictions HTTP/1.1\r\nhost: x",
+        review.as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, Some(503), "third request while two are in flight");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "503 at once, not queued"
+    );
+    let code = http_kit::h1(&run, "GET /healthz HTTP/1.1\r\nhost: x", b"")
+        .await
+        .unwrap();
+    assert_eq!(code, Some(200), "health probes are outside the limit");
+    // The held requests end by the request timeout.
+    for s in &mut held {
+        let code = tokio::time::timeout(Duration::from_secs(6), http_kit::read_status(s))
+            .await
+            .expect("slow body ended by the request timeout")
+            .unwrap();
+        assert_eq!(code, Some(503));
+    }
+    let code = http_kit::h1(
+        &run,
+        "POST /validate/evictions HTTP/1.1\r\nhost: x",
+        review.as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, Some(200), "served again once they are gone");
+}
+
+/// Declared body bytes past the shared budget get 503 before being read.
+#[tokio::test]
+async fn body_bytes_past_the_budget_get_503() {
+    // The budget is at least one body of the limit (3 MiB here).
+    let limits = Limits {
+        max_body_bytes_in_flight: 1,
+        ..Limits::default()
+    };
+    let run = http_kit::start(limits, Duration::from_secs(5)).await;
+    let _held = held_request(&run, 2 * 1024 * 1024).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut s = held_request(&run, 2 * 1024 * 1024).await;
+    let code = tokio::time::timeout(Duration::from_secs(2), http_kit::read_status(&mut s))
+        .await
+        .expect("answered at once")
+        .unwrap();
+    assert_eq!(code, Some(503), "4 MiB declared against a 3 MiB budget");
+    let review = harness::eviction_review("u", "ns", "free-0", false).to_string();
+    let code = http_kit::h1(
+        &run,
+        "POST /validate/evictions HTTP/1.1\r\nhost: x",
+        review.as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, Some(200), "a small body still fits");
+}
+
+/// The server announces its HTTP/2 stream limit, and 200 requests at once
+/// on one connection are all answered (the client queues past the limit).
+#[tokio::test]
+async fn http2_streams_per_connection_are_limited() {
+    let limits = Limits {
+        h2_max_streams: 8,
+        ..Limits::default()
+    };
+    let run = http_kit::start(limits, Duration::from_secs(10)).await;
+    let send = run.h2().await.unwrap();
+    // One request first: the client learns the limit from the server's
+    // SETTINGS (before them, a burst past it is refused, retryably).
+    let mut first = send.clone().ready().await.unwrap();
+    let (resp, _) = first
+        .send_request(
+            axum::http::Request::get("https://localhost/healthz")
+                .body(())
+                .unwrap(),
+            true,
+        )
+        .unwrap();
+    assert_eq!(resp.await.unwrap().status().as_u16(), 200);
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let send = send.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut send = send.ready().await.map_err(|e| format!("ready {e}"))?;
+            let body = harness::eviction_review(&format!("u{i}"), "ns", "free-0", true).to_string();
+            let req = axum::http::Request::post("https://localhost/validate/evictions")
+                .header("content-length", body.len())
+                .body(())
+                .map_err(|e| e.to_string())?;
+            let (resp, mut stream) = send
+                .send_request(req, false)
+                .map_err(|e| format!("send {e}"))?;
+            stream
+                .send_data(body.into(), true)
+                .map_err(|e| format!("data {e}"))?;
+            resp.await
+                .map(|r| r.status().as_u16())
+                .map_err(|e| format!("resp {e}"))
+        }));
+    }
+    let mut answers = std::collections::BTreeMap::<String, usize>::new();
+    for t in tasks {
+        let a = match t.await {
+            Ok(Ok(code)) => code.to_string(),
+            Ok(Err(e)) => e,
+            Err(e) => e.to_string(),
+        };
+        *answers.entry(a).or_default() += 1;
+    }
+    assert_eq!(answers.get("200"), Some(&200), "{answers:?}");
+    assert_eq!(send.current_max_send_streams(), 8);
+}
+
+/// Connections past `max_connections` are closed at accept; the ones within
+/// the limit that never start TLS are closed by the handshake timeout.
+#[tokio::test]
+async fn connections_past_the_limit_are_closed() {
+    let limits = Limits {
+        max_connections: 4,
+        ..Limits::default()
+    };
+    let run = http_kit::start(limits, Duration::from_secs(2)).await;
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(tokio::net::TcpStream::connect(run.addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut extra = tokio::net::TcpStream::connect(run.addr).await.unwrap();
+    let mut b = [0u8; 8];
+    let n = tokio::time::timeout(Duration::from_millis(1000), extra.read(&mut b))
+        .await
+        .expect("the fifth connection is closed at once");
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    for c in &mut idle {
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut b))
+            .await
+            .expect("closed by the handshake timeout");
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let code = http_kit::h1(&run, "GET /healthz HTTP/1.1\r\nhost: x", b"")
+        .await
+        .unwrap();
+    assert_eq!(code, Some(200));
 }

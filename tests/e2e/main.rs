@@ -216,7 +216,7 @@ async fn server_runs_as_its_service_account_with_least_privilege() {
             "patch",
             "evictionautoscalers.eviction-autoscaler.azure.com/status",
         ),
-        ("create", "events"),
+        ("create", "events.events.k8s.io"),
     ] {
         assert!(can(verb, res), "the ServiceAccount needs {verb} {res}");
     }

@@ -4,6 +4,7 @@
 //! election between two replicas.
 
 mod events;
+mod rbac;
 #[path = "../e2e/support.rs"]
 mod support;
 mod surge_upgrade;
