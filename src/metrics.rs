@@ -15,6 +15,16 @@ pub struct AdmissionLabels {
     pub code: u16,
 }
 
+/// One request of the product's own to the apiserver (src/client.rs).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiRequestLabels {
+    pub verb: &'static str,
+    /// Plural, with the subresource if any: `pods/eviction`.
+    pub resource: String,
+    /// HTTP status of the answer, or `error` / `timeout` when there was none.
+    pub code: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabel {
     pub webhook: &'static str,
@@ -37,6 +47,7 @@ pub struct Metrics {
     pub reconcile_errors: Family<ControllerLabel, Counter>,
     pub leader: Gauge,
     pub client_cert_missing: Counter,
+    pub api_requests: Family<ApiRequestLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -110,6 +121,13 @@ impl Metrics {
             "Webhook requests refused (401) because CLIENT_CA_FILE is set and no client certificate was presented",
             client_cert_missing.clone(),
         );
+        let api_requests = Family::<ApiRequestLabels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "Requests of this process to the Kubernetes API by verb, resource and code \
+             (watches count when they start; a call retried by the client counts once)",
+            api_requests.clone(),
+        );
         Metrics {
             registry,
             admission_requests,
@@ -122,6 +140,7 @@ impl Metrics {
             reconcile_errors,
             leader,
             client_cert_missing,
+            api_requests,
         }
     }
 
