@@ -315,6 +315,9 @@ pub struct Cache {
     pub keda: Arc<RwLock<Option<Store<DynamicObject>>>>,
     /// Bumped on every watch event: wakes the controllers.
     pub changed: watch::Receiver<u64>,
+    /// Bumped on every PDB event only, after the store has it: wakes held
+    /// evictions (EVICTION_HOLD) without the pod churn of `changed`.
+    pub pdb_changed: watch::Receiver<u64>,
     synced: Arc<AtomicBool>,
     pub health: Arc<CacheHealth>,
     pub behaviour: Arc<Behaviour>,
@@ -336,6 +339,7 @@ impl Cache {
     /// A synced cache over stores that something else fills.
     pub fn from_stores(s: Stores, behaviour: Arc<Behaviour>) -> Cache {
         let (_tx, changed) = watch::channel(0u64);
+        let (_tx, pdb_changed) = watch::channel(0u64);
         Cache {
             pods: s.pods,
             pdbs: s.pdbs,
@@ -347,6 +351,7 @@ impl Cache {
             eas: s.eas,
             keda: Arc::new(RwLock::new(None)),
             changed,
+            pdb_changed,
             synced: Arc::new(AtomicBool::new(true)),
             health: Arc::new(CacheHealth {
                 stale_after: DEFAULT_STALE_AFTER,
@@ -431,7 +436,12 @@ pub fn start(
         health: &mut stores,
     };
     let pods = r.reflect::<SlimPod>(None, strip_pod);
-    let pdbs = r.reflect::<PodDisruptionBudget>(None, |p| strip_meta(&mut p.metadata));
+    let (pdb_tx, pdb_changed) = watch::channel(0u64);
+    let pdbs = r.reflect_notifying::<PodDisruptionBudget>(
+        None,
+        |p| strip_meta(&mut p.metadata),
+        Some(pdb_tx),
+    );
     let deployments = r.reflect::<Deployment>(None, |d| {
         strip_meta(&mut d.metadata);
         if let Some(spec) = d.spec.as_mut() {
@@ -475,6 +485,7 @@ pub fn start(
         eas,
         keda,
         changed,
+        pdb_changed,
         synced: synced.clone(),
         health: Arc::new(CacheHealth {
             stale_after,
@@ -544,6 +555,25 @@ impl Reflectors<'_> {
             + Sync
             + 'static,
     {
+        self.reflect_notifying(missing, strip, None)
+    }
+
+    /// [`Self::reflect`], also bumping `notify` on each of this store's events.
+    fn reflect_notifying<K>(
+        &mut self,
+        missing: Option<&'static str>,
+        strip: impl FnMut(&mut K) + Send + 'static,
+        notify: Option<watch::Sender<u64>>,
+    ) -> Store<K>
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
         let health = Arc::new(StoreHealth::new(K::plural(&()), self.base));
         let name = health.name.clone();
         self.health.push(health.clone());
@@ -563,6 +593,9 @@ impl Reflectors<'_> {
                     Ok(Event::Apply(_) | Event::Delete(_)) => {
                         note_recovery(&health, health.ok());
                         changed.send_modify(|n| *n = n.wrapping_add(1));
+                        if let Some(n) = &notify {
+                            n.send_modify(|n| *n = n.wrapping_add(1));
+                        }
                     }
                     Ok(Event::InitDone) => {
                         let was_listed = health.listed.load(Ordering::Acquire);
@@ -576,6 +609,9 @@ impl Reflectors<'_> {
                             note_recovery(&health, recovered);
                         }
                         changed.send_modify(|n| *n = n.wrapping_add(1));
+                        if let Some(n) = &notify {
+                            n.send_modify(|n| *n = n.wrapping_add(1));
+                        }
                     }
                     // Init precedes the list request and proves nothing; a
                     // relist's objects count once InitDone swaps them in.

@@ -30,6 +30,13 @@ pub struct WebhookLabel {
     pub webhook: &'static str,
 }
 
+/// How a held eviction ended (EVICTION_HOLD): `allowed`, `expired` (429 at
+/// the deadline) or `busy` (no permit left: 429 at once).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HoldLabel {
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
     pub controller: &'static str,
@@ -48,6 +55,8 @@ pub struct Metrics {
     pub leader: Gauge,
     pub client_cert_missing: Counter,
     pub api_requests: Family<ApiRequestLabels, Counter>,
+    pub eviction_holds: Family<HoldLabel, Counter>,
+    pub evictions_held: Gauge,
 }
 
 impl Default for Metrics {
@@ -128,6 +137,18 @@ impl Metrics {
              (watches count when they start; a call retried by the client counts once)",
             api_requests.clone(),
         );
+        let eviction_holds = Family::<HoldLabel, Counter>::default();
+        registry.register(
+            "eviction_holds",
+            "Blocked evictions held during a surge (EVICTION_HOLD), by outcome",
+            eviction_holds.clone(),
+        );
+        let evictions_held = Gauge::default();
+        registry.register(
+            "evictions_held",
+            "Blocked evictions being held right now",
+            evictions_held.clone(),
+        );
         Metrics {
             registry,
             admission_requests,
@@ -141,6 +162,8 @@ impl Metrics {
             leader,
             client_cert_missing,
             api_requests,
+            eviction_holds,
+            evictions_held,
         }
     }
 

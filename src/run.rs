@@ -147,6 +147,8 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         metrics: metrics.clone(),
         signals,
         write_timeout: Duration::from_secs(5),
+        hold: opts.eviction_hold,
+        held: Arc::new(tokio::sync::Semaphore::new(crate::webhook::hold::MAX_HELD)),
     });
     let app = server::router(
         AppState {
