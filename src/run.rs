@@ -149,6 +149,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         write_timeout: Duration::from_secs(5),
         hold: opts.eviction_hold,
         held: Arc::new(tokio::sync::Semaphore::new(crate::webhook::hold::MAX_HELD)),
+        room: Default::default(),
     });
     let app = server::router(
         AppState {

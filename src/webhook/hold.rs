@@ -17,10 +17,14 @@
 //!   room, the pod went away, a cache went stale: each is an allow without
 //!   the hold too).
 //!
-//! When one PDB makes room for one pod, every held eviction under it is
-//! allowed; the apiserver then lets one through and answers its own 429 to
-//! the others, which kubectl retries as it would have retried ours.
+//! Room is shared out: when a PDB's status (one resourceVersion) allows k
+//! disruptions, at most k of the evictions held under it are allowed
+//! ([`RoomLedger`]); the others wait for the next status. Allowing them all
+//! would make the apiserver answer its own 429 to all but k, and kubectl
+//! would wait its full 5 s retry for those (seen in the e2e drains).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -69,24 +73,90 @@ impl HoldOutcome {
     }
 }
 
+/// The disruptions each PDB's current status allows that held evictions
+/// have not taken yet, keyed by namespace and PDB name.
+#[derive(Debug, Default)]
+pub struct RoomLedger {
+    room: HashMap<(String, String), (String, i32)>,
+}
+
+impl RoomLedger {
+    /// Takes one of the `allowed` disruptions of the PDB status at
+    /// `resource_version`; false when held evictions took them all already.
+    /// A new status (another resourceVersion) starts a new count: the
+    /// apiserver's own evictions and the disruption controller both write
+    /// the status, so it always says what is left.
+    pub fn take(&mut self, ns: &str, pdb: &str, resource_version: &str, allowed: i32) -> bool {
+        let entry = self
+            .room
+            .entry((ns.to_string(), pdb.to_string()))
+            .or_insert_with(|| (resource_version.to_string(), allowed));
+        if entry.0 != resource_version {
+            *entry = (resource_version.to_string(), allowed);
+        }
+        if entry.1 > 0 {
+            entry.1 -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Forgets every PDB (nothing held any more).
+    pub fn clear(&mut self) {
+        self.room.clear();
+    }
+}
+
+/// Whether this Allow may be answered: a budget that allows disruptions is
+/// shared out through `ledger`; any other reason to allow is answered.
+fn share_room(
+    view: &impl EvictionView,
+    ledger: &Mutex<RoomLedger>,
+    ns: &str,
+    pdb: &str,
+    reason: AllowReason,
+) -> bool {
+    if reason != AllowReason::BudgetAllows {
+        return true;
+    }
+    let Some(p) = view
+        .pdbs_in(ns)
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some(pdb))
+    else {
+        // The pod's PDB changed under us; the apiserver decides.
+        return true;
+    };
+    let rv = p.metadata.resource_version.as_deref().unwrap_or_default();
+    let allowed = p.status.as_ref().map_or(0, |s| s.disruptions_allowed);
+    match ledger.lock() {
+        Ok(mut l) => l.take(ns, pdb, rv, allowed),
+        Err(poisoned) => poisoned.into_inner().take(ns, pdb, rv, allowed),
+    }
+}
+
 /// Re-decides over `view` now and after every bump of `changes` (the PDB
 /// store's notifier) until the decision is an Allow or `deadline` passes.
 /// No polling: a PDB status update from the disruption controller is what
 /// makes room, and that is a PDB event.
 pub async fn wait_for_room(
     view: &impl EvictionView,
+    ledger: &Mutex<RoomLedger>,
     mut changes: watch::Receiver<u64>,
-    ns: &str,
-    pod: &str,
+    blocked: (&str, &str, &str),
     deadline: Instant,
 ) -> HoldOutcome {
+    let (ns, pod, pdb) = blocked;
     // Mark the current version seen before deciding, so a change between
     // the decision and the wait still wakes us.
     changes.borrow_and_update();
     let mut notifier_alive = true;
     loop {
         if let Decision::Allow { reason, warning } = decide(view, ns, pod) {
-            return HoldOutcome::Room { reason, warning };
+            if share_room(view, ledger, ns, pdb, reason) {
+                return HoldOutcome::Room { reason, warning };
+            }
         }
         if !notifier_alive {
             tokio::time::sleep_until(deadline).await;
@@ -110,7 +180,7 @@ mod tests {
     use crate::webhook::eviction::tests::{pdb, pod, Fixture};
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     fn blocking() -> Fixture {
         let dep = Deployment {
@@ -181,7 +251,10 @@ mod tests {
         let started = Instant::now();
         let deadline = started + Duration::from_secs(20);
         let v = view.clone();
-        let held = tokio::spawn(async move { wait_for_room(&*v, rx, "ns", "p", deadline).await });
+        let held = tokio::spawn(async move {
+            let ledger = Mutex::new(RoomLedger::default());
+            wait_for_room(&*v, &ledger, rx, ("ns", "p", "web"), deadline).await
+        });
         // A change that still blocks (another PDB field) keeps it waiting.
         tokio::time::sleep(Duration::from_millis(100)).await;
         tx.send_modify(|n| *n += 1);
@@ -211,7 +284,14 @@ mod tests {
         let view = shared(blocking());
         let (tx, rx) = watch::channel(0u64);
         let started = Instant::now();
-        let out = wait_for_room(&view, rx, "ns", "p", started + Duration::from_millis(300)).await;
+        let out = wait_for_room(
+            &view,
+            &Mutex::new(RoomLedger::default()),
+            rx,
+            ("ns", "p", "web"),
+            started + Duration::from_millis(300),
+        )
+        .await;
         assert_eq!(out, HoldOutcome::Expired);
         assert!(started.elapsed() >= Duration::from_millis(300));
         drop(tx);
@@ -223,7 +303,14 @@ mod tests {
         f.pdbs[0] = pdb("web", 1, 3, 4);
         let (_tx, rx) = watch::channel(0u64);
         let started = Instant::now();
-        let out = wait_for_room(&f, rx, "ns", "p", started + Duration::from_secs(20)).await;
+        let out = wait_for_room(
+            &f,
+            &Mutex::new(RoomLedger::default()),
+            rx,
+            ("ns", "p", "web"),
+            started + Duration::from_secs(20),
+        )
+        .await;
         assert!(matches!(out, HoldOutcome::Room { .. }));
         assert!(started.elapsed() < Duration::from_secs(10));
     }
@@ -236,11 +323,76 @@ mod tests {
         let (tx, rx) = watch::channel(0u64);
         drop(tx);
         let started = Instant::now();
-        let out = wait_for_room(&view, rx, "ns", "p", started + Duration::from_millis(300)).await;
+        let out = wait_for_room(
+            &view,
+            &Mutex::new(RoomLedger::default()),
+            rx,
+            ("ns", "p", "web"),
+            started + Duration::from_millis(300),
+        )
+        .await;
         assert_eq!(out, HoldOutcome::Expired);
         assert!(started.elapsed() >= Duration::from_millis(300));
         let decisions = view.1.load(std::sync::atomic::Ordering::SeqCst);
         assert!(decisions <= 2, "{decisions} decisions: the loop spun");
+    }
+
+    #[test]
+    fn room_is_shared_out_per_pdb_status() {
+        let mut l = RoomLedger::default();
+        assert!(l.take("ns", "web", "10", 2));
+        assert!(l.take("ns", "web", "10", 2));
+        assert!(!l.take("ns", "web", "10", 2), "both taken");
+        assert!(l.take("ns", "api", "10", 1), "another PDB has its own room");
+        // The apiserver's eviction wrote a new status: it says what is left.
+        assert!(!l.take("ns", "web", "11", 0));
+        assert!(l.take("ns", "web", "12", 1));
+        assert!(!l.take("ns", "web", "12", 1));
+        l.clear();
+        assert!(l.take("ns", "web", "12", 1));
+    }
+
+    /// Two evictions held under one PDB whose status makes room for one:
+    /// one is allowed, the other waits for the next status.
+    #[tokio::test]
+    async fn room_for_one_allows_one_held_eviction() {
+        let mut f = blocking();
+        let mut q = pod("q", "Running", true);
+        q.metadata.name = Some("q".into());
+        f.pods.push(q);
+        let dep = f.deployment_of["p"].clone();
+        f.deployment_of.insert("q".into(), dep);
+        f.pdbs[0].metadata.resource_version = Some("1".into());
+        let view = Arc::new(shared(f));
+        let ledger = Arc::new(Mutex::new(RoomLedger::default()));
+        let (tx, rx) = watch::channel(0u64);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let hold = |pod: &'static str| {
+            let (v, l, rx) = (view.clone(), ledger.clone(), rx.clone());
+            tokio::spawn(
+                async move { wait_for_room(&*v, &l, rx, ("ns", pod, "web"), deadline).await },
+            )
+        };
+        let (hp, hq) = (hold("p"), hold("q"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut room = pdb("web", 1, 3, 4);
+        room.metadata.resource_version = Some("2".into());
+        view.0.lock().unwrap().pdbs[0] = room;
+        tx.send_modify(|n| *n += 1);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            usize::from(hp.is_finished()) + usize::from(hq.is_finished()),
+            1,
+            "exactly one of the two is allowed"
+        );
+        // The first eviction went through and a second new pod is Ready.
+        let mut more = pdb("web", 1, 3, 4);
+        more.metadata.resource_version = Some("3".into());
+        view.0.lock().unwrap().pdbs[0] = more;
+        tx.send_modify(|n| *n += 1);
+        for h in [hp, hq] {
+            assert!(matches!(h.await.unwrap(), HoldOutcome::Room { .. }));
+        }
     }
 
     /// A cache that goes stale while a request is held gives it up with the
@@ -251,7 +403,10 @@ mod tests {
         let (tx, rx) = watch::channel(0u64);
         let deadline = Instant::now() + Duration::from_secs(20);
         let v = view.clone();
-        let held = tokio::spawn(async move { wait_for_room(&*v, rx, "ns", "p", deadline).await });
+        let held = tokio::spawn(async move {
+            let ledger = Mutex::new(RoomLedger::default());
+            wait_for_room(&*v, &ledger, rx, ("ns", "p", "web"), deadline).await
+        });
         tokio::time::sleep(Duration::from_millis(100)).await;
         view.0.lock().unwrap().freshness = Freshness::Stale;
         tx.send_modify(|n| *n += 1);

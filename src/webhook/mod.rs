@@ -134,6 +134,8 @@ pub struct Webhooks {
     pub hold: Duration,
     /// Permits for held requests ([`hold::MAX_HELD`]).
     pub held: Arc<Semaphore>,
+    /// Room shared out among held requests ([`hold::RoomLedger`]).
+    pub room: std::sync::Mutex<hold::RoomLedger>,
 }
 
 impl Webhooks {
@@ -213,7 +215,7 @@ impl Webhooks {
                 }
                 if hold::should_hold(self.hold, dry_run, self.cache.freshness(), &surge) {
                     if let Some(HoldOutcome::Room { reason, warning }) =
-                        self.hold_for_room(ns, &b.pod, started).await
+                        self.hold_for_room(&b, started).await
                     {
                         tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb,
                             reason = reason.as_str(), held = ?started.elapsed(),
@@ -240,7 +242,7 @@ impl Webhooks {
 
     /// Holds a blocked eviction until the caches show room or the hold ends
     /// (None when no permit is left: answer at once).
-    async fn hold_for_room(&self, ns: &str, pod: &str, started: Instant) -> Option<HoldOutcome> {
+    async fn hold_for_room(&self, b: &Blocked, started: Instant) -> Option<HoldOutcome> {
         let count = |outcome: &'static str| {
             self.metrics
                 .eviction_holds
@@ -251,21 +253,30 @@ impl Webhooks {
             count("busy");
             return None;
         };
-        // Dropped on every exit, including the apiserver hanging up.
-        struct Held<'a>(&'a prometheus_client::metrics::gauge::Gauge);
+        // Dropped on every exit, including the apiserver hanging up. The
+        // last one out forgets the room ledger, so it never grows.
+        struct Held<'a>(
+            &'a prometheus_client::metrics::gauge::Gauge,
+            &'a std::sync::Mutex<hold::RoomLedger>,
+        );
         impl Drop for Held<'_> {
             fn drop(&mut self) {
-                self.0.dec();
+                if self.0.dec() == 1 {
+                    match self.1.lock() {
+                        Ok(mut l) => l.clear(),
+                        Err(poisoned) => poisoned.into_inner().clear(),
+                    }
+                }
             }
         }
         self.metrics.evictions_held.inc();
-        let _held = Held(&self.metrics.evictions_held);
+        let _held = Held(&self.metrics.evictions_held, &self.room);
         let deadline = tokio::time::Instant::from_std(started + self.hold);
         let outcome = hold::wait_for_room(
             &self.cache,
+            &self.room,
             self.cache.pdb_changed.clone(),
-            ns,
-            pod,
+            (&b.namespace, &b.pod, &b.pdb),
             deadline,
         )
         .await;

@@ -3,6 +3,7 @@
 //! nodes; the webhook registered through real webhook configurations; drains
 //! with the real kubectl.
 
+mod hold;
 pub mod pdbs;
 mod safety;
 mod support;
