@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use eviction_autoscaler::cache::{strip_meta, strip_pod, Cache, SlimPod, Stores};
+use eviction_autoscaler::cache::{strip_meta, Cache, PodStore, PodWire, SlimPod, Stores};
 use eviction_autoscaler::config::Behaviour;
 use eviction_autoscaler::webhook::eviction::decide;
 use eviction_autoscaler::webhook::parse_review;
@@ -100,29 +100,88 @@ fn pod_json(ns: &str, i: usize, app: &str, node: &str) -> serde_json::Value {
     })
 }
 
-fn memory_per_pod(n: usize) -> (f64, f64) {
+/// The cache's pod form before the interned `SlimPod`: the decoded fields
+/// with a stripped `ObjectMeta` (kept here to show the change side by side).
+fn strip_wire(p: &mut PodWire) {
+    strip_meta(&mut p.metadata);
+    let m = &mut p.metadata;
+    m.annotations = None;
+    m.generate_name = None;
+    m.uid = None;
+    m.resource_version = None;
+    m.creation_timestamp = None;
+    if let Some(refs) = m.owner_references.as_mut() {
+        refs.retain(|o| o.controller == Some(true));
+    }
+    p.status.conditions.retain(|c| c.type_ == "Ready");
+    p.status.conditions.shrink_to_fit();
+}
+
+struct PodMemory {
+    full: f64,
+    wire: f64,
+    slim: f64,
+    in_store: f64,
+}
+
+/// Bytes kept per pod, from the allocator: the full k8s-openapi Pod, the
+/// previous cache form, the `SlimPod`, and a `SlimPod` in the `PodStore`
+/// (with the maps' share). Pods of 100 namespaces, 10 Deployments each, on
+/// 50 nodes.
+fn memory_per_pod(n: usize) -> PodMemory {
     let bodies: Vec<Vec<u8>> = (0..n)
-        .map(|i| serde_json::to_vec(&pod_json("ns", i, "app", "node-1")).unwrap_or_default())
+        .map(|i| {
+            let ns = format!("ns-{}", i % 100);
+            let app = format!("app-{}", (i / 100) % 10);
+            let node = format!("node-{}", i % 50);
+            serde_json::to_vec(&pod_json(&ns, i, &app, &node)).unwrap_or_default()
+        })
         .collect();
+    let per = |before: isize| (live() - before) as f64 / n as f64;
     let before = live();
     let full: Vec<Pod> = bodies
         .iter()
         .filter_map(|b| serde_json::from_slice(b).ok())
         .collect();
-    let full_bytes = (live() - before) as f64 / n as f64;
+    let full_bytes = per(before);
     drop(full);
+    let before = live();
+    let wire: Vec<PodWire> = bodies
+        .iter()
+        .filter_map(|b| serde_json::from_slice::<PodWire>(b).ok())
+        .map(|mut p| {
+            strip_wire(&mut p);
+            p
+        })
+        .collect();
+    let wire_bytes = per(before);
+    drop(wire);
     let before = live();
     let slim: Vec<SlimPod> = bodies
         .iter()
         .filter_map(|b| serde_json::from_slice::<SlimPod>(b).ok())
-        .map(|mut p| {
-            strip_pod(&mut p);
-            p
-        })
         .collect();
-    let slim_bytes = (live() - before) as f64 / n as f64;
+    let slim_bytes = per(before);
     assert_eq!(slim.len(), n);
-    (full_bytes, slim_bytes)
+    drop(slim);
+    let before = live();
+    let store = PodStore::default();
+    let mut w = store.writer();
+    w.init();
+    for b in &bodies {
+        if let Ok(p) = serde_json::from_slice::<SlimPod>(b) {
+            w.apply_pod(p);
+        }
+    }
+    w.init_done();
+    let store_bytes = per(before);
+    assert_eq!(store.len(), n);
+    PodMemory {
+        full: full_bytes,
+        wire: wire_bytes,
+        slim: slim_bytes,
+        in_store: store_bytes,
+    }
 }
 
 fn apply<K>(w: &mut Writer<K>, objs: impl IntoIterator<Item = K>)
@@ -139,7 +198,8 @@ where
 
 /// A cache of `pods` pods in 100 namespaces, 10 Deployments each, all with PDBs.
 fn cache_with(pods: usize) -> (Cache, Vec<(String, String)>) {
-    let (pod_r, mut pod_w) = reflector::store::<SlimPod>();
+    let pod_store = PodStore::default();
+    let mut pod_w = pod_store.writer();
     let (pdb_r, mut pdb_w) = reflector::store::<PodDisruptionBudget>();
     let (dep_r, mut dep_w) = reflector::store::<Deployment>();
     let (rs_r, mut rs_w) = reflector::store::<ReplicaSet>();
@@ -154,13 +214,17 @@ fn cache_with(pods: usize) -> (Cache, Vec<(String, String)>) {
     for i in 0..pods {
         let ns = format!("ns-{}", i % namespaces);
         let app = format!("app-{}", (i / namespaces) % apps);
-        let mut p: SlimPod =
-            serde_json::from_value(pod_json(&ns, i, &app, "node-1")).unwrap_or_default();
-        strip_pod(&mut p);
-        keys.push((ns, p.metadata.name.clone().unwrap_or_default()));
+        let Ok(p) = serde_json::from_value::<SlimPod>(pod_json(&ns, i, &app, "node-1")) else {
+            continue;
+        };
+        keys.push((ns, p.name().to_string()));
         pod_objs.push(p);
     }
-    apply(&mut pod_w, pod_objs);
+    pod_w.init();
+    for p in pod_objs {
+        pod_w.apply_pod(p);
+    }
+    pod_w.init_done();
     let mut pdbs = Vec::new();
     let mut deps = Vec::new();
     let mut rss = Vec::new();
@@ -205,7 +269,7 @@ fn cache_with(pods: usize) -> (Cache, Vec<(String, String)>) {
     apply::<eviction_autoscaler::crd::EvictionAutoScaler>(&mut eas_w, vec![]);
     let cache = Cache::from_stores(
         Stores {
-            pods: pod_r,
+            pods: pod_store,
             pdbs: pdb_r,
             deployments: dep_r,
             replicasets: rs_r,
@@ -244,15 +308,32 @@ fn main() {
     println!("eviction-autoscaler benchmark (one run; compare ratios, not absolute times)\n");
 
     let n = 20_000;
-    let (full, slim) = memory_per_pod(n);
-    println!("memory per cached pod ({n} realistic pods):");
-    println!("  full k8s-openapi Pod : {full:>8.0} bytes");
-    println!("  SlimPod (cache)      : {slim:>8.0} bytes");
-    println!("  ratio full / slim    : {:>8.1}x", full / slim);
+    let m = memory_per_pod(n);
+    println!("memory per cached pod ({n} realistic pods, 100 namespaces, 50 nodes):");
     println!(
-        "  100k pods in cache   : {:>8.1} MiB (full would be {:.1} MiB)\n",
-        slim * 1e5 / 1048576.0,
-        full * 1e5 / 1048576.0
+        "  full k8s-openapi Pod              : {:>8.0} bytes",
+        m.full
+    );
+    println!(
+        "  stripped ObjectMeta (before)      : {:>8.0} bytes",
+        m.wire
+    );
+    println!(
+        "  SlimPod, interned (cache)         : {:>8.0} bytes",
+        m.slim
+    );
+    println!(
+        "  SlimPod in the PodStore (w/ maps) : {:>8.0} bytes",
+        m.in_store
+    );
+    println!(
+        "  ratio full / slim                 : {:>8.1}x",
+        m.full / m.slim
+    );
+    println!(
+        "  100k pods in cache                : {:>8.1} MiB (full would be {:.1} MiB)\n",
+        m.in_store * 1e5 / 1048576.0,
+        m.full * 1e5 / 1048576.0
     );
 
     let rounds = 20_000;

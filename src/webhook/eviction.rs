@@ -242,10 +242,7 @@ impl<C: EvictionView> EvictionView for LiveView<'_, C> {
         self.facts
             .pod
             .as_ref()
-            .filter(|p| {
-                p.metadata.namespace.as_deref() == Some(ns)
-                    && p.metadata.name.as_deref() == Some(name)
-            })
+            .filter(|p| p.namespace() == ns && p.name() == name)
             .map(|p| Arc::new(p.clone()))
     }
     fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>> {
@@ -337,7 +334,7 @@ pub fn blocked_message(b: &Blocked, surge: &SurgeState) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cache::{SlimCondition, SlimPodSpec, SlimPodStatus};
+    use crate::cache::{PodWire, SlimCondition, SlimPodSpec, SlimPodStatus};
     use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
     use std::collections::BTreeMap;
@@ -357,10 +354,7 @@ pub(crate) mod tests {
         fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
             self.pods
                 .iter()
-                .find(|p| {
-                    p.metadata.namespace.as_deref() == Some(ns)
-                        && p.metadata.name.as_deref() == Some(name)
-                })
+                .find(|p| p.namespace() == ns && p.name() == name)
                 .cloned()
                 .map(Arc::new)
         }
@@ -373,7 +367,7 @@ pub(crate) mod tests {
                 .collect()
         }
         fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>> {
-            let name = pod.metadata.name.clone()?;
+            let name = pod.name().to_string();
             self.deployment_of.get(&name).cloned().map(Arc::new)
         }
         fn namespace_in_scope(&self, _ns: &str) -> bool {
@@ -386,7 +380,12 @@ pub(crate) mod tests {
     }
 
     pub fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
-        SlimPod {
+        SlimPod::from(pod_wire(name, phase, ready))
+    }
+
+    /// A pod as the apiserver sends it, for tests that change a field.
+    pub fn pod_wire(name: &str, phase: &str, ready: bool) -> PodWire {
+        PodWire {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
@@ -502,7 +501,11 @@ pub(crate) mod tests {
             ),
             (
                 "terminating",
-                |f| f.pods[0].metadata.deletion_timestamp = Some(Time(Default::default())),
+                |f| {
+                    let mut w = pod_wire("p", "Running", true);
+                    w.metadata.deletion_timestamp = Some(Time(Default::default()));
+                    f.pods[0] = SlimPod::from(w);
+                },
                 AllowReason::BudgetIgnored,
             ),
             (
@@ -713,8 +716,9 @@ pub(crate) mod tests {
             (
                 "the pod is already terminating",
                 |l| {
-                    l.pod.as_mut().unwrap().metadata.deletion_timestamp =
-                        Some(Time(Default::default()))
+                    let mut w = pod_wire("p", "Running", true);
+                    w.metadata.deletion_timestamp = Some(Time(Default::default()));
+                    l.pod = Some(SlimPod::from(w));
                 },
                 "budget_ignored",
             ),
@@ -726,8 +730,9 @@ pub(crate) mod tests {
             (
                 "the pod was relabelled out of the selector",
                 |l| {
-                    l.pod.as_mut().unwrap().metadata.labels =
-                        Some([("app".to_string(), "other".to_string())].into())
+                    let mut w = pod_wire("p", "Running", true);
+                    w.metadata.labels = Some([("app".to_string(), "other".to_string())].into());
+                    l.pod = Some(SlimPod::from(w));
                 },
                 "no_pdb",
             ),

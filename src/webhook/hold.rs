@@ -357,9 +357,7 @@ mod tests {
     #[tokio::test]
     async fn room_for_one_allows_one_held_eviction() {
         let mut f = blocking();
-        let mut q = pod("q", "Running", true);
-        q.metadata.name = Some("q".into());
-        f.pods.push(q);
+        f.pods.push(pod("q", "Running", true));
         let dep = f.deployment_of["p"].clone();
         f.deployment_of.insert("q".into(), dep);
         f.pdbs[0].metadata.resource_version = Some("1".into());
