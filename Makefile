@@ -69,7 +69,7 @@ demo: build
 	tests/e2e/demo.sh
 
 bench:
-	$(CARGO) run --release --example bench
+	$(CARGO) run --release --example bench -- BENCHMARKS.md
 
 clean:
 	-tests/cluster/down.sh

@@ -1,5 +1,7 @@
 //! `make bench`: figures and ratios measured in one run, so a noisy machine
-//! compares like with like.
+//! compares like with like. Prints them and writes them, with the machine,
+//! the command and the date, to the file named by the first argument
+//! (`make bench` passes BENCHMARKS.md).
 //!
 //! 1. Memory per cached pod: a realistic Pod as the apiserver sends it,
 //!    decoded into the full k8s-openapi `Pod` versus the cache's stripped
@@ -7,6 +9,9 @@
 //! 2. The eviction decision over real reflector stores at 10k and 100k pods:
 //!    time per decision and the ratio between the two sizes.
 //! 3. The AdmissionReview codec: parse a review and encode the answer.
+//! 4. Admission over HTTPS against the stack's limit ([`http`]).
+
+mod http;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -44,6 +49,20 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static A: Counting = Counting;
+
+/// Everything printed, for the report file.
+static REPORT: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+macro_rules! out {
+    ($($t:tt)*) => {{
+        let line = format!($($t)*);
+        println!("{line}");
+        if let Ok(mut r) = REPORT.lock() {
+            r.push_str(&line);
+            r.push('\n');
+        }
+    }};
+}
 
 fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
@@ -196,8 +215,9 @@ where
     w.apply_watcher_event(&Event::InitDone);
 }
 
-/// A cache of `pods` pods in 100 namespaces, 10 Deployments each, all with PDBs.
-fn cache_with(pods: usize) -> (Cache, Vec<(String, String)>) {
+/// A cache of `pods` pods in 100 namespaces, `apps` Deployments each, all
+/// with PDBs that allow `allowed` disruptions.
+fn cache_with(pods: usize, apps: usize, allowed: i32) -> (Cache, Vec<(String, String)>) {
     let pod_store = PodStore::default();
     let mut pod_w = pod_store.writer();
     let (pdb_r, mut pdb_w) = reflector::store::<PodDisruptionBudget>();
@@ -208,7 +228,6 @@ fn cache_with(pods: usize) -> (Cache, Vec<(String, String)>) {
     let (hpa_r, hpa_w) = reflector::store();
     let (eas_r, eas_w) = reflector::store();
     let namespaces = 100;
-    let apps = 10;
     let mut keys = Vec::new();
     let mut pod_objs = Vec::with_capacity(pods);
     for i in 0..pods {
@@ -241,7 +260,7 @@ fn cache_with(pods: usize) -> (Cache, Vec<(String, String)>) {
             pdbs.push(serde_json::from_value::<PodDisruptionBudget>(json!({
                 "metadata": {"name": app, "namespace": ns, "generation": 1},
                 "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": app}}},
-                "status": {"disruptionsAllowed": 0, "currentHealthy": 3, "desiredHealthy": 3, "expectedPods": 3, "observedGeneration": 1}
+                "status": {"disruptionsAllowed": allowed, "currentHealthy": 3, "desiredHealthy": 3, "expectedPods": 3, "observedGeneration": 1}
             })).unwrap_or_default());
             let mut d: Deployment = serde_json::from_value(json!({
                 "metadata": {"name": app, "namespace": ns, "uid": format!("dep-{app}")},
@@ -284,7 +303,7 @@ fn cache_with(pods: usize) -> (Cache, Vec<(String, String)>) {
 }
 
 fn time_decisions(pods: usize, rounds: usize) -> f64 {
-    let (cache, keys) = cache_with(pods);
+    let (cache, keys) = cache_with(pods, 10, 0);
     let mut blocked = 0usize;
     let start = Instant::now();
     for i in 0..rounds {
@@ -304,33 +323,191 @@ fn time_decisions(pods: usize, rounds: usize) -> f64 {
     per
 }
 
-fn main() {
-    println!("eviction-autoscaler benchmark (one run; compare ratios, not absolute times)\n");
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or_else(String::new, |kb| format!(", {:.0} GiB RAM", kb / 1048576.0));
+    format!("{cpu}, {cores} cores{mem}, Linux {}", kernel.trim())
+}
 
+fn main() {
+    let report_path = std::env::args().nth(1);
+    out!("# Benchmarks\n");
+    out!("Written by `make bench` (`cargo run --release --example bench -- BENCHMARKS.md`).");
+    out!("One run; every comparison is a ratio measured side by side in that run.\n");
+    out!(
+        "- date: {}",
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+    );
+    out!("- machine: {}", machine());
+    out!(
+        "- load generator: {}",
+        http::h2load_version()
+            .unwrap_or_else(|| "h2load not found (apt-get install -y nghttp2-client)".into())
+    );
+    out!("");
+    out!("```");
+    in_process();
+    out!("```\n");
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            out!("no tokio runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let ok = match rt.block_on(over_https()) {
+        Ok(()) => true,
+        Err(e) => {
+            out!("\nadmission over HTTPS failed: {e}");
+            false
+        }
+    };
+    if let (Some(path), Ok(r)) = (report_path, REPORT.lock()) {
+        if let Err(e) = std::fs::write(&path, r.as_bytes()) {
+            eprintln!("cannot write {path}: {e}");
+            std::process::exit(1);
+        }
+        eprintln!("wrote {path}");
+    }
+    if !ok {
+        std::process::exit(1);
+    }
+}
+
+/// Bench item 1 of issue 9.
+async fn over_https() -> Result<(), http::BenchError> {
+    use http::Proto;
+    let (pods, apps) = (10_000, 20);
+    let (cache, keys) = cache_with(pods, apps, 1);
+    let pod = keys[keys.len() / 2].clone();
+    let dir = std::env::temp_dir().join(format!("ea-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| http::BenchError::Setup(e.to_string()))?;
+    let s = http::start(cache, &dir, (&pod.0, &pod.1)).await?;
+    out!("## Admission over HTTPS\n");
+    out!(
+        "The real server (router, TLS accept loop, handler, decision) in process on a warm cache of \
+         {pods} pods and {} PDBs (100 namespaces), every request the eviction of a pod whose budget \
+         allows it (the hot path: no apiserver call). Beside it, a minimal axum + rustls server \
+         answering a constant AdmissionReview with the same rustls configuration: the stack's limit. \
+         Load from h2load on the same machine (HTTP/2: 4 connections x 16 streams; HTTP/1.1: 32 \
+         keep-alive connections), runs interleaved product / bare, 3 rounds of 4 s each.\n",
+        100 * apps
+    );
+    let body = s.body.clone();
+    let rounds = 3;
+    out!("| protocol | product req/s (rounds) | bare req/s (rounds) | ratio of means | target |");
+    out!("|---|---|---|---|---|");
+    for proto in [Proto::H2, Proto::H1] {
+        let (mut p, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let (req, addr) = (body.clone(), s.product);
+            p.push(blocking(move || http::saturation(proto, &req, addr, 4)).await?);
+            let (req, addr) = (body.clone(), s.bare);
+            b.push(blocking(move || http::saturation(proto, &req, addr, 4)).await?);
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.0}"))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        out!(
+            "| {} | {:.0} ({}) | {:.0} ({}) | {:.2} | >= 0.8 |",
+            proto.name(),
+            mean(&p),
+            list(&p),
+            mean(&b),
+            list(&b),
+            mean(&p) / mean(&b)
+        );
+    }
+    out!("");
+    let rate = 2000;
+    out!("Latency at a fixed rate of {rate} requests/s (4 connections, 5 s after 1 s of warm-up; h2load's per-request log):\n");
+    out!("| protocol | server | p50 | p99 | p99.9 | target |");
+    out!("|---|---|---|---|---|---|");
+    for proto in [Proto::H2, Proto::H1] {
+        for (name, addr) in [("product", s.product), ("bare", s.bare)] {
+            let (req, log) = (body.clone(), dir.join("latency.log"));
+            let (p50, p99, p999) =
+                blocking(move || http::at_rate(proto, &req, addr, rate, 5, &log)).await?;
+            out!(
+                "| {} | {name} | {:.0} us | {:.0} us | {:.0} us | {} |",
+                proto.name(),
+                p50,
+                p99,
+                p999,
+                if name == "product" {
+                    "p99 < 1000 us"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    out!("");
+    if let Some(us) = http::handler_mean_us(&s.metrics) {
+        out!("Mean time inside the eviction handler over the whole run (admission_duration_seconds): {us:.1} us.");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, http::BenchError> + Send + 'static,
+) -> Result<T, http::BenchError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| http::BenchError::Setup(e.to_string()))?
+}
+
+fn in_process() {
     let n = 20_000;
     let m = memory_per_pod(n);
-    println!("memory per cached pod ({n} realistic pods, 100 namespaces, 50 nodes):");
-    println!(
+    out!("memory per cached pod ({n} realistic pods, 100 namespaces, 50 nodes):");
+    out!(
         "  full k8s-openapi Pod              : {:>8.0} bytes",
         m.full
     );
-    println!(
+    out!(
         "  stripped ObjectMeta (before)      : {:>8.0} bytes",
         m.wire
     );
-    println!(
+    out!(
         "  SlimPod, interned (cache)         : {:>8.0} bytes",
         m.slim
     );
-    println!(
+    out!(
         "  SlimPod in the PodStore (w/ maps) : {:>8.0} bytes",
         m.in_store
     );
-    println!(
+    out!(
         "  ratio full / slim                 : {:>8.1}x",
         m.full / m.slim
     );
-    println!(
+    out!(
         "  100k pods in cache                : {:>8.1} MiB (full would be {:.1} MiB)\n",
         m.in_store * 1e5 / 1048576.0,
         m.full * 1e5 / 1048576.0
@@ -339,10 +516,10 @@ fn main() {
     let rounds = 20_000;
     let small = time_decisions(10_000, rounds);
     let large = time_decisions(100_000, rounds);
-    println!("eviction decision over reflector stores (1000 PDBs, {rounds} decisions each):");
-    println!("  10k pods  : {:>8.2} us/decision", small * 1e6);
-    println!("  100k pods : {:>8.2} us/decision", large * 1e6);
-    println!(
+    out!("eviction decision over reflector stores (1000 PDBs, {rounds} decisions each):");
+    out!("  10k pods  : {:>8.2} us/decision", small * 1e6);
+    out!("  100k pods : {:>8.2} us/decision", large * 1e6);
+    out!(
         "  ratio 100k / 10k : {:>5.2}x (1.0 = independent of the pod count)\n",
         large / small
     );
@@ -363,5 +540,5 @@ fn main() {
     }
     let per = start.elapsed().as_secs_f64() / f64::from(k);
     assert_eq!(ok, k);
-    println!("AdmissionReview parse: {:.2} us/request", per * 1e6);
+    out!("AdmissionReview parse: {:.2} us/request", per * 1e6);
 }
