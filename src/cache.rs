@@ -25,7 +25,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::budget::LabelSet;
+use crate::budget::{LabelSet, Selector};
 use crate::config::Behaviour;
 use crate::crd::EvictionAutoScaler;
 use crate::names;
@@ -629,6 +629,8 @@ pub struct Cache {
     /// Bumped on every PDB event only, after the store has it: wakes held
     /// evictions (EVICTION_HOLD) without the pod churn of `changed`.
     pub pdb_changed: watch::Receiver<u64>,
+    /// The PDBs by namespace with compiled selectors, for evictions.
+    pub pdb_index: Arc<PdbIndex>,
     synced: Arc<AtomicBool>,
     pub health: Arc<CacheHealth>,
     pub behaviour: Arc<Behaviour>,
@@ -647,10 +649,13 @@ pub struct Stores {
 }
 
 impl Cache {
-    /// A synced cache over stores that something else fills.
+    /// A synced cache over stores that something else fills (the PDB index
+    /// is built from the PDB store as it is now).
     pub fn from_stores(s: Stores, behaviour: Arc<Behaviour>) -> Cache {
         let (_tx, changed) = watch::channel(0u64);
         let (_tx, pdb_changed) = watch::channel(0u64);
+        let pdb_index = Arc::new(PdbIndex::default());
+        pdb_index.rebuild(&s.pdbs);
         Cache {
             pods: s.pods,
             pdbs: s.pdbs,
@@ -663,6 +668,7 @@ impl Cache {
             keda: Arc::new(RwLock::new(None)),
             changed,
             pdb_changed,
+            pdb_index,
             synced: Arc::new(AtomicBool::new(true)),
             health: Arc::new(CacheHealth {
                 stale_after: DEFAULT_STALE_AFTER,
@@ -687,8 +693,28 @@ impl Cache {
     }
 
     pub fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>> {
-        self.pdbs
-            .state_filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+        self.pdb_index
+            .get(ns)
+            .map(|v| v.iter().map(|i| i.pdb.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The PDBs of `ns` whose selector protects pods with these labels, the
+    /// way the eviction subresource decides.
+    pub fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
+        self.pdb_index
+            .get(ns)
+            .map(|v| {
+                v.iter()
+                    .filter(|i| {
+                        i.selector
+                            .as_ref()
+                            .is_some_and(|s| s.selects_for_eviction(labels))
+                    })
+                    .map(|i| i.pdb.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     pub fn deployment(&self, ns: &str, name: &str) -> Option<Arc<Deployment>> {
@@ -724,6 +750,67 @@ impl Cache {
     }
 }
 
+/// One PDB with its selector compiled (None: invalid, protects nothing).
+pub struct IndexedPdb {
+    pub pdb: Arc<PodDisruptionBudget>,
+    pub selector: Option<Selector>,
+}
+
+/// PDBs by namespace, each selector compiled once per PDB version: an
+/// eviction looks at its own namespace's PDBs only, without compiling. Kept
+/// by the PDB reflector (a namespace is rebuilt from the store on each of
+/// its PDB events; everything on a relist).
+#[derive(Default)]
+pub struct PdbIndex {
+    by_ns: RwLock<HashMap<String, Arc<[IndexedPdb]>>>,
+}
+
+impl PdbIndex {
+    fn indexed(p: Arc<PodDisruptionBudget>) -> IndexedPdb {
+        let selector = Selector::compile(p.spec.as_ref().and_then(|s| s.selector.as_ref())).ok();
+        IndexedPdb { pdb: p, selector }
+    }
+
+    pub fn get(&self, ns: &str) -> Option<Arc<[IndexedPdb]>> {
+        match self.by_ns.read() {
+            Ok(m) => m.get(ns).cloned(),
+            Err(poisoned) => poisoned.into_inner().get(ns).cloned(),
+        }
+    }
+
+    /// Every namespace again from `store`.
+    pub fn rebuild(&self, store: &Store<PodDisruptionBudget>) {
+        let mut grouped: HashMap<String, Vec<IndexedPdb>> = HashMap::new();
+        for p in store.state() {
+            let ns = p.metadata.namespace.clone().unwrap_or_default();
+            grouped.entry(ns).or_default().push(Self::indexed(p));
+        }
+        let map = grouped.into_iter().map(|(k, v)| (k, v.into())).collect();
+        match self.by_ns.write() {
+            Ok(mut m) => *m = map,
+            Err(poisoned) => *poisoned.into_inner() = map,
+        }
+    }
+
+    /// One namespace again from `store`.
+    pub fn rebuild_ns(&self, store: &Store<PodDisruptionBudget>, ns: &str) {
+        let v: Vec<IndexedPdb> = store
+            .state_filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .into_iter()
+            .map(Self::indexed)
+            .collect();
+        let mut m = match self.by_ns.write() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if v.is_empty() {
+            m.remove(ns);
+        } else {
+            m.insert(ns.to_string(), v.into());
+        }
+    }
+}
+
 /// Starts one reflector per resource. The returned [`Cache`] answers at once
 /// (empty) and reports `synced()` once every store has had its initial list,
 /// and `stale()` while a store's watch has failed for `stale_after` or longer.
@@ -748,10 +835,19 @@ pub fn start(
     };
     let pods = r.reflect_pods();
     let (pdb_tx, pdb_changed) = watch::channel(0u64);
+    let pdb_index = Arc::new(PdbIndex::default());
+    let index = pdb_index.clone();
     let pdbs = r.reflect_notifying::<PodDisruptionBudget>(
         None,
         |p| strip_meta(&mut p.metadata),
         Some(pdb_tx),
+        Some(Box::new(move |store, ev| match ev {
+            Event::Apply(p) | Event::Delete(p) => {
+                index.rebuild_ns(store, p.metadata.namespace.as_deref().unwrap_or_default())
+            }
+            Event::InitDone => index.rebuild(store),
+            Event::Init | Event::InitApply(_) => {}
+        })),
     );
     let deployments = r.reflect::<Deployment>(None, |d| {
         strip_meta(&mut d.metadata);
@@ -797,6 +893,7 @@ pub fn start(
         keda,
         changed,
         pdb_changed,
+        pdb_index,
         synced: synced.clone(),
         health: Arc::new(CacheHealth {
             stale_after,
@@ -835,6 +932,9 @@ const CRD_MISSING: &str =
      `kubectl apply -f manifests/crd.yaml` or `eviction-autoscaler crd | kubectl apply -f -`; \
      retrying until it appears";
 
+/// Called with a store and each of its events, once the store has it.
+type StoreHook<K> = Box<dyn FnMut(&Store<K>, &Event<K>) + Send>;
+
 /// What every reflector of [`start`] shares.
 struct Reflectors<'a> {
     client: &'a Client,
@@ -864,15 +964,17 @@ impl Reflectors<'_> {
             + Sync
             + 'static,
     {
-        self.reflect_notifying(missing, strip, None)
+        self.reflect_notifying(missing, strip, None, None)
     }
 
-    /// [`Self::reflect`], also bumping `notify` on each of this store's events.
+    /// [`Self::reflect`], also calling `on_event` with the store and each
+    /// event once the store has it, then bumping `notify`.
     fn reflect_notifying<K>(
         &mut self,
         missing: Option<&'static str>,
         strip: impl FnMut(&mut K) + Send + 'static,
         notify: Option<watch::Sender<u64>>,
+        mut on_event: Option<StoreHook<K>>,
     ) -> Store<K>
     where
         K: Resource<DynamicType = ()>
@@ -887,10 +989,16 @@ impl Reflectors<'_> {
         self.health.push(health.clone());
         let (reader, writer) = reflector::store();
         let api: Api<K> = Api::all(observed_client(self.client, health.clone()));
+        let store = reader.clone();
         let stream = watcher(api, self.cfg.clone())
             .backoff(watch_backoff())
             .modify(strip)
-            .reflect(writer);
+            .reflect(writer)
+            .inspect(move |ev| {
+                if let (Some(f), Ok(ev)) = (on_event.as_mut(), ev) {
+                    f(&store, ev);
+                }
+            });
         self.follow(stream, health, missing, notify);
         reader
     }
@@ -1352,6 +1460,62 @@ mod tests {
         assert_eq!(store.len(), 1);
         assert!(store.get("a", "p3").is_none());
         assert_eq!(store.state().len(), 1);
+    }
+
+    fn pdb_obj(ns: &str, name: &str, app: &str) -> PodDisruptionBudget {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"matchLabels": {"app": app}}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_pdb_index_follows_its_store_per_namespace() {
+        let (store, mut w) = reflector::store::<PodDisruptionBudget>();
+        let index = PdbIndex::default();
+        w.apply_watcher_event(&Event::Init);
+        w.apply_watcher_event(&Event::InitApply(pdb_obj("a", "web", "web")));
+        w.apply_watcher_event(&Event::InitApply(pdb_obj("b", "web", "web")));
+        w.apply_watcher_event(&Event::InitDone);
+        index.rebuild(&store);
+        let pod = SlimPod::from(&wire("a", "web-1", "web"));
+        let names = |v: Vec<Arc<PodDisruptionBudget>>| -> Vec<String> {
+            v.iter().filter_map(|p| p.metadata.name.clone()).collect()
+        };
+        let cache_view = |ns: &str| -> Vec<Arc<PodDisruptionBudget>> {
+            index
+                .get(ns)
+                .map(|v| {
+                    v.iter()
+                        .filter(|i| {
+                            i.selector
+                                .as_ref()
+                                .is_some_and(|s| s.selects_for_eviction(pod.labels()))
+                        })
+                        .map(|i| i.pdb.clone())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(names(cache_view("a")), ["web"]);
+        // A second PDB in "a" with another selector: indexed, not selecting.
+        let other = pdb_obj("a", "api", "api");
+        w.apply_watcher_event(&Event::Apply(other.clone()));
+        index.rebuild_ns(&store, "a");
+        assert_eq!(index.get("a").unwrap().len(), 2);
+        assert_eq!(names(cache_view("a")), ["web"]);
+        w.apply_watcher_event(&Event::Delete(pdb_obj("a", "web", "web")));
+        index.rebuild_ns(&store, "a");
+        assert!(cache_view("a").is_empty());
+        w.apply_watcher_event(&Event::Delete(other));
+        index.rebuild_ns(&store, "a");
+        assert!(index.get("a").is_none(), "empty namespaces are dropped");
+        assert_eq!(
+            index.get("b").unwrap().len(),
+            1,
+            "other namespaces untouched"
+        );
     }
 
     #[test]

@@ -13,10 +13,10 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 
 use crate::budget::pdb_selects;
-use crate::cache::{Cache, SlimPod};
+use crate::cache::{Cache, PodLabels, SlimPod};
 use crate::markers::Markers;
 use crate::names;
 
@@ -40,6 +40,13 @@ pub trait EvictionView {
     fn freshness(&self) -> Freshness;
     fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>>;
     fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>>;
+    /// The PDBs of `ns` that protect pods with these labels.
+    fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
+        self.pdbs_in(ns)
+            .into_iter()
+            .filter(|p| pdb_selects(p.spec.as_ref().and_then(|s| s.selector.as_ref()), labels))
+            .collect()
+    }
     fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>>;
     fn namespace_in_scope(&self, ns: &str) -> bool;
 }
@@ -59,6 +66,9 @@ impl EvictionView for Cache {
     }
     fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>> {
         Cache::pdbs_in(self, ns)
+    }
+    fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
+        Cache::pdbs_selecting(self, ns, labels)
     }
     fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>> {
         Cache::owning_deployment(self, pod)
@@ -153,12 +163,7 @@ pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
     if pod.budget_ignored() {
         return allow(AllowReason::BudgetIgnored);
     }
-    let labels = pod.labels();
-    let mut pdbs: Vec<_> = view
-        .pdbs_in(ns)
-        .into_iter()
-        .filter(|p| pdb_selects(p.spec.as_ref().and_then(|s| s.selector.as_ref()), labels))
-        .collect();
+    let mut pdbs = view.pdbs_selecting(ns, pod.labels());
     let pdb = match pdbs.len() {
         0 => return allow(AllowReason::NoPdb),
         1 => pdbs.remove(0),
@@ -178,7 +183,8 @@ pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
             };
         }
     };
-    let status = pdb.status.clone().unwrap_or_default();
+    let no_status = PodDisruptionBudgetStatus::default();
+    let status = pdb.status.as_ref().unwrap_or(&no_status);
     if !pod.is_ready() {
         let policy = pdb
             .spec
