@@ -157,12 +157,14 @@ pub async fn start(cache: Cache, dir: &Path, pod: (&str, &str)) -> Result<Server
     })
 }
 
-/// The least an axum + rustls server does: accept, handshake, serve.
+/// The least an axum + rustls server does: accept, handshake, serve (with
+/// TCP_NODELAY, as `axum::serve` sets it).
 async fn bare_serve(listener: TcpListener, acceptor: TlsAcceptor, app: axum::Router) {
     loop {
         let Ok((tcp, _)) = listener.accept().await else {
             continue;
         };
+        let _ = tcp.set_nodelay(true);
         let (acceptor, app) = (acceptor.clone(), app.clone());
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else {

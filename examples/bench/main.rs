@@ -323,6 +323,12 @@ fn time_decisions(pods: usize, rounds: usize) -> f64 {
     per
 }
 
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -383,6 +389,13 @@ fn main() {
             false
         }
     };
+    out!("\nLoad average after the run: {}.", load_average());
+    out!(
+        "\nh2load comes from Debian's nghttp2-client (`apt-get install -y nghttp2-client` works on \
+         this machine; so does `wrk`, not needed: h2load's `--h1` drives HTTP/1.1 keep-alive and its \
+         `--log-file` gives the per-request times the percentiles come from). Both servers share the \
+         machine's cores with h2load, so the ratios matter more than the absolute figures."
+    );
     if let (Some(path), Ok(r)) = (report_path, REPORT.lock()) {
         if let Err(e) = std::fs::write(&path, r.as_bytes()) {
             eprintln!("cannot write {path}: {e}");
