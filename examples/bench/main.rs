@@ -368,6 +368,10 @@ fn main() {
         http::h2load_version()
             .unwrap_or_else(|| "h2load not found (apt-get install -y nghttp2-client)".into())
     );
+    out!(
+        "- load average before the run (other work on this machine): {}",
+        load_average()
+    );
     out!("");
     out!("```");
     in_process();
