@@ -120,7 +120,7 @@ demo-check: build
 	demo/check.sh
 
 bench:
-	$(CARGO) run --release --example bench
+	$(CARGO) run --release --example bench -- BENCHMARKS.md
 
 ## Fuzzing, not part of `make test` (its first build alone takes longer than
 ## CI's budget). The three libFuzzer targets in fuzz/ (nightly toolchain and

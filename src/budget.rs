@@ -167,12 +167,12 @@ pub enum Requirement {
 }
 
 impl Requirement {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
         match self {
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::DoesNotExist(k) => !labels.contains_key(k),
+            Requirement::In(k, vs) => labels.label(k).is_some_and(|v| vs.iter().any(|x| x == v)),
+            Requirement::NotIn(k, vs) => labels.label(k).is_none_or(|v| vs.iter().all(|x| x != v)),
+            Requirement::Exists(k) => labels.label(k).is_some(),
+            Requirement::DoesNotExist(k) => labels.label(k).is_none(),
         }
     }
 }
@@ -221,7 +221,7 @@ impl Selector {
         })
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
         match self {
             Selector::Nothing => false,
             Selector::Everything => true,
@@ -231,13 +231,25 @@ impl Selector {
 
     /// The eviction subresource's test: an invalid, nil or empty selector
     /// protects nothing ("it should match nothing, not everything").
-    pub fn selects_for_eviction(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn selects_for_eviction<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
         matches!(self, Selector::Requirements(_)) && self.matches(labels)
     }
 }
 
+/// Labels a selector can be matched against: an object's label map, or a
+/// cached pod's interned labels (`cache::PodLabels`).
+pub trait LabelSet {
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelSet for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
 /// Does this PDB selector protect pods with these labels, the way `eviction.go` decides?
-pub fn pdb_selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
+pub fn pdb_selects<L: LabelSet + ?Sized>(selector: Option<&LabelSelector>, labels: &L) -> bool {
     Selector::compile(selector).is_ok_and(|s| s.selects_for_eviction(labels))
 }
 

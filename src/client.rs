@@ -3,10 +3,26 @@
 //! guarded by the watcher's own idle timeout, so only the client for
 //! requests gets a read timeout; a hung request then fails instead of
 //! stalling a controller pass or a Lease renewal.
+//!
+//! Both clients count the product's own API requests by verb, resource and
+//! answer code ([`CountRequests`], `eviction_autoscaler_api_requests_total`),
+//! so a benchmark can say how many writes a Deployment costs and whether a
+//! steady cluster costs any. The layer sits outside kube's retry layer: one
+//! API call counts once, with the code of its last attempt.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::http::{Method, Request, Response};
+use kube::client::ClientBuilder;
 use kube::{Client, Config};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tower::{BoxError, Layer, Service};
+
+use crate::metrics::ApiRequestLabels;
 
 /// Connecting to the apiserver.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -24,10 +40,18 @@ pub struct Clients {
 /// Both clients from the in-cluster config, else `KUBECONFIG` / `~/.kube/config`.
 pub async fn infer() -> Result<Clients, kube::Error> {
     let config = Config::infer().await.map_err(kube::Error::InferConfig)?;
-    from_config(config)
+    from_config(config, None)
 }
 
-pub fn from_config(config: Config) -> Result<Clients, kube::Error> {
+/// [`infer`], with every request counted in `requests`.
+pub async fn infer_counted(
+    requests: &Family<ApiRequestLabels, Counter>,
+) -> Result<Clients, kube::Error> {
+    let config = Config::infer().await.map_err(kube::Error::InferConfig)?;
+    from_config(config, Some(CountRequests::new(requests.clone())))
+}
+
+pub fn from_config(config: Config, count: Option<CountRequests>) -> Result<Clients, kube::Error> {
     let mut api = config.clone();
     api.connect_timeout = Some(CONNECT_TIMEOUT);
     api.read_timeout = Some(REQUEST_TIMEOUT);
@@ -41,8 +65,264 @@ pub fn from_config(config: Config) -> Result<Clients, kube::Error> {
     // 429/503/504 (up to 15 attempts, minutes) would hide a failing watch from
     // the cache's health tracking (behaviour.md 4.6).
     watch.default_retry = false;
+    let build = |config: Config| -> Result<Client, kube::Error> {
+        let builder = ClientBuilder::try_from(config)?;
+        Ok(match &count {
+            Some(layer) => builder.with_layer(layer).build(),
+            None => builder.build(),
+        })
+    };
     Ok(Clients {
-        api: Client::try_from(api)?,
-        watch: Client::try_from(watch)?,
+        api: build(api)?,
+        watch: build(watch)?,
     })
+}
+
+/// A tower layer that counts every request by verb, resource and code.
+#[derive(Clone)]
+pub struct CountRequests {
+    family: Family<ApiRequestLabels, Counter>,
+}
+
+impl CountRequests {
+    pub fn new(family: Family<ApiRequestLabels, Counter>) -> Self {
+        CountRequests { family }
+    }
+}
+
+impl<S> Layer<S> for CountRequests {
+    type Service = Counted<S>;
+    fn layer(&self, inner: S) -> Counted<S> {
+        Counted {
+            inner,
+            family: self.family.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Counted<S> {
+    inner: S,
+    family: Family<ApiRequestLabels, Counter>,
+}
+
+impl<S, B, RB> Service<Request<B>> for Counted<S>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<RB>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<RB>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let (verb, resource) = classify(req.method(), req.uri().path(), req.uri().query());
+        let family = self.family.clone();
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            // A watch answers its headers when it starts: counted then.
+            let res = fut.await.map_err(Into::into);
+            let code = match &res {
+                Ok(r) => r.status().as_u16().to_string(),
+                Err(e) if is_timeout(e.as_ref()) => "timeout".to_string(),
+                Err(_) => "error".to_string(),
+            };
+            family
+                .get_or_create(&ApiRequestLabels {
+                    verb,
+                    resource,
+                    code,
+                })
+                .inc();
+            res
+        })
+    }
+}
+
+/// The Kubernetes verb and resource (with subresource: `pods/eviction`) of
+/// a request, from its method, path and query. Paths that name no resource
+/// (`/version`, `/apis/keda.sh/v1alpha1`) are `discovery`.
+pub fn classify(method: &Method, path: &str, query: Option<&str>) -> (&'static str, String) {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let rest: &[&str] = match segs.first() {
+        Some(&"api") => segs.get(2..).unwrap_or_default(),
+        Some(&"apis") => segs.get(3..).unwrap_or_default(),
+        _ => &[],
+    };
+    // `namespaces/<ns>/<resource>...` is a namespaced resource;
+    // `namespaces` and `namespaces/<ns>` are the Namespace resource itself.
+    let rest = match rest {
+        ["namespaces", _, tail @ ..] if !tail.is_empty() => tail,
+        other => other,
+    };
+    let (resource, collection) = match rest {
+        [] => return (verb_of(method, query, false), "discovery".to_string()),
+        [r] => (r.to_string(), true),
+        [r, _name] => (r.to_string(), false),
+        [r, _name, sub, ..] => (format!("{r}/{sub}"), false),
+    };
+    (verb_of(method, query, collection), resource)
+}
+
+fn verb_of(method: &Method, query: Option<&str>, collection: bool) -> &'static str {
+    let watch = query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+    match *method {
+        Method::GET if watch => "watch",
+        Method::GET if collection => "list",
+        Method::GET => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if collection => "deletecollection",
+        Method::DELETE => "delete",
+        Method::HEAD => "head",
+        _ => "other",
+    }
+}
+
+/// A read or connect timeout somewhere in the error's chain.
+fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        if err.is::<tokio::time::error::Elapsed>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::{EvictParams, ListParams, PostParams, WatchParams};
+    use kube::Api;
+
+    #[test]
+    fn verbs_and_resources_from_requests() {
+        let g = Method::GET;
+        for (method, path, query, verb, resource) in [
+            (&g, "/api/v1/pods", None, "list", "pods"),
+            (&g, "/api/v1/pods", Some("watch=true&resourceVersion=5"), "watch", "pods"),
+            (&g, "/api/v1/namespaces/ns/pods/p", None, "get", "pods"),
+            (&Method::POST, "/api/v1/namespaces/ns/pods/p/eviction", None, "create", "pods/eviction"),
+            (&g, "/api/v1/namespaces", None, "list", "namespaces"),
+            (&g, "/api/v1/namespaces/ns", None, "get", "namespaces"),
+            (&Method::POST, "/apis/policy/v1/namespaces/ns/poddisruptionbudgets", None, "create", "poddisruptionbudgets"),
+            (&Method::PATCH, "/apis/apps/v1/namespaces/ns/deployments/web", None, "patch", "deployments"),
+            (&Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/ea/leases/ea", None, "update", "leases"),
+            (&Method::PATCH, "/apis/eviction-autoscaler.azure.com/v1/namespaces/ns/evictionautoscalers/web/status", None, "patch", "evictionautoscalers/status"),
+            (&Method::DELETE, "/apis/policy/v1/namespaces/ns/poddisruptionbudgets/web", None, "delete", "poddisruptionbudgets"),
+            (&Method::DELETE, "/apis/policy/v1/namespaces/ns/poddisruptionbudgets", None, "deletecollection", "poddisruptionbudgets"),
+            (&g, "/apis/keda.sh/v1alpha1", None, "get", "discovery"),
+            (&g, "/version", None, "get", "discovery"),
+        ] {
+            assert_eq!(
+                classify(method, path, query),
+                (verb, resource.to_string()),
+                "{method} {path}"
+            );
+        }
+    }
+
+    fn counted(
+        metrics: &Metrics,
+        answer: fn(&Request<kube::client::Body>) -> Result<u16, BoxError>,
+    ) -> Client {
+        let mock = tower::service_fn(move |req: Request<kube::client::Body>| async move {
+            let code = answer(&req)?;
+            let body = if code < 300 {
+                br#"{"apiVersion":"v1","kind":"List","metadata":{},"items":[]}"#.to_vec()
+            } else {
+                br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"no","reason":"TooManyRequests","code":429}"#.to_vec()
+            };
+            Response::builder()
+                .status(code)
+                .body(kube::client::Body::from(body))
+                .map_err(BoxError::from)
+        });
+        ClientBuilder::new(mock, "default")
+            .with_layer(&CountRequests::new(metrics.api_requests.clone()))
+            .build()
+    }
+
+    fn count(m: &Metrics, verb: &'static str, resource: &str, code: &str) -> u64 {
+        m.api_requests
+            .get_or_create(&ApiRequestLabels {
+                verb,
+                resource: resource.into(),
+                code: code.into(),
+            })
+            .get()
+    }
+
+    #[tokio::test]
+    async fn every_request_is_counted_with_its_code() {
+        let m = Metrics::new();
+        let client = counted(&m, |req| {
+            Ok(if req.method() == Method::POST {
+                if req.uri().path().ends_with("eviction") {
+                    429
+                } else {
+                    201
+                }
+            } else {
+                200
+            })
+        });
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "ns");
+        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, "ns");
+        let _ = pods.list(&ListParams::default()).await;
+        let _ = pods.list(&ListParams::default()).await;
+        let _ = pdbs
+            .create(&PostParams::default(), &PodDisruptionBudget::default())
+            .await;
+        assert!(pods.evict("p", &EvictParams::default()).await.is_err());
+        // A watch counts once, when the apiserver accepts it.
+        let _ = pods.watch(&WatchParams::default(), "1").await;
+        assert_eq!(count(&m, "list", "pods", "200"), 2);
+        assert_eq!(count(&m, "create", "poddisruptionbudgets", "201"), 1);
+        assert_eq!(count(&m, "create", "pods/eviction", "429"), 1);
+        assert_eq!(count(&m, "watch", "pods", "200"), 1);
+        let text = m.encode();
+        assert!(
+            text.contains(
+                "eviction_autoscaler_api_requests_total{verb=\"create\",resource=\"poddisruptionbudgets\",code=\"201\"} 1"
+            ),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn failures_and_timeouts_are_counted_apart() {
+        let m = Metrics::new();
+        let client = counted(&m, |req| {
+            if req.uri().path().ends_with("/slow") {
+                Err(Box::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "read timed out",
+                )))
+            } else {
+                Err("connection refused".into())
+            }
+        });
+        let pods: Api<Pod> = Api::namespaced(client, "ns");
+        assert!(pods.get("slow").await.is_err());
+        assert!(pods.get("other").await.is_err());
+        assert_eq!(count(&m, "get", "pods", "timeout"), 1);
+        assert_eq!(count(&m, "get", "pods", "error"), 1);
+    }
 }

@@ -24,6 +24,23 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{s:?} is not a duration like 5s or 2m: {e}"))
 }
 
+/// Largest `EVICTION_HOLD`: the shipped webhooks' `timeoutSeconds` is 5
+/// (manifests/webhooks.yaml), and after our answer the apiserver still runs
+/// its own eviction; a hold that used the whole 5 s would turn into a
+/// timeout, which `failurePolicy: Ignore` makes an unchecked pass-through.
+pub const MAX_EVICTION_HOLD: Duration = Duration::from_secs(4);
+
+fn parse_eviction_hold(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > MAX_EVICTION_HOLD {
+        return Err(format!(
+            "{s:?} is longer than {MAX_EVICTION_HOLD:?}: the hold must stay well under \
+             the webhook's timeoutSeconds (5 s)"
+        ));
+    }
+    Ok(d)
+}
+
 fn parse_int_or_percent(s: &str) -> Result<IntOrPercent, String> {
     s.parse::<IntOrPercent>().map_err(|e| e.to_string())
 }
@@ -141,6 +158,15 @@ pub struct ServeOpts {
     #[arg(long, env = "WATCH_STALE_AFTER", default_value = "30s", value_parser = parse_duration)]
     pub watch_stale_after: Duration,
 
+    /// How long a blocked eviction may wait for room while a surge is under
+    /// way, counted from the request's arrival; 0 turns the hold off.
+    /// 2 s: a replacement that becomes Ready within it saves the drain a
+    /// whole kubectl retry interval (5 s), and 3 s of the webhook's 5 s
+    /// timeout stay for the apiserver.
+    #[arg(long, env = "EVICTION_HOLD", value_name = "EVICTION_HOLD", default_value = "2s",
+          value_parser = parse_eviction_hold)]
+    pub eviction_hold: Duration,
+
     /// Run the controllers only while holding the Lease (several replicas).
     #[arg(long, env = "LEADER_ELECTION", default_value = "true", value_parser = parse_bool,
           action = ArgAction::Set)]
@@ -233,6 +259,35 @@ mod tests {
                 err.contains(setting) && err.contains(value),
                 "{args:?}: {err}"
             );
+        }
+    }
+
+    #[derive(Parser, Debug)]
+    struct ServeCli {
+        #[command(flatten)]
+        s: ServeOpts,
+    }
+
+    fn hold(args: &[&str]) -> Result<Duration, String> {
+        let mut v = vec!["x", "--tls-cert-file", "c", "--tls-key-file", "k"];
+        v.extend_from_slice(args);
+        ServeCli::try_parse_from(v)
+            .map(|c| c.s.eviction_hold)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn eviction_hold_defaults_to_two_seconds_and_stays_under_the_webhook_timeout() {
+        assert_eq!(hold(&[]), Ok(Duration::from_secs(2)));
+        assert_eq!(hold(&["--eviction-hold", "0"]), Ok(Duration::ZERO));
+        assert_eq!(
+            hold(&["--eviction-hold", "500ms"]),
+            Ok(Duration::from_millis(500))
+        );
+        assert_eq!(hold(&["--eviction-hold", "4s"]), Ok(MAX_EVICTION_HOLD));
+        for bad in ["5s", "1m", "soon"] {
+            let err = hold(&["--eviction-hold", bad]).unwrap_err();
+            assert!(err.contains("EVICTION_HOLD") && err.contains(bad), "{err}");
         }
     }
 

@@ -15,9 +15,26 @@ pub struct AdmissionLabels {
     pub code: u16,
 }
 
+/// One request of the product's own to the apiserver (src/client.rs).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiRequestLabels {
+    pub verb: &'static str,
+    /// Plural, with the subresource if any: `pods/eviction`.
+    pub resource: String,
+    /// HTTP status of the answer, or `error` / `timeout` when there was none.
+    pub code: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabel {
     pub webhook: &'static str,
+}
+
+/// How a held eviction ended (EVICTION_HOLD): `allowed`, `expired` (429 at
+/// the deadline) or `busy` (no permit left: 429 at once).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HoldLabel {
+    pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -45,6 +62,9 @@ pub struct Metrics {
     pub reconcile_namespaces: Family<PassLabel, Counter>,
     pub leader: Gauge,
     pub client_cert_missing: Counter,
+    pub api_requests: Family<ApiRequestLabels, Counter>,
+    pub eviction_holds: Family<HoldLabel, Counter>,
+    pub evictions_held: Gauge,
 }
 
 impl Default for Metrics {
@@ -130,6 +150,25 @@ impl Metrics {
             "Webhook requests refused (401) because CLIENT_CA_FILE is set and no client certificate was presented",
             client_cert_missing.clone(),
         );
+        let api_requests = Family::<ApiRequestLabels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "Requests of this process to the Kubernetes API by verb, resource and code \
+             (watches count when they start; a call retried by the client counts once)",
+            api_requests.clone(),
+        );
+        let eviction_holds = Family::<HoldLabel, Counter>::default();
+        registry.register(
+            "eviction_holds",
+            "Blocked evictions held during a surge (EVICTION_HOLD), by outcome",
+            eviction_holds.clone(),
+        );
+        let evictions_held = Gauge::default();
+        registry.register(
+            "evictions_held",
+            "Blocked evictions being held right now",
+            evictions_held.clone(),
+        );
         Metrics {
             registry,
             admission_requests,
@@ -144,6 +183,9 @@ impl Metrics {
             reconcile_namespaces,
             leader,
             client_cert_missing,
+            api_requests,
+            eviction_holds,
+            evictions_held,
         }
     }
 

@@ -65,7 +65,8 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     // Certificates first: a bad file is a start-up error, not a later surprise.
     let cert = ReloadingCert::load(&opts.tls_cert_file, &opts.tls_key_file)?;
     let tls_settings = TlsSettings::load(cert.clone(), opts.client_ca_file.as_deref())?;
-    let clients = crate::client::infer().await?;
+    let metrics = Arc::new(Metrics::new());
+    let clients = crate::client::infer_counted(&metrics.api_requests).await?;
     let client = clients.api.clone();
     let behaviour = Arc::new(opts.behaviour.clone());
     tracing::info!(?behaviour, listen = %opts.listen, "starting");
@@ -86,7 +87,6 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         opts.watch_stale_after,
         &mut tasks,
     );
-    let metrics = Arc::new(Metrics::new());
     let (signals, signal_rx) = mpsc::channel(1024);
 
     // Controllers run while this replica leads.
@@ -151,6 +151,9 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         metrics: metrics.clone(),
         signals,
         write_timeout: Duration::from_secs(5),
+        hold: opts.eviction_hold,
+        held: Arc::new(tokio::sync::Semaphore::new(crate::webhook::hold::MAX_HELD)),
+        room: Default::default(),
     });
     let draining = Arc::new(AtomicBool::new(false));
     let app = server::router(

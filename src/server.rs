@@ -414,6 +414,9 @@ pub async fn serve_with_limits(
         };
         // The current configuration: a reloaded client CA applies from the next connection.
         let acceptor = TlsAcceptor::from(tls.current());
+        // Small answers go out at once: with Nagle, a response split in two
+        // writes waits for the peer's delayed ACK (40 ms, seen at p99.9).
+        let _ = tcp.set_nodelay(true);
         let app = app.clone();
         let mut closing = closing.clone();
         connections.spawn(async move {

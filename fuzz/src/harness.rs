@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{Method, Request, Response, StatusCode};
-use eviction_autoscaler::cache::{Cache, SlimPod, Stores};
+use eviction_autoscaler::cache::{Cache, PodStore, SlimPod, Stores};
 use eviction_autoscaler::config::Behaviour;
 use eviction_autoscaler::metrics::Metrics;
 use eviction_autoscaler::webhook::live::ApiReader;
@@ -141,7 +141,8 @@ where
 }
 
 fn snapshot(behaviour: Behaviour) -> Cache {
-    let (pod_r, mut pod_w) = reflector::store::<SlimPod>();
+    let pod_store = PodStore::default();
+    let mut pod_w = pod_store.writer();
     let (pdb_r, mut pdb_w) = reflector::store::<PodDisruptionBudget>();
     let (dep_r, mut dep_w) = reflector::store::<Deployment>();
     let (rs_r, mut rs_w) = reflector::store::<ReplicaSet>();
@@ -175,7 +176,13 @@ fn snapshot(behaviour: Behaviour) -> Cache {
             }));
         }
     }
-    fill(&mut pod_w, pods);
+    pod_w.init();
+    for p in pods {
+        if let Ok(p) = serde_json::from_value::<SlimPod>(p) {
+            pod_w.apply_pod(p);
+        }
+    }
+    pod_w.init_done();
     fill(&mut pdb_w, pdbs);
     fill(&mut dep_w, deps);
     fill(&mut rs_w, rss);
@@ -185,7 +192,7 @@ fn snapshot(behaviour: Behaviour) -> Cache {
     fill::<eviction_autoscaler::crd::EvictionAutoScaler>(&mut eas_w, vec![]);
     Cache::from_stores(
         Stores {
-            pods: pod_r,
+            pods: pod_store,
             pdbs: pdb_r,
             deployments: dep_r,
             replicasets: rs_r,
@@ -283,6 +290,12 @@ pub fn webhooks(pdb_create: bool) -> (Arc<Webhooks>, Arc<Writes>, mpsc::Receiver
         metrics: Arc::new(Metrics::new()),
         signals,
         write_timeout: Duration::from_secs(2),
+        // No hold: each input is answered at once.
+        hold: Duration::ZERO,
+        held: Arc::new(tokio::sync::Semaphore::new(
+            eviction_autoscaler::webhook::hold::MAX_HELD,
+        )),
+        room: Default::default(),
     };
     (Arc::new(hooks), writes, rx)
 }

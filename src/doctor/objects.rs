@@ -16,7 +16,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::budget::Selector;
-use crate::cache::{keda_resource, SlimCondition, SlimPod, SlimPodSpec, SlimPodStatus};
+use crate::cache::{keda_resource, PodWire, SlimCondition, SlimPod, SlimPodSpec, SlimPodStatus};
 use crate::config::Behaviour;
 use crate::surge::view::{ClusterView, Indexed};
 
@@ -78,7 +78,7 @@ pub fn name_of<K: Resource>(o: &K) -> &str {
 /// The fields of a pod the surge step reads, as the watch cache keeps them.
 pub fn slim(p: &Pod) -> SlimPod {
     let status = p.status.as_ref();
-    SlimPod {
+    SlimPod::from(PodWire {
         metadata: p.metadata.clone(),
         spec: SlimPodSpec {
             node_name: p.spec.as_ref().and_then(|s| s.node_name.clone()),
@@ -95,7 +95,7 @@ pub fn slim(p: &Pod) -> SlimPod {
                 })
                 .collect(),
         },
-    }
+    })
 }
 
 impl Objects {

@@ -45,7 +45,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use crate::budget::{disruptions_allowed, pdb_selects, Rule};
-use crate::cache::{owned_by_us, SlimCondition, SlimPod, SlimPodSpec, SlimPodStatus};
+use crate::cache::{owned_by_us, PodWire, SlimCondition, SlimPod, SlimPodSpec, SlimPodStatus};
 use crate::config::Behaviour;
 use crate::markers::Markers;
 use crate::names;
@@ -541,7 +541,7 @@ impl State {
             .pods
             .iter()
             .map(|(name, p)| {
-                Arc::new(SlimPod {
+                Arc::new(SlimPod::from(PodWire {
                     metadata: ObjectMeta {
                         name: Some(name.clone()),
                         namespace: Some(NS.into()),
@@ -571,7 +571,7 @@ impl State {
                             status: if p.ready { "True" } else { "False" }.into(),
                         }],
                     },
-                })
+                }))
             })
             .collect();
         let ns_ann: BTreeMap<String, String> =

@@ -380,14 +380,14 @@ pub fn step(
         let labels = p.labels();
         let by_dep = pdb_selects(dep_selector, labels);
         let by_pdb = pdb.is_some_and(|_| pdb_selects(pdb_selector, labels));
-        let completed = matches!(p.status.phase.as_deref(), Some("Succeeded" | "Failed"));
+        let completed = p.is_completed();
         if by_dep && (pdb.is_none() || by_pdb) {
             if p.is_ready() && !p.is_terminating() {
                 ready_pods += 1;
             }
             own.push(PodState {
-                name: p.metadata.name.clone().unwrap_or_default(),
-                node: p.spec.node_name.clone(),
+                name: p.name().to_string(),
+                node: p.node().map(str::to_string),
                 terminating: p.is_terminating(),
                 completed,
             });
@@ -563,7 +563,7 @@ pub fn annotation_path(key: &str) -> String {
 mod tests {
     use super::*;
     use crate::cache::SlimPod;
-    use crate::cache::{SlimCondition, SlimPodSpec, SlimPodStatus};
+    use crate::cache::{PodWire, SlimCondition, SlimPodSpec, SlimPodStatus};
     use k8s_openapi::api::apps::v1::DeploymentSpec;
     use k8s_openapi::api::autoscaling::v2::{
         CrossVersionObjectReference, HorizontalPodAutoscalerSpec,
@@ -617,7 +617,7 @@ mod tests {
     fn pods(n: usize, node: &str) -> Vec<Arc<SlimPod>> {
         (0..n)
             .map(|i| {
-                Arc::new(SlimPod {
+                Arc::new(SlimPod::from(PodWire {
                     metadata: ObjectMeta {
                         name: Some(format!("web-{i}")),
                         namespace: Some("ns".into()),
@@ -634,7 +634,7 @@ mod tests {
                             status: "True".into(),
                         }],
                     },
-                })
+                }))
             })
             .collect()
     }

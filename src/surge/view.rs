@@ -103,7 +103,7 @@ impl ClusterView {
             m.entry(ns_of(&p.metadata)).or_default().pdbs.push(p);
         }
         for p in self.pods {
-            m.entry(ns_of(&p.metadata)).or_default().pods.push(p);
+            m.entry(p.namespace().to_string()).or_default().pods.push(p);
         }
         for e in self.eas {
             m.entry(ns_of(&e.metadata)).or_default().eas.push(e);
@@ -202,12 +202,7 @@ impl NsObjects {
             let on_draining: Vec<&SlimPod> = self
                 .pods
                 .iter()
-                .filter(|p| {
-                    p.spec
-                        .node_name
-                        .as_ref()
-                        .is_some_and(|n| draining.contains(n))
-                })
+                .filter(|p| p.node().is_some_and(|n| draining.contains(n)))
                 .map(|p| p.as_ref())
                 .collect();
             if !on_draining.is_empty() {

@@ -13,10 +13,10 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 
 use crate::budget::pdb_selects;
-use crate::cache::{Cache, SlimPod};
+use crate::cache::{Cache, PodLabels, SlimPod};
 use crate::markers::Markers;
 use crate::names;
 
@@ -40,6 +40,13 @@ pub trait EvictionView {
     fn freshness(&self) -> Freshness;
     fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>>;
     fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>>;
+    /// The PDBs of `ns` that protect pods with these labels.
+    fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
+        self.pdbs_in(ns)
+            .into_iter()
+            .filter(|p| pdb_selects(p.spec.as_ref().and_then(|s| s.selector.as_ref()), labels))
+            .collect()
+    }
     fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>>;
     fn namespace_in_scope(&self, ns: &str) -> bool;
 }
@@ -59,6 +66,9 @@ impl EvictionView for Cache {
     }
     fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>> {
         Cache::pdbs_in(self, ns)
+    }
+    fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
+        Cache::pdbs_selecting(self, ns, labels)
     }
     fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>> {
         Cache::owning_deployment(self, pod)
@@ -153,12 +163,7 @@ pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
     if pod.budget_ignored() {
         return allow(AllowReason::BudgetIgnored);
     }
-    let labels = pod.labels();
-    let mut pdbs: Vec<_> = view
-        .pdbs_in(ns)
-        .into_iter()
-        .filter(|p| pdb_selects(p.spec.as_ref().and_then(|s| s.selector.as_ref()), labels))
-        .collect();
+    let mut pdbs = view.pdbs_selecting(ns, pod.labels());
     let pdb = match pdbs.len() {
         0 => return allow(AllowReason::NoPdb),
         1 => pdbs.remove(0),
@@ -178,7 +183,8 @@ pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
             };
         }
     };
-    let status = pdb.status.clone().unwrap_or_default();
+    let no_status = PodDisruptionBudgetStatus::default();
+    let status = pdb.status.as_ref().unwrap_or(&no_status);
     if !pod.is_ready() {
         let policy = pdb
             .spec
@@ -242,10 +248,7 @@ impl<C: EvictionView> EvictionView for LiveView<'_, C> {
         self.facts
             .pod
             .as_ref()
-            .filter(|p| {
-                p.metadata.namespace.as_deref() == Some(ns)
-                    && p.metadata.name.as_deref() == Some(name)
-            })
+            .filter(|p| p.namespace() == ns && p.name() == name)
             .map(|p| Arc::new(p.clone()))
     }
     fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>> {
@@ -337,7 +340,7 @@ pub fn blocked_message(b: &Blocked, surge: &SurgeState) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cache::{SlimCondition, SlimPodSpec, SlimPodStatus};
+    use crate::cache::{PodWire, SlimCondition, SlimPodSpec, SlimPodStatus};
     use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
     use std::collections::BTreeMap;
@@ -357,10 +360,7 @@ pub(crate) mod tests {
         fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
             self.pods
                 .iter()
-                .find(|p| {
-                    p.metadata.namespace.as_deref() == Some(ns)
-                        && p.metadata.name.as_deref() == Some(name)
-                })
+                .find(|p| p.namespace() == ns && p.name() == name)
                 .cloned()
                 .map(Arc::new)
         }
@@ -373,7 +373,7 @@ pub(crate) mod tests {
                 .collect()
         }
         fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>> {
-            let name = pod.metadata.name.clone()?;
+            let name = pod.name().to_string();
             self.deployment_of.get(&name).cloned().map(Arc::new)
         }
         fn namespace_in_scope(&self, _ns: &str) -> bool {
@@ -386,7 +386,12 @@ pub(crate) mod tests {
     }
 
     pub fn pod(name: &str, phase: &str, ready: bool) -> SlimPod {
-        SlimPod {
+        SlimPod::from(pod_wire(name, phase, ready))
+    }
+
+    /// A pod as the apiserver sends it, for tests that change a field.
+    pub fn pod_wire(name: &str, phase: &str, ready: bool) -> PodWire {
+        PodWire {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
@@ -502,7 +507,11 @@ pub(crate) mod tests {
             ),
             (
                 "terminating",
-                |f| f.pods[0].metadata.deletion_timestamp = Some(Time(Default::default())),
+                |f| {
+                    let mut w = pod_wire("p", "Running", true);
+                    w.metadata.deletion_timestamp = Some(Time(Default::default()));
+                    f.pods[0] = SlimPod::from(w);
+                },
                 AllowReason::BudgetIgnored,
             ),
             (
@@ -713,8 +722,9 @@ pub(crate) mod tests {
             (
                 "the pod is already terminating",
                 |l| {
-                    l.pod.as_mut().unwrap().metadata.deletion_timestamp =
-                        Some(Time(Default::default()))
+                    let mut w = pod_wire("p", "Running", true);
+                    w.metadata.deletion_timestamp = Some(Time(Default::default()));
+                    l.pod = Some(SlimPod::from(w));
                 },
                 "budget_ignored",
             ),
@@ -726,8 +736,9 @@ pub(crate) mod tests {
             (
                 "the pod was relabelled out of the selector",
                 |l| {
-                    l.pod.as_mut().unwrap().metadata.labels =
-                        Some([("app".to_string(), "other".to_string())].into())
+                    let mut w = pod_wire("p", "Running", true);
+                    w.metadata.labels = Some([("app".to_string(), "other".to_string())].into());
+                    l.pod = Some(SlimPod::from(w));
                 },
                 "no_pdb",
             ),

@@ -12,7 +12,7 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 
 use super::eviction::{self, Decision, EvictionView, LiveFacts};
-use crate::cache::SlimPod;
+use crate::cache::{PodWire, SlimPod};
 
 /// Both live reads together. The webhook's `timeoutSeconds` is 5 and the
 /// apiserver must still run its own eviction afterwards, so stay well under.
@@ -51,7 +51,7 @@ pub struct ApiReader {
 
 impl LiveReader for ApiReader {
     async fn read(&self, ns: &str, pod: &str) -> Result<LiveFacts, LiveError> {
-        let pods: Api<SlimPod> = Api::namespaced(self.client.clone(), ns);
+        let pods: Api<PodWire> = Api::namespaced(self.client.clone(), ns);
         let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), ns);
         let get = async {
             pods.get_opt(pod).await.map_err(|source| LiveError::Pod {
@@ -70,7 +70,7 @@ impl LiveReader for ApiReader {
         };
         let (pod, list) = tokio::try_join!(get, list)?;
         Ok(LiveFacts {
-            pod,
+            pod: pod.as_ref().map(SlimPod::from),
             pdbs: list.items,
         })
     }

@@ -3,6 +3,7 @@
 //! this module does the parsing, the I/O and the answer.
 
 pub mod eviction;
+pub mod hold;
 pub mod live;
 
 use std::sync::Arc;
@@ -15,13 +16,14 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
 use kube::core::DynamicObject;
 use kube::{Api, Client};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 
 use crate::cache::Cache;
-use crate::metrics::{AdmissionLabels, Metrics, WebhookLabel};
+use crate::metrics::{AdmissionLabels, HoldLabel, Metrics, WebhookLabel};
 use crate::names;
 use crate::pdb::{self, CreatePlan};
-use eviction::{Blocked, Decision, SurgeState};
+use eviction::{Blocked, Decision, EvictionView, SurgeState};
+use hold::HoldOutcome;
 use live::ApiReader;
 
 /// A blocked eviction, handed to the surge worker.
@@ -127,6 +129,13 @@ pub struct Webhooks {
     pub live: ApiReader,
     /// Limit for those reads ([`live::LIVE_CHECK_TIMEOUT`]).
     pub live_timeout: Duration,
+    /// EVICTION_HOLD: how long a blocked eviction may wait for room during a
+    /// surge, from its arrival (0 = off; see [`hold`]).
+    pub hold: Duration,
+    /// Permits for held requests ([`hold::MAX_HELD`]).
+    pub held: Arc<Semaphore>,
+    /// Room shared out among held requests ([`hold::RoomLedger`]).
+    pub room: std::sync::Mutex<hold::RoomLedger>,
 }
 
 impl Webhooks {
@@ -147,12 +156,16 @@ impl Webhooks {
 
     pub async fn evictions(&self, req: AdmissionRequest<DynamicObject>) -> Answer {
         let started = Instant::now();
-        let answer = self.evictions_inner(&req).await;
+        let answer = self.evictions_inner(&req, started).await;
         self.observe("evictions", started, answer.decision, answer.code);
         answer
     }
 
-    async fn evictions_inner(&self, req: &AdmissionRequest<DynamicObject>) -> Answer {
+    async fn evictions_inner(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+        started: Instant,
+    ) -> Answer {
         let handled = req.resource.resource == "pods"
             && req.sub_resource.as_deref() == Some("eviction")
             && matches!(req.operation, Operation::Create);
@@ -184,7 +197,7 @@ impl Webhooks {
                 }
             }
             Decision::Block(b) => {
-                let surge = self.surge_state(ns, &b);
+                let mut surge = self.surge_state(ns, &b);
                 let dry_run = req.dry_run || eviction_dry_run(req.object.as_ref());
                 if !dry_run {
                     self.metrics.blocked_evictions.inc();
@@ -200,6 +213,22 @@ impl Webhooks {
                         tracing::debug!(error = %e, "surge signal not queued");
                     }
                 }
+                if hold::should_hold(self.hold, dry_run, self.cache.freshness(), &surge) {
+                    if let Some(HoldOutcome::Room { reason, warning }) =
+                        self.hold_for_room(&b, started).await
+                    {
+                        tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb,
+                            reason = reason.as_str(), held = ?started.elapsed(),
+                            "blocked eviction held until the caches showed room; allowed");
+                        return Answer {
+                            review: allowed(req, warning).into_review_v1(),
+                            decision: "allowed_after_hold",
+                            code: 200,
+                        };
+                    }
+                    // The leader may have started the surge meanwhile.
+                    surge = self.surge_state(ns, &b);
+                }
                 tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb, deployment = %b.deployment,
                     dry_run, "eviction blocked by budget; answered 429");
                 Answer {
@@ -209,6 +238,50 @@ impl Webhooks {
                 }
             }
         }
+    }
+
+    /// Holds a blocked eviction until the caches show room or the hold ends
+    /// (None when no permit is left: answer at once).
+    async fn hold_for_room(&self, b: &Blocked, started: Instant) -> Option<HoldOutcome> {
+        let count = |outcome: &'static str| {
+            self.metrics
+                .eviction_holds
+                .get_or_create(&HoldLabel { outcome })
+                .inc();
+        };
+        let Ok(_permit) = self.held.try_acquire() else {
+            count("busy");
+            return None;
+        };
+        // Dropped on every exit, including the apiserver hanging up. The
+        // last one out forgets the room ledger, so it never grows.
+        struct Held<'a>(
+            &'a prometheus_client::metrics::gauge::Gauge,
+            &'a std::sync::Mutex<hold::RoomLedger>,
+        );
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                if self.0.dec() == 1 {
+                    match self.1.lock() {
+                        Ok(mut l) => l.clear(),
+                        Err(poisoned) => poisoned.into_inner().clear(),
+                    }
+                }
+            }
+        }
+        self.metrics.evictions_held.inc();
+        let _held = Held(&self.metrics.evictions_held, &self.room);
+        let deadline = tokio::time::Instant::from_std(started + self.hold);
+        let outcome = hold::wait_for_room(
+            &self.cache,
+            &self.room,
+            self.cache.pdb_changed.clone(),
+            (&b.namespace, &b.pod, &b.pdb),
+            deadline,
+        )
+        .await;
+        count(outcome.as_str());
+        Some(outcome)
     }
 
     /// What the leader is doing, as every replica's caches see it: an

@@ -5,6 +5,7 @@
 
 mod chart;
 mod doctor;
+mod hold;
 pub mod pdbs;
 mod safety;
 mod support;

@@ -1,0 +1,419 @@
+//! EVICTION_HOLD (behaviour.md section 4, drain speed). A blocked eviction
+//! during a surge would otherwise be retried by kubectl only after 5 s, even
+//! when the replacement pod is Ready within a second. So, while a surge is
+//! under way (or was just asked for by this very request), the webhook keeps
+//! the request open and answers allowed as soon as the watch caches show
+//! room; the apiserver re-checks the budget itself, so an allow is never
+//! unsafe. Otherwise, at the deadline, the 429 as before.
+//!
+//! Contract for the caller (`Webhooks::evictions`):
+//! - hold only what [`should_hold`] accepts: a live-confirmed Block, not a
+//!   dry run, facts fresh, a surge active or requested (never when no surge
+//!   can help: the 429 says why at once);
+//! - at most [`MAX_HELD`] requests at once (beyond, the 429 at once);
+//! - the deadline counts from the request's arrival, so the whole answer
+//!   stays within the hold (or the live check's own bound, if longer);
+//! - any Allow the caches give during the hold is answered (the budget made
+//!   room, the pod went away, a cache went stale: each is an allow without
+//!   the hold too).
+//!
+//! Room is shared out: when a PDB's status (one resourceVersion) allows k
+//! disruptions, at most k of the evictions held under it are allowed
+//! ([`RoomLedger`]); the others wait for the next status. Allowing them all
+//! would make the apiserver answer its own 429 to all but k, and kubectl
+//! would wait its full 5 s retry for those (seen in the e2e drains).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::eviction::{decide, AllowReason, Decision, EvictionView, Freshness, SurgeState};
+
+/// Requests held at once, across all PDBs. A drain evicts every pod of a node
+/// at once (110 by default per node); a managed upgrade drains a few nodes
+/// together. Each held request is one idle future here and one open
+/// request in the apiserver.
+pub const MAX_HELD: usize = 256;
+
+/// Whether a Block may be held.
+pub fn should_hold(
+    hold: Duration,
+    dry_run: bool,
+    freshness: Freshness,
+    surge: &SurgeState,
+) -> bool {
+    !hold.is_zero()
+        && !dry_run
+        && freshness == Freshness::Fresh
+        && matches!(surge, SurgeState::Active { .. } | SurgeState::Requested)
+}
+
+/// How a hold ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldOutcome {
+    /// The caches allow the eviction now.
+    Room {
+        reason: AllowReason,
+        warning: Option<String>,
+    },
+    /// The deadline passed with the budget still blocking.
+    Expired,
+}
+
+impl HoldOutcome {
+    /// The `outcome` label of `eviction_holds_total`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HoldOutcome::Room { .. } => "allowed",
+            HoldOutcome::Expired => "expired",
+        }
+    }
+}
+
+/// The disruptions each PDB's current status allows that held evictions
+/// have not taken yet, keyed by namespace and PDB name.
+#[derive(Debug, Default)]
+pub struct RoomLedger {
+    room: HashMap<(String, String), (String, i32)>,
+}
+
+impl RoomLedger {
+    /// Takes one of the `allowed` disruptions of the PDB status at
+    /// `resource_version`; false when held evictions took them all already.
+    /// A new status (another resourceVersion) starts a new count: the
+    /// apiserver's own evictions and the disruption controller both write
+    /// the status, so it always says what is left.
+    pub fn take(&mut self, ns: &str, pdb: &str, resource_version: &str, allowed: i32) -> bool {
+        let entry = self
+            .room
+            .entry((ns.to_string(), pdb.to_string()))
+            .or_insert_with(|| (resource_version.to_string(), allowed));
+        if entry.0 != resource_version {
+            *entry = (resource_version.to_string(), allowed);
+        }
+        if entry.1 > 0 {
+            entry.1 -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Forgets every PDB (nothing held any more).
+    pub fn clear(&mut self) {
+        self.room.clear();
+    }
+}
+
+/// Whether this Allow may be answered: a budget that allows disruptions is
+/// shared out through `ledger`; any other reason to allow is answered.
+fn share_room(
+    view: &impl EvictionView,
+    ledger: &Mutex<RoomLedger>,
+    ns: &str,
+    pdb: &str,
+    reason: AllowReason,
+) -> bool {
+    if reason != AllowReason::BudgetAllows {
+        return true;
+    }
+    let Some(p) = view
+        .pdbs_in(ns)
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some(pdb))
+    else {
+        // The pod's PDB changed under us; the apiserver decides.
+        return true;
+    };
+    let rv = p.metadata.resource_version.as_deref().unwrap_or_default();
+    let allowed = p.status.as_ref().map_or(0, |s| s.disruptions_allowed);
+    match ledger.lock() {
+        Ok(mut l) => l.take(ns, pdb, rv, allowed),
+        Err(poisoned) => poisoned.into_inner().take(ns, pdb, rv, allowed),
+    }
+}
+
+/// Re-decides over `view` now and after every bump of `changes` (the PDB
+/// store's notifier) until the decision is an Allow or `deadline` passes.
+/// No polling: a PDB status update from the disruption controller is what
+/// makes room, and that is a PDB event.
+pub async fn wait_for_room(
+    view: &impl EvictionView,
+    ledger: &Mutex<RoomLedger>,
+    mut changes: watch::Receiver<u64>,
+    blocked: (&str, &str, &str),
+    deadline: Instant,
+) -> HoldOutcome {
+    let (ns, pod, pdb) = blocked;
+    // Mark the current version seen before deciding, so a change between
+    // the decision and the wait still wakes us.
+    changes.borrow_and_update();
+    let mut notifier_alive = true;
+    loop {
+        if let Decision::Allow { reason, warning } = decide(view, ns, pod) {
+            if share_room(view, ledger, ns, pdb, reason) {
+                return HoldOutcome::Room { reason, warning };
+            }
+        }
+        if !notifier_alive {
+            tokio::time::sleep_until(deadline).await;
+            return HoldOutcome::Expired;
+        }
+        tokio::select! {
+            r = changes.changed() => {
+                // The store's task ended: nothing will wake us again; one
+                // last look at the deadline.
+                notifier_alive = r.is_ok();
+            }
+            _ = tokio::time::sleep_until(deadline) => return HoldOutcome::Expired,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::SlimPod;
+    use crate::webhook::eviction::tests::{pdb, pod, Fixture};
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use std::sync::Arc;
+
+    fn blocking() -> Fixture {
+        let dep = Deployment {
+            metadata: kube::core::ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Fixture {
+            freshness: Freshness::Fresh,
+            pods: vec![pod("p", "Running", true)],
+            pdbs: vec![pdb("web", 0, 3, 3)],
+            deployment_of: [("p".to_string(), dep)].into(),
+            in_scope: true,
+        }
+    }
+
+    /// A view the test changes while a hold waits on it; counts decisions.
+    struct Shared(Mutex<Fixture>, std::sync::atomic::AtomicUsize);
+
+    fn shared(f: Fixture) -> Shared {
+        Shared(Mutex::new(f), Default::default())
+    }
+
+    impl EvictionView for Shared {
+        fn freshness(&self) -> Freshness {
+            self.0.lock().unwrap().freshness
+        }
+        fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.0.lock().unwrap().pod(ns, name)
+        }
+        fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>> {
+            self.0.lock().unwrap().pdbs_in(ns)
+        }
+        fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>> {
+            self.0.lock().unwrap().owning_deployment(pod)
+        }
+        fn namespace_in_scope(&self, ns: &str) -> bool {
+            self.0.lock().unwrap().namespace_in_scope(ns)
+        }
+    }
+
+    #[test]
+    fn holds_only_fresh_real_blocks_with_a_surge_that_can_help() {
+        let two = Duration::from_secs(2);
+        let active = SurgeState::Active { from: 3, to: 4 };
+        let fresh = Freshness::Fresh;
+        assert!(should_hold(two, false, fresh, &active));
+        assert!(should_hold(two, false, fresh, &SurgeState::Requested));
+        assert!(
+            !should_hold(Duration::ZERO, false, fresh, &active),
+            "0 = off"
+        );
+        assert!(!should_hold(two, true, fresh, &active), "dry run");
+        assert!(!should_hold(two, false, Freshness::Stale, &active));
+        assert!(!should_hold(two, false, Freshness::NotSynced, &active));
+        let impossible = SurgeState::Impossible("maxUnavailable: 0".into());
+        assert!(!should_hold(two, false, fresh, &impossible));
+    }
+
+    #[tokio::test]
+    async fn a_pdb_change_that_makes_room_ends_the_hold_at_once() {
+        let view = Arc::new(shared(blocking()));
+        let (tx, rx) = watch::channel(0u64);
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(20);
+        let v = view.clone();
+        let held = tokio::spawn(async move {
+            let ledger = Mutex::new(RoomLedger::default());
+            wait_for_room(&*v, &ledger, rx, ("ns", "p", "web"), deadline).await
+        });
+        // A change that still blocks (another PDB field) keeps it waiting.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.send_modify(|n| *n += 1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!held.is_finished());
+        // The replacement became Ready: the disruption controller allows one.
+        view.0.lock().unwrap().pdbs[0] = pdb("web", 1, 3, 4);
+        tx.send_modify(|n| *n += 1);
+        let out = held.await.unwrap();
+        assert_eq!(
+            out,
+            HoldOutcome::Room {
+                reason: AllowReason::BudgetAllows,
+                warning: None
+            }
+        );
+        // Woken by the change, not by the deadline (20 s).
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(200) && took < Duration::from_secs(10),
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_room_the_hold_expires_at_the_deadline() {
+        let view = shared(blocking());
+        let (tx, rx) = watch::channel(0u64);
+        let started = Instant::now();
+        let out = wait_for_room(
+            &view,
+            &Mutex::new(RoomLedger::default()),
+            rx,
+            ("ns", "p", "web"),
+            started + Duration::from_millis(300),
+        )
+        .await;
+        assert_eq!(out, HoldOutcome::Expired);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn room_already_there_allows_without_waiting() {
+        let mut f = blocking();
+        f.pdbs[0] = pdb("web", 1, 3, 4);
+        let (_tx, rx) = watch::channel(0u64);
+        let started = Instant::now();
+        let out = wait_for_room(
+            &f,
+            &Mutex::new(RoomLedger::default()),
+            rx,
+            ("ns", "p", "web"),
+            started + Duration::from_secs(20),
+        )
+        .await;
+        assert!(matches!(out, HoldOutcome::Room { .. }));
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    /// A store that stops mid-hold must not spin the loop: the hold ends at
+    /// its deadline.
+    #[tokio::test]
+    async fn a_notifier_that_goes_away_waits_out_the_deadline() {
+        let view = shared(blocking());
+        let (tx, rx) = watch::channel(0u64);
+        drop(tx);
+        let started = Instant::now();
+        let out = wait_for_room(
+            &view,
+            &Mutex::new(RoomLedger::default()),
+            rx,
+            ("ns", "p", "web"),
+            started + Duration::from_millis(300),
+        )
+        .await;
+        assert_eq!(out, HoldOutcome::Expired);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        let decisions = view.1.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(decisions <= 2, "{decisions} decisions: the loop spun");
+    }
+
+    #[test]
+    fn room_is_shared_out_per_pdb_status() {
+        let mut l = RoomLedger::default();
+        assert!(l.take("ns", "web", "10", 2));
+        assert!(l.take("ns", "web", "10", 2));
+        assert!(!l.take("ns", "web", "10", 2), "both taken");
+        assert!(l.take("ns", "api", "10", 1), "another PDB has its own room");
+        // The apiserver's eviction wrote a new status: it says what is left.
+        assert!(!l.take("ns", "web", "11", 0));
+        assert!(l.take("ns", "web", "12", 1));
+        assert!(!l.take("ns", "web", "12", 1));
+        l.clear();
+        assert!(l.take("ns", "web", "12", 1));
+    }
+
+    /// Two evictions held under one PDB whose status makes room for one:
+    /// one is allowed, the other waits for the next status.
+    #[tokio::test]
+    async fn room_for_one_allows_one_held_eviction() {
+        let mut f = blocking();
+        f.pods.push(pod("q", "Running", true));
+        let dep = f.deployment_of["p"].clone();
+        f.deployment_of.insert("q".into(), dep);
+        f.pdbs[0].metadata.resource_version = Some("1".into());
+        let view = Arc::new(shared(f));
+        let ledger = Arc::new(Mutex::new(RoomLedger::default()));
+        let (tx, rx) = watch::channel(0u64);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let hold = |pod: &'static str| {
+            let (v, l, rx) = (view.clone(), ledger.clone(), rx.clone());
+            tokio::spawn(
+                async move { wait_for_room(&*v, &l, rx, ("ns", pod, "web"), deadline).await },
+            )
+        };
+        let (hp, hq) = (hold("p"), hold("q"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut room = pdb("web", 1, 3, 4);
+        room.metadata.resource_version = Some("2".into());
+        view.0.lock().unwrap().pdbs[0] = room;
+        tx.send_modify(|n| *n += 1);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            usize::from(hp.is_finished()) + usize::from(hq.is_finished()),
+            1,
+            "exactly one of the two is allowed"
+        );
+        // The first eviction went through and a second new pod is Ready.
+        let mut more = pdb("web", 1, 3, 4);
+        more.metadata.resource_version = Some("3".into());
+        view.0.lock().unwrap().pdbs[0] = more;
+        tx.send_modify(|n| *n += 1);
+        for h in [hp, hq] {
+            assert!(matches!(h.await.unwrap(), HoldOutcome::Room { .. }));
+        }
+    }
+
+    /// A cache that goes stale while a request is held gives it up with the
+    /// allow a stale cache always gives (behaviour.md 4.6).
+    #[tokio::test]
+    async fn a_cache_gone_stale_during_the_hold_allows() {
+        let view = Arc::new(shared(blocking()));
+        let (tx, rx) = watch::channel(0u64);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let v = view.clone();
+        let held = tokio::spawn(async move {
+            let ledger = Mutex::new(RoomLedger::default());
+            wait_for_room(&*v, &ledger, rx, ("ns", "p", "web"), deadline).await
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        view.0.lock().unwrap().freshness = Freshness::Stale;
+        tx.send_modify(|n| *n += 1);
+        assert!(matches!(
+            held.await.unwrap(),
+            HoldOutcome::Room {
+                reason: AllowReason::CacheStale,
+                ..
+            }
+        ));
+    }
+}
