@@ -346,12 +346,14 @@ fn chart_values_reach_the_server_settings() {
     let env = env_map(find(&chart, "Deployment"));
     for name in [
         "ZERO_SURGE_OVERRIDE",
-        "EVICTION_HOLD",
+        "SHUTDOWN_DELAY",
         "LEADER_ELECTION",
         "CLIENT_CA_FILE",
     ] {
         assert!(!env.contains_key(name), "{name} is set by default");
     }
+    // The hold is on by default, as in manifests/deployment.yaml.
+    assert_eq!(env.get("EVICTION_HOLD"), Some(&json!("2s")));
 }
 
 /// Every source of certificates renders objects the apiserver accepts.
