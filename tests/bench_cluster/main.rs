@@ -79,11 +79,13 @@ fn server_pid() -> u32 {
         .expect("the server's pid file")
 }
 
-/// The product's API requests: (all, writes), from its own counter.
-fn api_requests(info: &WebhookInfo) -> (f64, f64) {
+/// The product's API requests: (all, writes other than the leader's Lease
+/// renewals, Lease renewals), from its own counter.
+fn api_requests(info: &WebhookInfo) -> (f64, f64, f64) {
     let text = info.metrics();
     let mut all = 0.0;
     let mut writes = 0.0;
+    let mut lease = 0.0;
     for l in text.lines() {
         if !l.starts_with("eviction_autoscaler_api_requests_total{") {
             continue;
@@ -99,11 +101,16 @@ fn api_requests(info: &WebhookInfo) -> (f64, f64) {
             .nth(1)
             .and_then(|r| r.split('"').next())
             .unwrap_or("");
-        if !matches!(verb, "get" | "list" | "watch") {
+        if matches!(verb, "get" | "list" | "watch") {
+            continue;
+        }
+        if l.contains("resource=\"leases\"") {
+            lease += v;
+        } else {
             writes += v;
         }
     }
-    (all, writes)
+    (all, writes, lease)
 }
 
 /// Per-verb/resource request counts, for the report.
@@ -233,7 +240,7 @@ async fn convergence(info: &WebhookInfo) {
         fresh_namespace(&format!("bench-conv-{i}"), true).await;
     }
     let pid = server_pid();
-    let (req0, _) = api_requests(info);
+    let (req0, _, _) = api_requests(info);
     let cpu0 = cpu_seconds(pid);
     let started = Instant::now();
     let jobs: Vec<(String, String)> = (0..total)
@@ -266,7 +273,7 @@ async fn convergence(info: &WebhookInfo) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let converged = started.elapsed();
-    let (req1, _) = api_requests(info);
+    let (req1, _, _) = api_requests(info);
     let cpu1 = cpu_seconds(pid);
     say(format!(
         "convergence: {total} Deployments in {spaces} namespaces created in {:.1}s; every PDB \
@@ -285,10 +292,10 @@ async fn convergence(info: &WebhookInfo) {
     // Let the pods settle (scheduling, status) before the steady window.
     tokio::time::sleep(Duration::from_secs(30)).await;
     let before = api_breakdown(info);
-    let (_, w0) = api_requests(info);
+    let (_, w0, l0) = api_requests(info);
     let cpu2 = cpu_seconds(pid);
     tokio::time::sleep(Duration::from_secs(steady as u64)).await;
-    let (_, w1) = api_requests(info);
+    let (_, w1, l1) = api_requests(info);
     let cpu3 = cpu_seconds(pid);
     let after = api_breakdown(info);
     let moved: Vec<String> = after
@@ -297,9 +304,11 @@ async fn convergence(info: &WebhookInfo) {
         .map(|(k, v)| format!("{k} +{}", v - before.get(k).copied().unwrap_or(0.0)))
         .collect();
     say(format!(
-        "steady state: {steady}s with {total} Deployments: {:.2} writes per minute, {:.2} CPU \
-         seconds per minute; requests in the window: {}",
+        "steady state: {steady}s with {total} Deployments: {:.2} writes per minute besides \
+         {:.1} Lease renewals per minute, {:.2} CPU seconds per minute; requests in the \
+         window: {}",
         (w1 - w0) * 60.0 / steady as f64,
+        (l1 - l0) * 60.0 / steady as f64,
         (cpu3 - cpu2) * 60.0 / steady as f64,
         if moved.is_empty() {
             "none".to_string()

@@ -138,6 +138,15 @@ async fn pods_of(ns: &TestNs, app: &str) -> Vec<Pod> {
 /// Scenario 1 (and 11): a 3-replica Deployment with its owned PDB, every
 /// pod on one node; a real `kubectl drain` of that node completes with the
 /// surge, never below 3 Ready pods, and scales back to exactly 3.
+/// Uncordons a node when dropped, so a failing test leaves it schedulable.
+struct UncordonOnDrop(&'static str);
+
+impl Drop for UncordonOnDrop {
+    fn drop(&mut self) {
+        uncordon(self.0);
+    }
+}
+
 async fn drain_one_node(prefix: &str, max_surge: Option<IntOrString>, want_peak: i32) {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new(prefix).await;
@@ -160,7 +169,10 @@ async fn drain_one_node(prefix: &str, max_surge: Option<IntOrString>, want_peak:
     let watcher = AvailabilityWatcher::start(&ns, "web");
     let trace = ReplicaTrace::start(&ns, "web");
     let d = drain(node, "app=web", &[]).await;
-    uncordon(node);
+    // The node stays cordoned until the last check (a replacement created
+    // just after the drain would otherwise land on it again), and is
+    // uncordoned however the test ends.
+    let _uncordon = UncordonOnDrop(node);
     assert!(d.ok, "drain failed:\n{}", d.output);
     // Blocked at first: kubectl met our 429, or the webhook held the
     // eviction (EVICTION_HOLD) until the surge made room.
