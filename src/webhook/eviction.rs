@@ -411,6 +411,26 @@ pub(crate) mod tests {
         }
     }
 
+    /// A pod of Deployment ns/web whose PDB allows nothing: the eviction is
+    /// blocked on fresh facts.
+    pub fn blocking() -> Fixture {
+        let dep = k8s_openapi::api::apps::v1::Deployment {
+            metadata: kube::core::ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Fixture {
+            freshness: Freshness::Fresh,
+            pods: vec![pod("p", "Running", true)],
+            pdbs: vec![pdb("web", 0, 3, 3)],
+            deployment_of: [("p".to_string(), dep)].into(),
+            in_scope: true,
+        }
+    }
+
     pub fn pdb(name: &str, allowed: i32, desired: i32, current: i32) -> PodDisruptionBudget {
         PodDisruptionBudget {
             metadata: ObjectMeta {

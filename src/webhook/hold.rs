@@ -177,28 +177,10 @@ pub async fn wait_for_room(
 mod tests {
     use super::*;
     use crate::cache::SlimPod;
-    use crate::webhook::eviction::tests::{pdb, pod, Fixture};
+    use crate::webhook::eviction::tests::{blocking, pdb, pod, Fixture};
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use std::sync::Arc;
-
-    fn blocking() -> Fixture {
-        let dep = Deployment {
-            metadata: kube::core::ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("ns".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        Fixture {
-            freshness: Freshness::Fresh,
-            pods: vec![pod("p", "Running", true)],
-            pdbs: vec![pdb("web", 0, 3, 3)],
-            deployment_of: [("p".to_string(), dep)].into(),
-            in_scope: true,
-        }
-    }
 
     /// A view the test changes while a hold waits on it; counts decisions.
     struct Shared(Mutex<Fixture>, std::sync::atomic::AtomicUsize);

@@ -117,27 +117,9 @@ pub async fn decide_confirmed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::webhook::eviction::tests::{pdb, pod, Fixture};
-    use crate::webhook::eviction::{AllowReason, Freshness};
+    use crate::webhook::eviction::tests::{blocking, pdb};
+    use crate::webhook::eviction::AllowReason;
     use std::sync::atomic::{AtomicUsize, Ordering};
-
-    fn blocking_cache() -> Fixture {
-        let dep = k8s_openapi::api::apps::v1::Deployment {
-            metadata: kube::core::ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("ns".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        Fixture {
-            freshness: Freshness::Fresh,
-            pods: vec![pod("p", "Running", true)],
-            pdbs: vec![pdb("web", 0, 3, 3)],
-            deployment_of: [("p".to_string(), dep)].into(),
-            in_scope: true,
-        }
-    }
 
     enum Fake {
         Facts(Box<LiveFacts>),
@@ -185,7 +167,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_allow_from_the_caches_reads_nothing() {
-        let mut cache = blocking_cache();
+        let mut cache = blocking();
         cache.pdbs[0] = pdb("web", 1, 2, 3);
         let r = FakeReader::new(Fake::Fails);
         let d = decide_confirmed(&cache, &r, "ns", "p", LIVE_CHECK_TIMEOUT).await;
@@ -196,7 +178,7 @@ mod tests {
     #[tokio::test]
     async fn a_live_read_error_allows() {
         let r = FakeReader::new(Fake::Fails);
-        let d = decide_confirmed(&blocking_cache(), &r, "ns", "p", LIVE_CHECK_TIMEOUT).await;
+        let d = decide_confirmed(&blocking(), &r, "ns", "p", LIVE_CHECK_TIMEOUT).await;
         assert_eq!(reason(&d), Some(AllowReason::LiveCheckFailed));
         assert_eq!(r.calls.load(Ordering::SeqCst), 1);
     }
@@ -206,7 +188,7 @@ mod tests {
         let r = FakeReader::new(Fake::Hangs);
         let timeout = Duration::from_millis(200);
         let started = std::time::Instant::now();
-        let d = decide_confirmed(&blocking_cache(), &r, "ns", "p", timeout).await;
+        let d = decide_confirmed(&blocking(), &r, "ns", "p", timeout).await;
         assert_eq!(reason(&d), Some(AllowReason::LiveCheckFailed));
         let took = started.elapsed();
         assert!(took >= timeout && took < Duration::from_secs(2), "{took:?}");
@@ -214,7 +196,7 @@ mod tests {
 
     #[tokio::test]
     async fn live_facts_that_agree_block() {
-        let cache = blocking_cache();
+        let cache = blocking();
         let facts = LiveFacts {
             pod: cache.pods.first().cloned(),
             pdbs: cache.pdbs.clone(),
@@ -226,7 +208,7 @@ mod tests {
 
     #[tokio::test]
     async fn live_facts_that_disagree_allow() {
-        let cache = blocking_cache();
+        let cache = blocking();
         let facts = LiveFacts {
             pod: cache.pods.first().cloned(),
             pdbs: vec![],
