@@ -963,6 +963,23 @@ struct Reflectors<'a> {
     health: &'a mut Vec<Arc<StoreHealth>>,
 }
 
+/// What a reflector store can hold.
+trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 impl Reflectors<'_> {
     /// A store of every `K` in the cluster, kept by a watcher whose health
     /// lands in `self.health`. `missing` is logged once if the resource's
@@ -973,13 +990,7 @@ impl Reflectors<'_> {
         strip: impl FnMut(&mut K) + Send + 'static,
     ) -> Store<K>
     where
-        K: Resource<DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Watched,
     {
         self.reflect_notifying(missing, strip, None, None)
     }
@@ -994,13 +1005,7 @@ impl Reflectors<'_> {
         mut on_event: Option<StoreHook<K>>,
     ) -> Store<K>
     where
-        K: Resource<DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Watched,
     {
         let health = Arc::new(StoreHealth::new(K::plural(&()), self.base));
         self.health.push(health.clone());
