@@ -59,8 +59,8 @@ const WEBHOOK: &str = "src/webhook/mod.rs";
 
 /// ClusterRole `eviction-autoscaler`.
 const USES: &[Use] = &[
-    u("", "pods", "list", CACHE, "r.reflect::<SlimPod>"),
-    u("", "pods", "watch", CACHE, "r.reflect::<SlimPod>"),
+    u("", "pods", "list", CACHE, "let api: Api<PodWire> = Api::all("),
+    u("", "pods", "watch", CACHE, "let api: Api<PodWire> = Api::all("),
     // The live read before any 429 (behaviour.md 4).
     u("", "pods", "get", "src/webhook/live.rs", "pods.get_opt(pod)"),
     u("", "namespaces", "list", CACHE, "r.reflect::<Namespace>"),
@@ -83,7 +83,7 @@ const USES: &[Use] = &[
     u("keda.sh", "scaledobjects", "get", APPLY, "Api::<DynamicObject>::namespaced_with(self.0.clone(), ns, &keda_resource()) .get_opt(name)"),
     u("keda.sh", "scaledobjects", "patch", APPLY, "Api::<DynamicObject>::namespaced_with(self.0.clone(), ns, &keda_resource()) .patch(name, &pp, &patch)"),
     u("policy", "poddisruptionbudgets", "list", "src/webhook/live.rs", "pdbs.list(&ListParams::default())"),
-    u("policy", "poddisruptionbudgets", "watch", CACHE, "r.reflect::<PodDisruptionBudget>"),
+    u("policy", "poddisruptionbudgets", "watch", CACHE, "r.reflect_notifying::<PodDisruptionBudget>("),
     // After a create conflict at admission: is the PDB of that name ours?
     u("policy", "poddisruptionbudgets", "get", WEBHOOK, "let existing = api.get(name).await?"),
     u("policy", "poddisruptionbudgets", "create", WEBHOOK, "api.create(&pp, want)"),
