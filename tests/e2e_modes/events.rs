@@ -71,11 +71,21 @@ async fn pod_updates_plan_nothing_and_a_change_plans_only_its_namespace() {
             .unwrap();
         spaces.push(ns);
     }
+    // Settled means the disruption controller has computed every PDB's
+    // status (its update marks the namespace, and our EvictionAutoScaler
+    // status follows it): on a loaded machine that comes seconds later.
     for ns in &spaces {
         wait_ready(ns, "web", 1).await;
-        wait_pdb(ns, "web", "owned PDB", |_| true).await;
+        wait_pdb(ns, "web", "owned PDB with its status computed", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.observed_generation == p.metadata.generation
+                    && s.expected_pods == 1
+                    && s.current_healthy == 1
+            })
+        })
+        .await;
     }
-    let quiet = Duration::from_secs(3);
+    let quiet = Duration::from_secs(5);
     let (p0, n0) = settled(&info, quiet).await;
 
     // Pod-only updates (an annotation on the pod) touch no object the
