@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::Api;
 use serde_json::json;
 use support::*;
@@ -183,41 +183,11 @@ fn bench_deployment(name: &str, replicas: i32, node: &str) -> Deployment {
     d
 }
 
-async fn fresh_namespace(name: &str, in_scope: bool) {
-    let api: Api<Namespace> = Api::all(client().await);
-    let _ = api.delete(name, &DeleteParams::default()).await;
-    wait_for(
-        "old bench namespace gone",
-        Duration::from_secs(300),
-        || async {
-            api.get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
-    let mut annotations = BTreeMap::new();
-    if in_scope {
-        annotations.insert(
-            "eviction-autoscaler.azure.com/enable".to_string(),
-            "true".to_string(),
-        );
-    }
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            labels: Some([(LABEL.to_string(), "true".to_string())].into()),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    api.create(&PostParams::default(), &ns)
-        .await
-        .expect("create namespace");
+/// A namespace of the benchmark's, deleted when dropped (the e2e harness's
+/// TestNs): in scope or not.
+async fn bench_namespace(name: &str, in_scope: bool) -> TestNs {
+    let enable: &[(&str, &str)] = &[("eviction-autoscaler.azure.com/enable", "true")];
+    TestNs::fixed(name, if in_scope { enable } else { &[] }).await
 }
 
 async fn count<K>(api: &Api<K>) -> usize
@@ -236,8 +206,9 @@ async fn convergence(info: &WebhookInfo) {
     let spaces = 20usize;
     let steady = env_usize("BENCH_STEADY", 600);
     let c = client().await;
+    let mut namespaces = Vec::new();
     for i in 0..spaces {
-        fresh_namespace(&format!("bench-conv-{i}"), true).await;
+        namespaces.push(bench_namespace(&format!("bench-conv-{i}"), true).await);
     }
     let pid = server_pid();
     let (req0, _, _) = api_requests(info);
@@ -316,14 +287,7 @@ async fn convergence(info: &WebhookInfo) {
             moved.join(", ")
         }
     ));
-    for i in 0..spaces {
-        kubectl(&[
-            "delete",
-            "namespace",
-            &format!("bench-conv-{i}"),
-            "--wait=false",
-        ]);
-    }
+    drop(namespaces); // TestNs deletes them
 }
 
 struct DrainFigures {
@@ -423,7 +387,7 @@ async fn drains(with_product: bool) -> DrainFigures {
     for n in NODES {
         kubectl(&["uncordon", n]);
     }
-    fresh_namespace(ns, with_product).await;
+    let _namespace = bench_namespace(ns, with_product).await;
     let c = client().await;
     let deps: Api<Deployment> = Api::namespaced(c.clone(), ns);
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), ns);
@@ -507,7 +471,6 @@ async fn drains(with_product: bool) -> DrainFigures {
         .await;
     }
     let (extra_replica_seconds, min_ready) = sampler.finish().await;
-    kubectl(&["delete", "namespace", ns, "--wait=false"]);
     DrainFigures {
         took,
         extra_replica_seconds,
