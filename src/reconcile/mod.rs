@@ -298,7 +298,9 @@ impl Reconciler {
         // One read of each store per pass, grouped by namespace, keeping
         // only the namespaces to plan.
         let mut deployments_by_ns = marked_by_namespace(self.cache.deployments.state(), &marks);
-        let mut pdbs_by_ns = marked_by_namespace(self.cache.pdbs.state(), &marks);
+        let all_pdbs = self.cache.pdbs.state();
+        let managed = all_pdbs.iter().filter(|p| owned_by_us(&p.metadata)).count() as i64;
+        let mut pdbs_by_ns = marked_by_namespace(all_pdbs, &marks);
         let mut hpas_by_ns = marked_by_namespace(self.cache.hpas.state(), &marks);
         let mut eas_by_ns = marked_by_namespace(self.cache.eas.state(), &marks);
         let jobs: Vec<NamespaceJob> = self
@@ -350,13 +352,6 @@ impl Reconciler {
         // A replica that stopped leading keeps the gauge at the 0 its
         // step-down set.
         if *leader.borrow() {
-            let managed = self
-                .cache
-                .pdbs
-                .state()
-                .iter()
-                .filter(|p| owned_by_us(&p.metadata))
-                .count() as i64;
             self.metrics.managed_pdbs.set(managed);
         }
     }
