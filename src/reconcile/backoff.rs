@@ -68,6 +68,29 @@ impl Backoff {
             .map(|(k, _)| k.as_str())
     }
 
+    /// The namespaces of the objects whose wait is over (keys are
+    /// "namespace/kind/name"): a pass plans them even if nothing in them
+    /// changed, so a failed write is retried without a watch event.
+    pub fn due_namespaces(&self, now: Instant) -> impl Iterator<Item = &str> {
+        self.due_keys(now)
+            .filter_map(|k| k.split_once('/').map(|(ns, _)| ns))
+    }
+
+    /// After a pass over `planned_ns`: forgets the objects of those
+    /// namespaces it no longer planned to write (their problem went away);
+    /// other namespaces' objects wait for their own pass.
+    pub fn settle_pass(
+        &mut self,
+        planned: &std::collections::BTreeSet<String>,
+        planned_ns: &std::collections::BTreeSet<String>,
+    ) {
+        self.retain(|k| {
+            planned.contains(k)
+                || k.split_once('/')
+                    .is_some_and(|(ns, _)| !planned_ns.contains(ns))
+        });
+    }
+
     /// Forgets objects the last pass no longer planned to write: their
     /// problem went away, so a later write starts afresh.
     pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
@@ -117,6 +140,31 @@ mod tests {
         b.succeeded("ns/pdb/a");
         assert!(b.is_empty());
         assert_eq!(b.failed("ns/pdb/a", t1), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_namespace_with_a_due_retry_is_planned_and_unplanned_namespaces_keep_theirs() {
+        let t0 = Instant::now();
+        let mut b = Backoff::default();
+        b.failed("a/pdb/x", t0);
+        b.failed("b/status/y", t0);
+        assert_eq!(b.due_namespaces(t0).count(), 0, "still waiting");
+        let mut due: Vec<_> = b.due_namespaces(t0 + INITIAL).collect();
+        due.sort();
+        assert_eq!(due, ["a", "b"], "re-planned without any watch event");
+        // A pass over "a" alone that no longer plans a/pdb/x forgets it and
+        // keeps b's entry for b's own pass.
+        let planned_ns = ["a".to_string()].into();
+        b.settle_pass(&Default::default(), &planned_ns);
+        assert!(b.due("a/pdb/x", t0));
+        assert!(
+            !b.due("b/status/y", t0),
+            "b's backoff survives a pass over a"
+        );
+        // A pass over "b" that plans the object again keeps its backoff.
+        let planned = ["b/status/y".to_string()].into();
+        b.settle_pass(&planned, &["b".to_string()].into());
+        assert_eq!(b.len(), 1);
     }
 
     #[test]

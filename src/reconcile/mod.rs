@@ -288,12 +288,9 @@ impl Reconciler {
     /// turns false.
     pub async fn pass(&self, leader: &watch::Receiver<bool>, mut marks: Marks) {
         if let Ok(b) = self.backoff.lock() {
-            let now = Instant::now();
-            for key in b.due_keys(now) {
-                if let Some((ns, _)) = key.split_once('/') {
-                    marks.namespaces.insert(ns.to_string());
-                }
-            }
+            marks
+                .namespaces
+                .extend(b.due_namespaces(Instant::now()).map(str::to_string));
         }
         // One read of each store per pass, grouped by namespace, keeping
         // only the namespaces to plan.
@@ -343,11 +340,7 @@ impl Reconciler {
         // again are fixed or gone: forget their backoff. Other namespaces'
         // entries wait for their own pass.
         if let Ok(mut b) = self.backoff.lock() {
-            b.retain(|k| {
-                planned.contains(k)
-                    || k.split_once('/')
-                        .is_some_and(|(ns, _)| !planned_ns.contains(ns))
-            });
+            b.settle_pass(&planned, &planned_ns);
         }
         // A replica that stopped leading keeps the gauge at the 0 its
         // step-down set.
