@@ -323,6 +323,11 @@ GOMEMLIMIT=1GiB start kube-apiserver "$K8S_BIN_DIR/kube-apiserver" \
 wait_for kube-apiserver 120 "kube-apiserver /readyz" \
   curl -sf --cacert "$PKI/ca.crt" "$APISERVER_URL/readyz"
 
+# --node-monitor-grace-period: the restart tests take the apiserver and etcd
+# away for ~20 s, and client-go's relist backoff keeps the node lifecycle
+# controller blind to lease renewals for up to 30 s more. At the default 40 s
+# it then marks every node NotReady and every pod Ready=False at once, an
+# outage of the test cluster's own making that hides what the tests measure.
 start kube-controller-manager "$K8S_BIN_DIR/kube-controller-manager" \
   --kubeconfig="$PKI/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig="$PKI/kube-controller-manager.kubeconfig" \
@@ -332,6 +337,7 @@ start kube-controller-manager "$K8S_BIN_DIR/kube-controller-manager" \
   --cert-dir="$CLUSTER_DIR/certs" \
   --controllers='*' \
   --leader-elect=false \
+  --node-monitor-grace-period=120s \
   --use-service-account-credentials=true \
   --service-account-private-key-file="$PKI/sa.key" \
   --root-ca-file="$PKI/ca.crt" \
