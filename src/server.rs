@@ -12,7 +12,7 @@ use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use futures::StreamExt;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -24,10 +24,8 @@ use tokio_rustls::TlsAcceptor;
 use crate::cache::StoreState;
 use crate::metrics::Metrics;
 use crate::tls::TlsSettings;
-use kube::core::admission::AdmissionRequest;
-use kube::core::DynamicObject;
 
-use crate::webhook::{parse_review, Answer, ReviewError, Webhooks};
+use crate::webhook::{parse_eviction_review, parse_review, Answer, ReviewError, Webhooks};
 
 /// Bounds on what one client, or many, can make the server hold. Every
 /// request is also bounded in time by the request timeout (TLS handshake,
@@ -87,29 +85,81 @@ pub struct AppState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientCert(pub bool);
 
-/// The webhook paths answer only clients with a verified certificate when a
-/// client CA is configured; health endpoints and /metrics never ask for one
-/// (kubelet probes and Prometheus scrapes carry none, behaviour.md 8).
-async fn require_client_cert(State(s): State<AppState>, req: Request, next: Next) -> Response {
-    let presented = req.extensions().get::<ClientCert>().is_some_and(|c| c.0);
-    if s.require_client_cert && !presented {
-        s.metrics.client_cert_missing.inc();
-        // Read the body first (up to the limit): answering before it is read
-        // makes HTTP/2 clients see a reset stream instead of the 401.
-        let mut body = req.into_body().into_data_stream();
-        let mut read = 0usize;
-        while let Some(Ok(chunk)) = body.next().await {
-            read += chunk.len();
-            if read > s.max_body {
-                break;
+/// What every webhook request passes before its body is parsed, in one
+/// place rather than as middleware layers (each layer boxed and cloned a
+/// service per request: a microsecond of the eviction path, per `make bench`).
+#[derive(Clone)]
+struct Guarded {
+    app: AppState,
+    /// Permits for webhook requests being handled ([`Limits::max_in_flight`]).
+    in_flight: Arc<Semaphore>,
+    budget: BodyBudget,
+    timeout: Duration,
+}
+
+/// Held while a webhook request is handled: its slot and its body's bytes.
+struct Admitted {
+    _slot: OwnedSemaphorePermit,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+impl Guarded {
+    /// A slot among the requests in flight (else 503 at once: a queue would
+    /// only hold more bodies in memory), the client certificate when one is
+    /// required, then the body within the size limit and the byte budget.
+    async fn admit(&self, req: Request) -> Result<(Bytes, Admitted), Response> {
+        let Ok(slot) = self.in_flight.clone().try_acquire_owned() else {
+            return Err(json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many requests in flight; try again",
+            ));
+        };
+        let s = &self.app;
+        // The webhook paths answer only clients with a verified certificate
+        // when a client CA is configured; health endpoints and /metrics never
+        // ask for one (kubelet probes and Prometheus scrapes carry none,
+        // behaviour.md 8).
+        let presented = req.extensions().get::<ClientCert>().is_some_and(|c| c.0);
+        if s.require_client_cert && !presented {
+            s.metrics.client_cert_missing.inc();
+            // Read the body first (up to the limit): answering before it is read
+            // makes HTTP/2 clients see a reset stream instead of the 401.
+            let mut body = req.into_body().into_data_stream();
+            let mut read = 0usize;
+            while let Some(Ok(chunk)) = body.next().await {
+                read += chunk.len();
+                if read > s.max_body {
+                    break;
+                }
             }
+            return Err(json_error(
+                StatusCode::UNAUTHORIZED,
+                "a client certificate signed by the configured client CA is required on this path",
+            ));
         }
-        return json_error(
-            StatusCode::UNAUTHORIZED,
-            "a client certificate signed by the configured client CA is required on this path",
-        );
+        let (body, bytes) = read_limited(req.into_body(), s.max_body, &self.budget)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok((
+            body,
+            Admitted {
+                _slot: slot,
+                _bytes: bytes,
+            },
+        ))
     }
-    next.run(req).await
+
+    /// `work` within the request time limit, else 503.
+    async fn within_timeout(&self, work: impl std::future::Future<Output = Response>) -> Response {
+        match tokio::time::timeout(self.timeout, work).await {
+            Ok(r) => r,
+            Err(_) => timed_out(),
+        }
+    }
+}
+
+fn timed_out() -> Response {
+    json_error(StatusCode::SERVICE_UNAVAILABLE, "request timed out")
 }
 
 fn json_error(code: StatusCode, message: impl Into<String>) -> Response {
@@ -210,43 +260,32 @@ async fn read_limited(
     Ok((Bytes::from(buf), held))
 }
 
-async fn read_review(
-    s: &AppState,
-    budget: &BodyBudget,
-    body: Body,
-) -> Result<
-    (
-        AdmissionRequest<DynamicObject>,
-        Option<OwnedSemaphorePermit>,
-    ),
-    BadInput,
-> {
-    let (body, permit) = read_limited(body, s.max_body, budget).await?;
-    let review = parse_review(&body).map_err(BadInput::Review)?;
-    Ok((review, permit))
+async fn validate_evictions(State(g): State<Guarded>, req: Request) -> Response {
+    g.within_timeout(async {
+        let (body, _held) = match g.admit(req).await {
+            Ok(admitted) => admitted,
+            Err(answer) => return answer,
+        };
+        match parse_eviction_review(&body) {
+            Ok(review) => answer(g.app.webhooks.evictions(review).await),
+            Err(e) => BadInput::Review(e).into_response(),
+        }
+    })
+    .await
 }
 
-async fn validate_evictions(
-    State(s): State<AppState>,
-    Extension(budget): Extension<BodyBudget>,
-    body: Body,
-) -> Response {
-    match read_review(&s, &budget, body).await {
-        // The permit is held until the answer is made.
-        Ok((req, _permit)) => answer(s.webhooks.evictions(req).await),
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn mutate_deployments(
-    State(s): State<AppState>,
-    Extension(budget): Extension<BodyBudget>,
-    body: Body,
-) -> Response {
-    match read_review(&s, &budget, body).await {
-        Ok((req, _permit)) => answer(s.webhooks.deployments(req).await),
-        Err(e) => e.into_response(),
-    }
+async fn mutate_deployments(State(g): State<Guarded>, req: Request) -> Response {
+    g.within_timeout(async {
+        let (body, _held) = match g.admit(req).await {
+            Ok(admitted) => admitted,
+            Err(answer) => return answer,
+        };
+        match parse_review(&body) {
+            Ok(review) => answer(g.app.webhooks.deployments(review).await),
+            Err(e) => BadInput::Review(e).into_response(),
+        }
+    })
+    .await
 }
 
 /// Ready once every watch cache has synced, and while none is stale; the
@@ -291,60 +330,43 @@ async fn metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Webhook requests past `Limits::max_in_flight` get 503 at once rather
-/// than queueing: a queue would only hold more bodies in memory.
-async fn limit_in_flight(
-    State(permits): State<Arc<Semaphore>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let Ok(_permit) = permits.try_acquire() else {
-        return json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many requests in flight; try again",
-        );
-    };
-    next.run(req).await
-}
-
 pub fn router(state: AppState, request_timeout: Duration) -> Router {
     router_with_limits(state, request_timeout, Limits::default())
 }
 
 pub fn router_with_limits(state: AppState, request_timeout: Duration, limits: Limits) -> Router {
-    let in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
-    let budget = BodyBudget(Arc::new(Semaphore::new(
-        limits.max_body_bytes_in_flight.max(state.max_body),
-    )));
+    let guarded = Guarded {
+        in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
+        budget: BodyBudget(Arc::new(Semaphore::new(
+            limits.max_body_bytes_in_flight.max(state.max_body),
+        ))),
+        timeout: request_timeout,
+        app: state.clone(),
+    };
+    // Health probes stay outside the in-flight limit: an overloaded replica
+    // is not a dead one, and a failed liveness probe would restart it.
     let webhooks = Router::new()
         .route("/validate/evictions", post(validate_evictions))
         .route("/mutate/deployments", post(mutate_deployments))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            require_client_cert,
-        ))
-        .route_layer(Extension(budget))
-        // Health probes stay outside the limit: an overloaded replica is
-        // not a dead one, and a failed liveness probe would restart it.
-        .route_layer(middleware::from_fn_with_state(in_flight, limit_in_flight));
+        .with_state(guarded);
     Router::new()
-        .merge(webhooks)
         // Never depends on the apiserver: answers as soon as the listener is up.
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such endpoint") })
-        // Bodies are limited by read_limited, per handler.
-        .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(
             move |req: Request, next: Next| async move {
                 match tokio::time::timeout(request_timeout, next.run(req)).await {
                     Ok(r) => r,
-                    Err(_) => json_error(StatusCode::SERVICE_UNAVAILABLE, "request timed out"),
+                    Err(_) => timed_out(),
                 }
             },
         ))
         .with_state(state)
+        // Webhook bodies are limited by read_limited, per request.
+        .merge(webhooks)
+        .layer(DefaultBodyLimit::disable())
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -30,6 +30,9 @@ use tokio_rustls::TlsAcceptor;
 pub struct Servers {
     pub product: SocketAddr,
     pub bare: SocketAddr,
+    /// The two routers, for the per-request cost without TLS and HTTP framing.
+    pub product_app: axum::Router,
+    pub bare_app: axum::Router,
     pub body: PathBuf,
     pub metrics: Arc<Metrics>,
     // Keeps the webhook's signal queue open.
@@ -106,7 +109,7 @@ pub async fn start(cache: Cache, dir: &Path, pod: (&str, &str)) -> Result<Server
     tokio::spawn(server::serve(
         listener,
         tls.clone(),
-        app,
+        app.clone(),
         timeout,
         std::future::pending(),
     ));
@@ -146,12 +149,14 @@ pub async fn start(cache: Cache, dir: &Path, pod: (&str, &str)) -> Result<Server
     tokio::spawn(bare_serve(
         bare_listener,
         TlsAcceptor::from(tls.current()),
-        bare_app,
+        bare_app.clone(),
     ));
 
     Ok(Servers {
         product,
         bare,
+        product_app: app,
+        bare_app,
         body,
         metrics,
         _signals: signal_rx,
@@ -176,6 +181,30 @@ async fn bare_serve(listener: TcpListener, acceptor: TlsAcceptor, app: axum::Rou
                 .await;
         });
     }
+}
+
+/// Mean time per request through `app` alone (no TLS, no HTTP framing):
+/// `n` requests one after another on this thread, the answer read whole.
+pub async fn router_cost(app: &axum::Router, body: &Bytes, n: u32) -> Result<Duration, BenchError> {
+    use tower::ServiceExt;
+    let started = std::time::Instant::now();
+    for _ in 0..n {
+        let req = axum::http::Request::post("/validate/evictions")
+            .header(CONTENT_TYPE, "application/json")
+            .body(axum::body::Body::from(body.clone()))
+            .map_err(setup("request"))?;
+        let resp = app.clone().oneshot(req).await.map_err(setup("router"))?;
+        if !resp.status().is_success() {
+            return Err(BenchError::Setup(format!(
+                "router answered {}",
+                resp.status()
+            )));
+        }
+        axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .map_err(setup("body"))?;
+    }
+    Ok(started.elapsed() / n)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

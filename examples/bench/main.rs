@@ -16,12 +16,12 @@ mod http;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use eviction_autoscaler::cache::{strip_meta, Cache, PodStore, PodWire, SlimPod, Stores};
 use eviction_autoscaler::config::Behaviour;
 use eviction_autoscaler::webhook::eviction::decide;
-use eviction_autoscaler::webhook::parse_review;
+use eviction_autoscaler::webhook::{parse_eviction_review, parse_review};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -374,7 +374,9 @@ fn main() {
     );
     out!("");
     out!("```");
-    in_process();
+    if std::env::var_os("BENCH_ROUTER_ONLY").is_none() {
+        in_process();
+    }
     out!("```\n");
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -432,6 +434,33 @@ async fn over_https() -> Result<(), http::BenchError> {
         100 * apps
     );
     let body = s.body.clone();
+    // Where the difference comes from: the same request through each router
+    // alone, no TLS and no HTTP framing (one thread, one request at a time).
+    let raw = axum::body::Bytes::from(
+        std::fs::read(&body).map_err(|e| http::BenchError::Setup(e.to_string()))?,
+    );
+    let n = 100_000;
+    // For a profiler: the product's router alone, for a while, then stop.
+    if std::env::var_os("BENCH_ROUTER_ONLY").is_some() {
+        for _ in 0..10 {
+            let t = http::router_cost(&s.product_app, &raw, n).await?;
+            out!("product router: {:.2} us/request", t.as_secs_f64() * 1e6);
+        }
+        return Ok(());
+    }
+    let (mut pr, mut br) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        pr.push(http::router_cost(&s.product_app, &raw, n).await?);
+        br.push(http::router_cost(&s.bare_app, &raw, n).await?);
+    }
+    let best = |v: &[Duration]| v.iter().min().copied().unwrap_or_default().as_secs_f64() * 1e6;
+    out!(
+        "Per request through the router alone (no TLS, no HTTP framing; {n} requests one at a time, best of 3): \
+         product {:.2} us, bare {:.2} us, difference {:.2} us.\n",
+        best(&pr),
+        best(&br),
+        best(&pr) - best(&br)
+    );
     let rounds = 3;
     out!("| protocol | product req/s (rounds) | bare req/s (rounds) | ratio of means | target |");
     out!("|---|---|---|---|---|");
@@ -547,15 +576,15 @@ fn in_process() {
         "name": "p", "namespace": "ns", "operation": "CREATE", "userInfo": {"username": "admin"},
         "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "ns"}}, "dryRun": false}});
     let body = serde_json::to_vec(&review).unwrap_or_default();
-    let start = Instant::now();
     let k = 100_000;
-    let mut ok = 0;
-    for _ in 0..k {
-        if parse_review(&body).is_ok() {
-            ok += 1;
-        }
-    }
-    let per = start.elapsed().as_secs_f64() / f64::from(k);
-    assert_eq!(ok, k);
-    out!("AdmissionReview parse: {:.2} us/request", per * 1e6);
+    let time = |parse: &dyn Fn(&[u8]) -> bool| {
+        let start = Instant::now();
+        let ok = (0..k).filter(|_| parse(&body)).count();
+        assert_eq!(ok, k);
+        start.elapsed().as_secs_f64() / k as f64 * 1e6
+    };
+    let typed = time(&|b| parse_review(b).is_ok());
+    let fast = time(&|b| parse_eviction_review(b).is_ok());
+    out!("AdmissionReview parse, typed (kube AdmissionRequest, the mutating webhook): {typed:.2} us/request");
+    out!("AdmissionReview parse, eviction fields only (the eviction webhook):       {fast:.2} us/request");
 }

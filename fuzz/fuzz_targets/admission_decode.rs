@@ -1,12 +1,25 @@
-//! Any bytes as an AdmissionReview body: the decoder never panics, and a
-//! request it accepts always yields an answer that encodes.
+//! Any bytes as an AdmissionReview body: neither decoder (the typed one of
+//! the mutating webhook, the eviction webhook's fields-only one) panics, a
+//! request either accepts always yields an answer that encodes, and the two
+//! agree on the fields they share.
 #![no_main]
 use kube::core::admission::AdmissionResponse;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(req) = eviction_autoscaler::webhook::parse_review(data) {
-        let review = AdmissionResponse::from(&req).into_review();
+    let typed = eviction_autoscaler::webhook::parse_review(data);
+    if let Ok(req) = &typed {
+        let review = AdmissionResponse::from(req).into_review();
         assert!(serde_json::to_vec(&review).is_ok());
+    }
+    if let Ok(fast) = eviction_autoscaler::webhook::parse_eviction_review(data) {
+        let review = eviction_autoscaler::webhook::review::into_review(fast.response());
+        assert!(serde_json::to_vec(&review).is_ok());
+        if let Ok(req) = &typed {
+            assert_eq!(
+                (&fast.uid, &fast.name, &fast.namespace, &fast.sub_resource),
+                (&req.uid, &req.name, &req.namespace, &req.sub_resource)
+            );
+        }
     }
 });

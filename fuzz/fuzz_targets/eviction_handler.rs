@@ -8,7 +8,7 @@
 use std::sync::{Mutex, OnceLock};
 
 use arbitrary::Arbitrary;
-use eviction_autoscaler::webhook::{parse_review, Signal, Webhooks};
+use eviction_autoscaler::webhook::{parse_eviction_review, Signal, Webhooks};
 use eviction_autoscaler_fuzz::harness::{eviction_review, NAMESPACES, PODS};
 use eviction_autoscaler_fuzz::runtime;
 use libfuzzer_sys::fuzz_target;
@@ -79,20 +79,13 @@ fn body(input: &Input) -> Vec<u8> {
 
 fuzz_target!(|input: Input| {
     let (hooks, rx) = state();
-    let Ok(req) = parse_review(&body(&input)) else {
+    let Ok(req) = parse_eviction_review(&body(&input)) else {
         return;
     };
     let uid = req.uid.clone();
     let ns = req.namespace.clone().unwrap_or_default();
     let pod = req.name.clone();
-    let dry = req.dry_run
-        || req
-            .object
-            .as_ref()
-            .and_then(|o| o.data.get("deleteOptions"))
-            .and_then(|d| d.get("dryRun"))
-            .and_then(|d| d.as_array())
-            .is_some_and(|a| !a.is_empty());
+    let dry = req.dry_run;
     let answer = runtime().block_on(hooks.evictions(req));
     let resp = answer.review.response.as_ref().expect("a response");
     assert_eq!(resp.uid, uid);

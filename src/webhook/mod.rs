@@ -5,6 +5,7 @@
 pub mod eviction;
 pub mod hold;
 pub mod live;
+pub mod review;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use crate::pdb::{self, CreatePlan};
 use eviction::{Blocked, Decision, EvictionView, SurgeState};
 use hold::HoldOutcome;
 use live::ApiReader;
+pub use review::{parse_eviction_review, EvictionRequest};
 
 /// A blocked eviction, handed to the surge worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,12 +91,12 @@ fn allowed(req: &AdmissionRequest<DynamicObject>, warning: Option<String>) -> Ad
 
 /// The 429 the apiserver would give, with our message (behaviour.md 4.5).
 pub fn deny_too_many_requests(
-    req: &AdmissionRequest<DynamicObject>,
+    req: &EvictionRequest,
     b: &Blocked,
     surge: &SurgeState,
 ) -> AdmissionResponse {
     let message = eviction::blocked_message(b, surge);
-    let mut resp = AdmissionResponse::from(req);
+    let mut resp = req.response();
     resp.allowed = false;
     resp.result.status = Some(StatusSummary::Failure);
     resp.result.code = 429;
@@ -154,89 +156,108 @@ impl Webhooks {
             .observe(started.elapsed().as_secs_f64());
     }
 
-    pub async fn evictions(&self, req: AdmissionRequest<DynamicObject>) -> Answer {
+    pub async fn evictions(&self, req: EvictionRequest) -> Answer {
         let started = Instant::now();
         let answer = self.evictions_inner(&req, started).await;
         self.observe("evictions", started, answer.decision, answer.code);
         answer
     }
 
-    async fn evictions_inner(
-        &self,
-        req: &AdmissionRequest<DynamicObject>,
-        started: Instant,
-    ) -> Answer {
-        let handled = req.resource.resource == "pods"
-            && req.sub_resource.as_deref() == Some("eviction")
-            && matches!(req.operation, Operation::Create);
-        let Some(ns) = req.namespace.as_deref().filter(|_| handled) else {
+    async fn evictions_inner(&self, req: &EvictionRequest, started: Instant) -> Answer {
+        let allowed = |warning: Option<String>| {
+            let mut resp = req.response();
+            resp.warnings = warning.map(|w| vec![w]);
+            review::into_review(resp)
+        };
+        let Some(ns) = req.namespace.as_deref().filter(|_| req.is_eviction()) else {
             return Answer {
-                review: allowed(
-                    req,
-                    Some(format!(
-                        "eviction-autoscaler: {} {}/{} is not handled by this webhook",
-                        operation_name(&req.operation),
-                        req.resource.resource,
-                        req.sub_resource.as_deref().unwrap_or("")
-                    )),
-                )
-                .into_review_v1(),
+                review: allowed(Some(format!(
+                    "eviction-autoscaler: {} {}/{} is not handled by this webhook",
+                    req.operation,
+                    req.resource,
+                    req.sub_resource.as_deref().unwrap_or("")
+                ))),
                 decision: "not_handled",
                 code: 200,
             };
         };
-        let decision =
-            live::decide_confirmed(&self.cache, &self.live, ns, &req.name, self.live_timeout).await;
+        // The cached decision first, in line: the live read and the hold
+        // (large futures) only for a blocked eviction, boxed so that the
+        // common answer does not carry them.
+        let decision = match eviction::decide(&self.cache, ns, &req.name) {
+            Decision::Block(_) => {
+                Box::pin(live::decide_confirmed(
+                    &self.cache,
+                    &self.live,
+                    ns,
+                    &req.name,
+                    self.live_timeout,
+                ))
+                .await
+            }
+            allow => allow,
+        };
         match decision {
             Decision::Allow { reason, warning } => {
                 tracing::debug!(namespace = ns, pod = %req.name, reason = reason.as_str(), ?reason, "eviction allowed");
                 Answer {
-                    review: allowed(req, warning).into_review_v1(),
+                    review: allowed(warning),
                     decision: reason.as_str(),
                     code: 200,
                 }
             }
-            Decision::Block(b) => {
-                let mut surge = self.surge_state(ns, &b);
-                let dry_run = req.dry_run || eviction_dry_run(req.object.as_ref());
-                if !dry_run {
-                    self.metrics.blocked_evictions.inc();
-                    let signal = Signal {
-                        namespace: b.namespace.clone(),
-                        deployment: b.deployment.clone(),
-                        pdb: b.pdb.clone(),
-                        pod: b.pod.clone(),
-                    };
-                    // Never wait on the admission path: a full queue already
-                    // holds a wake-up for the worker.
-                    if let Err(e) = self.signals.try_send(signal) {
-                        tracing::debug!(error = %e, "surge signal not queued");
-                    }
-                }
-                if hold::should_hold(self.hold, dry_run, self.cache.freshness(), &surge) {
-                    if let Some(HoldOutcome::Room { reason, warning }) =
-                        self.hold_for_room(&b, started).await
-                    {
-                        tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb,
-                            reason = reason.as_str(), held = ?started.elapsed(),
-                            "blocked eviction held until the caches showed room; allowed");
-                        return Answer {
-                            review: allowed(req, warning).into_review_v1(),
-                            decision: "allowed_after_hold",
-                            code: 200,
-                        };
-                    }
-                    // The leader may have started the surge meanwhile.
-                    surge = self.surge_state(ns, &b);
-                }
-                tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb, deployment = %b.deployment,
-                    dry_run, "eviction blocked by budget; answered 429");
-                Answer {
-                    review: deny_too_many_requests(req, &b, &surge).into_review_v1(),
-                    decision: "blocked",
-                    code: 429,
-                }
+            Decision::Block(b) => Box::pin(self.blocked(req, ns, b, started)).await,
+        }
+    }
+
+    /// A 429 on fresh facts: signal the worker, maybe hold, then answer.
+    async fn blocked(
+        &self,
+        req: &EvictionRequest,
+        ns: &str,
+        b: Blocked,
+        started: Instant,
+    ) -> Answer {
+        let mut surge = self.surge_state(ns, &b);
+        let dry_run = req.dry_run;
+        if !dry_run {
+            self.metrics.blocked_evictions.inc();
+            let signal = Signal {
+                namespace: b.namespace.clone(),
+                deployment: b.deployment.clone(),
+                pdb: b.pdb.clone(),
+                pod: b.pod.clone(),
+            };
+            // Never wait on the admission path: a full queue already
+            // holds a wake-up for the worker.
+            if let Err(e) = self.signals.try_send(signal) {
+                tracing::debug!(error = %e, "surge signal not queued");
             }
+        }
+        if hold::should_hold(self.hold, dry_run, self.cache.freshness(), &surge) {
+            if let Some(HoldOutcome::Room { reason, warning }) =
+                self.hold_for_room(&b, started).await
+            {
+                tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb,
+                    reason = reason.as_str(), held = ?started.elapsed(),
+                    "blocked eviction held until the caches showed room; allowed");
+                let mut resp = req.response();
+                resp.warnings = warning.map(|w| vec![w]);
+                return Answer {
+                    review: review::into_review(resp),
+                    decision: "allowed_after_hold",
+                    code: 200,
+                };
+            }
+            // The leader may have started the surge meanwhile.
+            surge = self.surge_state(ns, &b);
+        }
+        tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb, deployment = %b.deployment,
+            dry_run, "eviction blocked by budget; answered 429");
+        Answer {
+            review: review::into_review(deny_too_many_requests(req, &b, &surge)),
+            decision: "blocked",
+            code: 429,
         }
     }
 
@@ -437,13 +458,6 @@ impl Webhooks {
 
 /// kubectl drain --dry-run=server puts the dry run in the Eviction's
 /// deleteOptions, not in the request: the apiserver merges both.
-fn eviction_dry_run(obj: Option<&DynamicObject>) -> bool {
-    obj.and_then(|o| o.data.get("deleteOptions"))
-        .and_then(|d| d.get("dryRun"))
-        .and_then(|d| d.as_array())
-        .is_some_and(|a| !a.is_empty())
-}
-
 fn operation_name(op: &Operation) -> &'static str {
     match op {
         Operation::Create => "CREATE",
@@ -474,19 +488,6 @@ mod tests {
     use super::*;
 
     const EVICTION: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"705ab4f5-6393-11e8-b7cc-42010a800002","kind":{"group":"policy","version":"v1","kind":"Eviction"},"resource":{"group":"","version":"v1","resource":"pods"},"subResource":"eviction","requestKind":{"group":"policy","version":"v1","kind":"Eviction"},"requestResource":{"group":"","version":"v1","resource":"pods"},"requestSubResource":"eviction","name":"web-1","namespace":"ns","operation":"CREATE","userInfo":{"username":"admin"},"object":{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"web-1","namespace":"ns"}},"oldObject":null,"dryRun":false,"options":{"apiVersion":"meta.k8s.io/v1","kind":"CreateOptions"}}}"#;
-
-    #[test]
-    fn dry_run_in_delete_options_is_a_dry_run() {
-        let dry = EVICTION.replace(
-            r#""metadata":{"name":"web-1","namespace":"ns"}}"#,
-            r#""metadata":{"name":"web-1","namespace":"ns"},"deleteOptions":{"dryRun":["All"]}}"#,
-        );
-        let req = parse_review(dry.as_bytes()).unwrap();
-        assert!(!req.dry_run);
-        assert!(eviction_dry_run(req.object.as_ref()));
-        let req = parse_review(EVICTION.as_bytes()).unwrap();
-        assert!(!eviction_dry_run(req.object.as_ref()));
-    }
 
     #[test]
     fn parses_an_eviction_review() {
@@ -527,7 +528,7 @@ mod tests {
 
     #[test]
     fn denial_is_a_429_with_a_disruption_budget_cause() {
-        let req = parse_review(EVICTION.as_bytes()).unwrap();
+        let req = parse_eviction_review(EVICTION.as_bytes()).unwrap();
         let b = Blocked {
             namespace: "ns".into(),
             pod: "web-1".into(),
@@ -536,8 +537,11 @@ mod tests {
             desired_healthy: 3,
             current_healthy: 3,
         };
-        let review = deny_too_many_requests(&req, &b, &SurgeState::Active { from: 3, to: 4 })
-            .into_review_v1();
+        let review = review::into_review(deny_too_many_requests(
+            &req,
+            &b,
+            &SurgeState::Active { from: 3, to: 4 },
+        ));
         let v = serde_json::to_value(&review).unwrap();
         let r = &v["response"];
         assert_eq!(r["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
