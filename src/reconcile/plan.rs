@@ -45,7 +45,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use crate::cache::owned_by_us;
 use crate::crd::EvictionAutoScaler;
 use crate::names;
-use crate::pdb::{self, hpa_for, matching_pdbs, min_available_for, owned_pdb, owner_reference};
+use crate::pdb::{self, hpa_for, min_available_for, owned_pdb, owner_reference};
 use crate::scope::deployment_opted_out;
 
 /// One namespace as the caches see it.
@@ -291,12 +291,13 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     // EvictionAutoScaler name → (target, owner, UID of the PDB when ours).
     let mut wanted_eas: BTreeMap<String, (String, Option<OwnerReference>, Option<String>)> =
         BTreeMap::new();
+    let compiled = pdb::CompiledPdbs::new(s.pdbs);
     for dep in s.deployments {
         let Some(dep_name) = dep.metadata.name.clone() else {
             continue;
         };
         let opted_out = deployment_opted_out(dep.metadata.annotations.as_ref());
-        let matching = matching_pdbs(dep, s.pdbs);
+        let matching = compiled.matching(dep);
         let floor = floor_for(dep, s);
 
         plan_matching(dep, &dep_name, &matching, floor, opted_out, s.eas, &mut out);

@@ -62,6 +62,8 @@ impl Worker {
         // aside) and backoff start afresh, and the cooldown of a surge found
         // in place counts from now.
         let mut core: Option<Core<KubeApi>> = None;
+        // Whether the last pass had anything to look at (see below).
+        let mut was_busy = true;
         loop {
             let leading = *leader.borrow();
             // No decision on a frozen snapshot: while a watch cache is stale
@@ -69,6 +71,7 @@ impl Worker {
             // are guarded anyway.
             if !leading {
                 core = None;
+                was_busy = true;
             } else if self.cache.synced() && !self.cache.stale() {
                 let c = core.get_or_insert_with(|| {
                     Core::new(
@@ -83,15 +86,24 @@ impl Worker {
                 // pass is dropped (its writes are guarded, so a cut one is
                 // re-planned by the next leader), and no gauge is set after.
                 let mut lost = leader.clone();
-                tokio::select! {
-                    outcomes = c.pass(self.view(), Instant::now()) => {
-                        let still = *leader.borrow();
-                        if still {
-                            self.report(&outcomes).await;
+                let (view, busy) = self.view();
+                // Nothing marked, signalled or draining: a pass has no
+                // candidate and would only index every object again (the
+                // bulk of an idle replica's CPU at 2,000 Deployments). One
+                // idle pass still runs after activity, to report it ended.
+                let idle = !busy && !was_busy;
+                was_busy = busy;
+                if !idle {
+                    tokio::select! {
+                        outcomes = c.pass(view, Instant::now()) => {
+                            let still = *leader.borrow();
+                            if still {
+                                self.report(&outcomes).await;
+                            }
                         }
-                    }
-                    _ = async { lost.wait_for(|l| !*l).await.is_ok() } => {
-                        core = None;
+                        _ = async { lost.wait_for(|l| !*l).await.is_ok() } => {
+                            core = None;
+                        }
                     }
                 }
             }
@@ -109,7 +121,9 @@ impl Worker {
 
     /// One read of each store. Pods (the big one) only when a node drains,
     /// a signal is recent, or a surge is in place.
-    fn view(&self) -> ClusterView {
+    /// The view, and whether anything in it may need a step: a marked
+    /// object, a recent signal, or a draining node.
+    fn view(&self) -> (ClusterView, bool) {
         let c = &self.cache;
         let mut v = ClusterView {
             deployments: c.deployments.state(),
@@ -149,10 +163,11 @@ impl Worker {
                 .is_some_and(|t| (wall - t.0).get_seconds() <= window.as_secs() as i64)
         });
         let signalled = !self.signals.recent(window, Instant::now()).is_empty() || recent_durable;
-        if marked || signalled || !v.draining_nodes().is_empty() {
+        let busy = marked || signalled || !v.draining_nodes().is_empty();
+        if busy {
             v.pods = c.pods.state();
         }
-        v
+        (v, busy)
     }
 
     async fn report(&self, outcomes: &[Outcome]) {
