@@ -12,6 +12,11 @@
 //!    that never block. Drain time, extra replica-seconds, and the fewest
 //!    Ready pods of any Deployment (its PDB's minimum is 3).
 //!
+//! 2. Memory (`memory`): BENCH_PODS (10000,50000,100000) pods created
+//!    directly on the bench nodes (nodeName set, no scheduler, no owner), the
+//!    server restarted at each level: time from start to /readyz 200 and its
+//!    resident memory, and per pod beyond the empty baseline.
+//!
 //! Prints one line per figure; the Makefile appends them to BENCHMARKS.md.
 
 #[path = "../e2e/support.rs"]
@@ -478,11 +483,76 @@ async fn drains(with_product: bool) -> DrainFigures {
     }
 }
 
+/// Bench item 2: the server's memory and start-up time against the pod count.
+async fn memory() {
+    let levels: Vec<usize> = std::env::var("BENCH_PODS")
+        .unwrap_or_else(|_| "10000,50000,100000".into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    let ns = "bench-memory";
+    let _namespace = bench_namespace(ns, false).await;
+    let pods: Api<Pod> = Api::namespaced(client().await, ns);
+    let measure = |n: usize| async move {
+        stop_server();
+        let t = Instant::now();
+        let _ = restart_server(&[]);
+        let ready = t.elapsed().as_secs_f64();
+        // Let the first lists' garbage go before reading the resident size.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        (n, ready, rss_mib(server_pid()))
+    };
+    let (_, ready0, base) = measure(0).await;
+    say(format!(
+        "memory: no bench pods: ready after {ready0:.1}s, RSS {base:.1} MiB"
+    ));
+    let mut made = 0usize;
+    for want in levels {
+        let t = Instant::now();
+        futures::stream::iter(made..want)
+            .map(|i| {
+                let pods = pods.clone();
+                async move {
+                    let pod: Pod = serde_json::from_value(json!({
+                        "apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": format!("mem-{i}"), "labels": {"app": format!("mem-{}", i % 500), "bench": "memory"}},
+                        "spec": {"nodeName": NODES[i % NODES.len()],
+                                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                                 "tolerations": [{"operator": "Exists"}]}
+                    }))
+                    .expect("pod");
+                    for _ in 0..5 {
+                        match pods.create(&PostParams::default(), &pod).await {
+                            Ok(_) => return,
+                            Err(kube::Error::Api(e)) if e.code == 409 => return,
+                            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+                        }
+                    }
+                    panic!("could not create pod mem-{i}");
+                }
+            })
+            .buffer_unordered(32)
+            .collect::<Vec<()>>()
+            .await;
+        let created = t.elapsed().as_secs_f64();
+        made = want;
+        let (n, ready, rss) = measure(want).await;
+        say(format!(
+            "memory: {n} bench pods (created in {created:.0}s): ready after {ready:.1}s, RSS {rss:.1} MiB, \
+             {:.0} bytes per pod beyond the empty baseline",
+            (rss - base) * 1048576.0 / n as f64
+        ));
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     let info = restart_server(&[]);
     bench_nodes().await;
+    if what == "memory" {
+        memory().await;
+    }
     if what == "all" || what == "convergence" {
         convergence(&info).await;
     }
