@@ -151,6 +151,8 @@ clean:
 ## 2,000 Deployments converging, then 10 minutes of steady state, then drains
 ## of 300 pods on three nodes with and without the product. BENCH_WHAT=
 ## convergence|drains picks one; BENCH_DEPLOYMENTS, BENCH_STEADY (seconds),
-## BENCH_DRAIN_DEPLOYMENTS scale it. Takes ~25 minutes.
+## BENCH_DRAIN_DEPLOYMENTS scale it. Takes ~25 minutes. BENCH_WHAT=memory
+## (not in the default run): the server's RSS and time to /readyz with
+## BENCH_PODS (10000,50000,100000) pods.
 bench-cluster: release
 	EA_BIN=$(CURDIR)/target/release/eviction-autoscaler $(CARGO) test --release --test bench_cluster -- $(BENCH_WHAT)
