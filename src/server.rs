@@ -149,17 +149,30 @@ impl Guarded {
         ))
     }
 
-    /// `work` within the request time limit, else 503.
-    async fn within_timeout(&self, work: impl std::future::Future<Output = Response>) -> Response {
-        match tokio::time::timeout(self.timeout, work).await {
-            Ok(r) => r,
-            Err(_) => timed_out(),
-        }
+    /// Admits the request, then answers its body with `handle`, all within
+    /// the request time limit; the slot and the body's bytes are held until
+    /// the answer is made.
+    async fn serve<F, Fut>(&self, req: Request, handle: F) -> Response
+    where
+        F: FnOnce(Bytes) -> Fut,
+        Fut: std::future::Future<Output = Response>,
+    {
+        within(self.timeout, async {
+            match self.admit(req).await {
+                Ok((body, _held)) => handle(body).await,
+                Err(answer) => answer,
+            }
+        })
+        .await
     }
 }
 
-fn timed_out() -> Response {
-    json_error(StatusCode::SERVICE_UNAVAILABLE, "request timed out")
+/// `work` within the request time limit, else 503.
+async fn within(limit: Duration, work: impl std::future::Future<Output = Response>) -> Response {
+    match tokio::time::timeout(limit, work).await {
+        Ok(r) => r,
+        Err(_) => json_error(StatusCode::SERVICE_UNAVAILABLE, "request timed out"),
+    }
 }
 
 fn json_error(code: StatusCode, message: impl Into<String>) -> Response {
@@ -261,13 +274,10 @@ async fn read_limited(
 }
 
 async fn validate_evictions(State(g): State<Guarded>, req: Request) -> Response {
-    g.within_timeout(async {
-        let (body, _held) = match g.admit(req).await {
-            Ok(admitted) => admitted,
-            Err(answer) => return answer,
-        };
+    let hooks = &g.app.webhooks;
+    g.serve(req, |body| async move {
         match parse_eviction_review(&body) {
-            Ok(review) => answer(g.app.webhooks.evictions(review).await),
+            Ok(review) => answer(hooks.evictions(review).await),
             Err(e) => BadInput::Review(e).into_response(),
         }
     })
@@ -275,13 +285,10 @@ async fn validate_evictions(State(g): State<Guarded>, req: Request) -> Response 
 }
 
 async fn mutate_deployments(State(g): State<Guarded>, req: Request) -> Response {
-    g.within_timeout(async {
-        let (body, _held) = match g.admit(req).await {
-            Ok(admitted) => admitted,
-            Err(answer) => return answer,
-        };
+    let hooks = &g.app.webhooks;
+    g.serve(req, |body| async move {
         match parse_review(&body) {
-            Ok(review) => answer(g.app.webhooks.deployments(review).await),
+            Ok(review) => answer(hooks.deployments(review).await),
             Err(e) => BadInput::Review(e).into_response(),
         }
     })
@@ -355,14 +362,9 @@ pub fn router_with_limits(state: AppState, request_timeout: Duration, limits: Li
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such endpoint") })
-        .layer(middleware::from_fn(
-            move |req: Request, next: Next| async move {
-                match tokio::time::timeout(request_timeout, next.run(req)).await {
-                    Ok(r) => r,
-                    Err(_) => timed_out(),
-                }
-            },
-        ))
+        .layer(middleware::from_fn(move |req: Request, next: Next| {
+            within(request_timeout, next.run(req))
+        }))
         .with_state(state)
         // Webhook bodies are limited by read_limited, per request.
         .merge(webhooks)

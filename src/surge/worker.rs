@@ -119,10 +119,9 @@ impl Worker {
         }
     }
 
-    /// One read of each store. Pods (the big one) only when a node drains,
-    /// a signal is recent, or a surge is in place.
-    /// The view, and whether anything in it may need a step: a marked
-    /// object, a recent signal, or a draining node.
+    /// One read of each store, and whether anything in it may need a step:
+    /// a marked object, a recent signal, or a draining node. Pods (the big
+    /// store) are read only then.
     fn view(&self) -> (ClusterView, bool) {
         let c = &self.cache;
         let mut v = ClusterView {

@@ -66,23 +66,6 @@ pub struct Answer {
     pub code: u16,
 }
 
-/// kube's `into_review` copies the request's type meta, which the request
-/// itself never carries on the wire; the apiserver needs it set.
-trait IntoReviewV1 {
-    fn into_review_v1(self) -> AdmissionReview<DynamicObject>;
-}
-
-impl IntoReviewV1 for AdmissionResponse {
-    fn into_review_v1(self) -> AdmissionReview<DynamicObject> {
-        let mut review = self.into_review();
-        review.types = kube::core::TypeMeta {
-            api_version: "admission.k8s.io/v1".into(),
-            kind: "AdmissionReview".into(),
-        };
-        review
-    }
-}
-
 fn allowed(req: &AdmissionRequest<DynamicObject>, warning: Option<String>) -> AdmissionResponse {
     let mut resp = AdmissionResponse::from(req);
     resp.warnings = warning.map(|w| vec![w]);
@@ -164,14 +147,9 @@ impl Webhooks {
     }
 
     async fn evictions_inner(&self, req: &EvictionRequest, started: Instant) -> Answer {
-        let allowed = |warning: Option<String>| {
-            let mut resp = req.response();
-            resp.warnings = warning.map(|w| vec![w]);
-            review::into_review(resp)
-        };
         let Some(ns) = req.namespace.as_deref().filter(|_| req.is_eviction()) else {
             return Answer {
-                review: allowed(Some(format!(
+                review: req.allowed(Some(format!(
                     "eviction-autoscaler: {} {}/{} is not handled by this webhook",
                     req.operation,
                     req.resource,
@@ -201,7 +179,7 @@ impl Webhooks {
             Decision::Allow { reason, warning } => {
                 tracing::debug!(namespace = ns, pod = %req.name, reason = reason.as_str(), ?reason, "eviction allowed");
                 Answer {
-                    review: allowed(warning),
+                    review: req.allowed(warning),
                     decision: reason.as_str(),
                     code: 200,
                 }
@@ -241,10 +219,8 @@ impl Webhooks {
                 tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb,
                     reason = reason.as_str(), held = ?started.elapsed(),
                     "blocked eviction held until the caches showed room; allowed");
-                let mut resp = req.response();
-                resp.warnings = warning.map(|w| vec![w]);
                 return Answer {
-                    review: review::into_review(resp),
+                    review: req.allowed(warning),
                     decision: "allowed_after_hold",
                     code: 200,
                 };
@@ -339,7 +315,7 @@ impl Webhooks {
 
     async fn deployments_inner(&self, req: &AdmissionRequest<DynamicObject>) -> Answer {
         let skip = |decision: &'static str, warning: Option<String>| Answer {
-            review: allowed(req, warning).into_review_v1(),
+            review: review::into_review(allowed(req, warning)),
             decision,
             code: 200,
         };
@@ -409,7 +385,7 @@ impl Webhooks {
                     });
                 match patched {
                     Ok(r) => Answer {
-                        review: r.into_review_v1(),
+                        review: review::into_review(r),
                         decision: "pdb_created",
                         code: 200,
                     },
@@ -487,7 +463,7 @@ pub fn annotation_patch(
 mod tests {
     use super::*;
 
-    const EVICTION: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"705ab4f5-6393-11e8-b7cc-42010a800002","kind":{"group":"policy","version":"v1","kind":"Eviction"},"resource":{"group":"","version":"v1","resource":"pods"},"subResource":"eviction","requestKind":{"group":"policy","version":"v1","kind":"Eviction"},"requestResource":{"group":"","version":"v1","resource":"pods"},"requestSubResource":"eviction","name":"web-1","namespace":"ns","operation":"CREATE","userInfo":{"username":"admin"},"object":{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"web-1","namespace":"ns"}},"oldObject":null,"dryRun":false,"options":{"apiVersion":"meta.k8s.io/v1","kind":"CreateOptions"}}}"#;
+    use review::tests::EVICTION;
 
     #[test]
     fn parses_an_eviction_review() {

@@ -41,6 +41,13 @@ impl EvictionRequest {
             && self.namespace.is_some()
     }
 
+    /// The review allowing this request, with a warning for the client.
+    pub fn allowed(&self, warning: Option<String>) -> AdmissionReview<DynamicObject> {
+        let mut resp = self.response();
+        resp.warnings = warning.map(|w| vec![w]);
+        into_review(resp)
+    }
+
     /// An answer with this request's uid (allowed, no status).
     pub fn response(&self) -> AdmissionResponse {
         let mut r = AdmissionResponse::invalid("");
@@ -129,8 +136,9 @@ pub fn parse_eviction_review(body: &[u8]) -> Result<EvictionRequest, ReviewError
     })
 }
 
-/// The review that carries `resp` back (apiVersion and kind set: the
-/// apiserver needs them).
+/// The review that carries `resp` back. kube's `into_review` copies the
+/// request's type meta, which a request never carries on the wire; the
+/// apiserver needs apiVersion and kind set.
 pub fn into_review(resp: AdmissionResponse) -> AdmissionReview<DynamicObject> {
     let mut review = resp.into_review();
     review.types = kube::core::TypeMeta {
@@ -141,7 +149,7 @@ pub fn into_review(resp: AdmissionResponse) -> AdmissionReview<DynamicObject> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::webhook::parse_review;
 
