@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -180,7 +180,20 @@ fn json_error(code: StatusCode, message: impl Into<String>) -> Response {
 }
 
 fn answer(a: Answer) -> Response {
-    Json(a.review).into_response()
+    match a.review.to_json() {
+        Ok(body) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot write the AdmissionReview: {e}"),
+        ),
+    }
 }
 
 /// Input the server cannot handle: too large, unreadable, not a review;

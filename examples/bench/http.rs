@@ -30,6 +30,10 @@ use tokio_rustls::TlsAcceptor;
 pub struct Servers {
     pub product: SocketAddr,
     pub bare: SocketAddr,
+    /// The product's serve loop (connection limits, timeouts, HTTP settings)
+    /// with the bare router: splits the difference into the serve loop's
+    /// share and the handler's.
+    pub stack: SocketAddr,
     /// The two routers, for the per-request cost without TLS and HTTP framing.
     pub product_app: axum::Router,
     pub bare_app: axum::Router,
@@ -152,9 +156,22 @@ pub async fn start(cache: Cache, dir: &Path, pod: (&str, &str)) -> Result<Server
         bare_app.clone(),
     ));
 
+    let stack_listener = server::bind(([127, 0, 0, 1], 0).into())
+        .await
+        .map_err(setup("bind"))?;
+    let stack = stack_listener.local_addr().map_err(setup("address"))?;
+    tokio::spawn(server::serve(
+        stack_listener,
+        tls.clone(),
+        bare_app.clone(),
+        timeout,
+        std::future::pending(),
+    ));
+
     Ok(Servers {
         product,
         bare,
+        stack,
         product_app: app,
         bare_app,
         body,

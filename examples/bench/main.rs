@@ -448,6 +448,17 @@ async fn over_https() -> Result<(), http::BenchError> {
         }
         return Ok(());
     }
+    // For a profiler: h2load against the product alone, then stop
+    // (BENCH_PRODUCT_ONLY=h1 for HTTP/1.1, anything else HTTP/2).
+    if let Some(p) = std::env::var_os("BENCH_PRODUCT_ONLY") {
+        let proto = if p == "h1" { Proto::H1 } else { Proto::H2 };
+        for _ in 0..4 {
+            let (req, addr) = (body.clone(), s.product);
+            let r = blocking(move || http::saturation(proto, &req, addr, 4)).await?;
+            out!("product over {}: {r:.0} req/s", proto.name());
+        }
+        return Ok(());
+    }
     let (mut pr, mut br) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         pr.push(http::router_cost(&s.product_app, &raw, n).await?);
@@ -462,15 +473,17 @@ async fn over_https() -> Result<(), http::BenchError> {
         best(&pr) - best(&br)
     );
     let rounds = 3;
-    out!("| protocol | product req/s (rounds) | bare req/s (rounds) | ratio of means | target |");
-    out!("|---|---|---|---|---|");
+    out!("| protocol | product req/s (rounds) | bare req/s (rounds) | ratio of means | target | product's serve loop, bare handler: req/s, ratio |");
+    out!("|---|---|---|---|---|---|");
     for proto in [Proto::H2, Proto::H1] {
-        let (mut p, mut b) = (Vec::new(), Vec::new());
+        let (mut p, mut b, mut st) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             let (req, addr) = (body.clone(), s.product);
             p.push(blocking(move || http::saturation(proto, &req, addr, 4)).await?);
             let (req, addr) = (body.clone(), s.bare);
             b.push(blocking(move || http::saturation(proto, &req, addr, 4)).await?);
+            let (req, addr) = (body.clone(), s.stack);
+            st.push(blocking(move || http::saturation(proto, &req, addr, 4)).await?);
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         let list = |v: &[f64]| {
@@ -480,13 +493,15 @@ async fn over_https() -> Result<(), http::BenchError> {
                 .join(" / ")
         };
         out!(
-            "| {} | {:.0} ({}) | {:.0} ({}) | {:.2} | >= 0.8 |",
+            "| {} | {:.0} ({}) | {:.0} ({}) | {:.2} | >= 0.8 | {:.0}, {:.2} |",
             proto.name(),
             mean(&p),
             list(&p),
             mean(&b),
             list(&b),
-            mean(&p) / mean(&b)
+            mean(&p) / mean(&b),
+            mean(&st),
+            mean(&st) / mean(&b)
         );
     }
     out!("");

@@ -9,6 +9,8 @@ use std::sync::{Mutex, OnceLock};
 
 use arbitrary::Arbitrary;
 use eviction_autoscaler::webhook::{parse_eviction_review, Signal, Webhooks};
+use kube::core::admission::AdmissionReview;
+use kube::core::DynamicObject;
 use eviction_autoscaler_fuzz::harness::{eviction_review, NAMESPACES, PODS};
 use eviction_autoscaler_fuzz::runtime;
 use libfuzzer_sys::fuzz_target;
@@ -87,9 +89,13 @@ fuzz_target!(|input: Input| {
     let pod = req.name.clone();
     let dry = req.dry_run;
     let answer = runtime().block_on(hooks.evictions(req));
-    let resp = answer.review.response.as_ref().expect("a response");
+    // What goes on the wire, read back as kube reads a review.
+    let json = answer.review.to_json().expect("the answer serializes");
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_slice(&json).expect("the answer is an AdmissionReview");
+    assert_eq!(review.types.api_version, "admission.k8s.io/v1");
+    let resp = review.response.as_ref().expect("a response");
     assert_eq!(resp.uid, uid);
-    assert!(serde_json::to_vec(&answer.review).is_ok());
     if !resp.allowed {
         assert_eq!(ns, "ns", "denied out of scope");
         assert!(

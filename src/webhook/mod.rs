@@ -26,7 +26,7 @@ use crate::pdb::{self, CreatePlan};
 use eviction::{Blocked, Decision, EvictionView, SurgeState};
 use hold::HoldOutcome;
 use live::ApiReader;
-pub use review::{parse_eviction_review, EvictionRequest};
+pub use review::{parse_eviction_review, EvictionRequest, Reply};
 
 /// A blocked eviction, handed to the surge worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Revi
 
 /// What the HTTP layer sends back: the review and the code for metrics.
 pub struct Answer {
-    pub review: AdmissionReview<DynamicObject>,
+    pub review: Reply,
     pub decision: &'static str,
     pub code: u16,
 }
@@ -231,7 +231,7 @@ impl Webhooks {
         tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb, deployment = %b.deployment,
             dry_run, "eviction blocked by budget; answered 429");
         Answer {
-            review: review::into_review(deny_too_many_requests(req, &b, &surge)),
+            review: Reply::review(deny_too_many_requests(req, &b, &surge)),
             decision: "blocked",
             code: 429,
         }
@@ -315,7 +315,7 @@ impl Webhooks {
 
     async fn deployments_inner(&self, req: &AdmissionRequest<DynamicObject>) -> Answer {
         let skip = |decision: &'static str, warning: Option<String>| Answer {
-            review: review::into_review(allowed(req, warning)),
+            review: Reply::review(allowed(req, warning)),
             decision,
             code: 200,
         };
@@ -385,7 +385,7 @@ impl Webhooks {
                     });
                 match patched {
                     Ok(r) => Answer {
-                        review: review::into_review(r),
+                        review: Reply::review(r),
                         decision: "pdb_created",
                         code: 200,
                     },

@@ -12,9 +12,69 @@ use std::borrow::Cow;
 
 use kube::core::admission::{AdmissionResponse, AdmissionReview};
 use kube::core::DynamicObject;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::ReviewError;
+
+/// The review a webhook sends back.
+#[derive(Debug)]
+pub enum Reply {
+    /// Allowed, with an optional warning: the answer to nearly every
+    /// eviction, written without building kube's response types (the same
+    /// bytes; a unit test compares them).
+    Allowed {
+        uid: String,
+        warning: Option<String>,
+    },
+    /// Any other answer (boxed: the common answer stays small).
+    Review(Box<AdmissionReview<DynamicObject>>),
+}
+
+impl Reply {
+    /// The review carrying `resp` back.
+    pub fn review(resp: AdmissionResponse) -> Self {
+        Reply::Review(Box::new(into_review(resp)))
+    }
+
+    /// The JSON body.
+    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        match self {
+            Reply::Allowed { uid, warning } => serde_json::to_vec(&AllowedReview {
+                api_version: "admission.k8s.io/v1",
+                kind: "AdmissionReview",
+                response: AllowedResponse {
+                    uid,
+                    allowed: true,
+                    status: Empty {},
+                    warnings: warning.as_deref().map(|w| [w]),
+                },
+            }),
+            Reply::Review(r) => serde_json::to_vec(r),
+        }
+    }
+}
+
+// Field order and names as kube's AdmissionReview / AdmissionResponse
+// serialize them (an empty Status is `{}`).
+#[derive(Serialize)]
+struct AllowedReview<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    kind: &'static str,
+    response: AllowedResponse<'a>,
+}
+
+#[derive(Serialize)]
+struct AllowedResponse<'a> {
+    uid: &'a str,
+    allowed: bool,
+    status: Empty,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnings: Option<[&'a str; 1]>,
+}
+
+#[derive(Serialize)]
+struct Empty {}
 
 /// What the eviction webhook needs from a review.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,10 +102,11 @@ impl EvictionRequest {
     }
 
     /// The review allowing this request, with a warning for the client.
-    pub fn allowed(&self, warning: Option<String>) -> AdmissionReview<DynamicObject> {
-        let mut resp = self.response();
-        resp.warnings = warning.map(|w| vec![w]);
-        into_review(resp)
+    pub fn allowed(&self, warning: Option<String>) -> Reply {
+        Reply::Allowed {
+            uid: self.uid.clone(),
+            warning,
+        }
     }
 
     /// An answer with this request's uid (allowed, no status).
@@ -226,5 +287,34 @@ pub(crate) mod tests {
         assert_eq!(v["kind"], "AdmissionReview");
         assert_eq!(v["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
         assert_eq!(v["response"]["allowed"], true);
+    }
+
+    #[test]
+    fn the_written_allow_is_byte_for_byte_the_one_kube_writes() {
+        let uids = [
+            "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "",
+            "a\"b\\c\u{1}\u{e9}",
+        ];
+        let warnings = [None, Some("two PDBs: a, b"), Some("\"quoted\"\n\u{2028}")];
+        for uid in uids {
+            for warning in warnings {
+                let mut req = parse_eviction_review(EVICTION.as_bytes()).unwrap();
+                req.uid = uid.to_string();
+                let mut resp = req.response();
+                resp.warnings = warning.map(|w| vec![w.to_string()]);
+                let kube = serde_json::to_vec(&into_review(resp)).unwrap();
+                let ours = req.allowed(warning.map(str::to_string)).to_json().unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&ours),
+                    String::from_utf8_lossy(&kube)
+                );
+                // And kube reads it back.
+                let back: AdmissionReview<DynamicObject> = serde_json::from_slice(&ours).unwrap();
+                let r = back.response.unwrap();
+                assert!(r.allowed);
+                assert_eq!(r.uid, uid);
+            }
+        }
     }
 }
