@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use super::eviction::{self, Decision, EvictionView, LiveFacts};
 use crate::cache::{PodWire, SlimPod};
 
-/// Both live reads together. The webhook's `timeoutSeconds` is 5 and the
+/// Both live reads together. The webhook's `timeoutSeconds` is 10 and the
 /// apiserver must still run its own eviction afterwards, so stay well under.
 pub const LIVE_CHECK_TIMEOUT: Duration = Duration::from_millis(1500);
 

@@ -10,7 +10,10 @@
 //!    node (300 pods); three nodes drained one after another like a managed
 //!    upgrade, with the product, and again with the product off and budgets
 //!    that never block. Drain time, extra replica-seconds, and the fewest
-//!    Ready pods of any Deployment (its PDB's minimum is 3).
+//!    Ready pods of any Deployment (its PDB's minimum is 3). BENCH_HOLD sets
+//!    EVICTION_HOLD; BENCH_MAX_SURGE the Deployments' maxSurge (default 25%:
+//!    one extra pod for 3 replicas, so a Deployment's 3 pods leave one at a
+//!    time).
 //!
 //! 2. Memory (`memory`): BENCH_PODS (10000,50000,100000) pods created
 //!    directly on the bench nodes (nodeName set, no scheduler, no owner), the
@@ -26,7 +29,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -181,6 +184,22 @@ async fn bench_nodes() {
 /// A Deployment whose pods run on the bench nodes, preferring `node`.
 fn bench_deployment(name: &str, replicas: i32, node: &str) -> Deployment {
     let mut d = deployment(name, replicas, Some(node));
+    // BENCH_MAX_SURGE: the Deployments' maxSurge (unset: the default 25%).
+    if let Ok(m) = std::env::var("BENCH_MAX_SURGE") {
+        let surge = match m.parse::<i32>() {
+            Ok(n) => IntOrString::Int(n),
+            Err(_) => IntOrString::String(m),
+        };
+        if let Some(spec) = d.spec.as_mut() {
+            spec.strategy = Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(surge),
+                    ..Default::default()
+                }),
+            });
+        }
+    }
     if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
         spec.node_selector = Some([(LABEL.to_string(), "true".to_string())].into());
         spec.termination_grace_period_seconds = Some(0);
@@ -379,13 +398,22 @@ impl Sampler {
 /// that never block (maxUnavailable equal to the replicas).
 async fn drains(with_product: bool) -> DrainFigures {
     let deployments = env_usize("BENCH_DRAIN_DEPLOYMENTS", 100);
+    // The server's log of this side, kept as server-drains.log for reading.
+    let mut log_copy = None;
     let ns = if with_product {
         "bench-drain-on"
     } else {
         "bench-drain-off"
     };
     if with_product {
-        let _ = restart_server(&[("COOLDOWN", "10s")]);
+        // BENCH_HOLD: another EVICTION_HOLD than the default.
+        let hold = std::env::var("BENCH_HOLD").ok();
+        let mut env = vec![("COOLDOWN", "10s")];
+        if let Some(h) = hold.as_deref() {
+            env.push(("EVICTION_HOLD", h));
+        }
+        let info = restart_server(&env);
+        log_copy = Some(info.state.join("server.log"));
     } else {
         stop_server();
     }
@@ -446,12 +474,24 @@ async fn drains(with_product: bool) -> DrainFigures {
         (ready >= want).then_some(())
     })
     .await;
-    if with_product {
-        wait_for("every owned PDB", Duration::from_secs(300), || async {
-            (count(&pdbs).await >= deployments).then_some(())
-        })
-        .await;
-    }
+    // Every PDB counted by the disruption controller (3 healthy pods) before
+    // the drain: a PDB without status blocks every eviction, product or not.
+    wait_for("every PDB's status", Duration::from_secs(300), || async {
+        let list = pdbs.list(&ListParams::default()).await.ok()?;
+        let counted = list
+            .items
+            .iter()
+            .filter(|p| {
+                p.status.as_ref().is_some_and(|s| {
+                    s.observed_generation.is_some()
+                        && s.observed_generation == p.metadata.generation
+                        && s.current_healthy == 3
+                })
+            })
+            .count();
+        (counted >= deployments).then_some(())
+    })
+    .await;
     for n in &NODES[1..] {
         kubectl(&["uncordon", n]);
     }
@@ -462,6 +502,13 @@ async fn drains(with_product: bool) -> DrainFigures {
         let run = drain_node(n, "app", &["--timeout=900s"]).await;
         assert!(run.ok, "drain of {n} failed: {}", run.output);
         took.push(run.took.as_secs_f64());
+        // kubectl waits 5 s after each 429 before it asks again.
+        say(format!(
+            "  drain of {n} ({}): {:.1}s, {} evictions answered 429 (kubectl retried after 5 s)",
+            if with_product { "product" } else { "off" },
+            run.took.as_secs_f64(),
+            run.output.matches("will retry after 5s").count()
+        ));
         kubectl(&["uncordon", n]);
     }
     if with_product {
@@ -476,6 +523,9 @@ async fn drains(with_product: bool) -> DrainFigures {
         .await;
     }
     let (extra_replica_seconds, min_ready) = sampler.finish().await;
+    if let Some(log) = log_copy {
+        let _ = std::fs::copy(&log, log.with_file_name("server-drains.log"));
+    }
     DrainFigures {
         took,
         extra_replica_seconds,
@@ -496,7 +546,8 @@ async fn memory() {
     let measure = |n: usize| async move {
         stop_server();
         let t = Instant::now();
-        let _ = restart_server(&[]);
+        // 100,000 pods take minutes to list (paged, 500 at a time).
+        let _ = restart_server(&[("READY_WAIT", "900")]);
         let ready = t.elapsed().as_secs_f64();
         // Let the first lists' garbage go before reading the resident size.
         tokio::time::sleep(Duration::from_secs(10)).await;

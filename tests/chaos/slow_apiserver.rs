@@ -19,7 +19,7 @@ use crate::proxy::{Mode, TcpProxy};
 use crate::support::*;
 
 /// The webhooks' timeoutSeconds in manifests/webhooks.yaml.
-const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Sends a dry-run eviction review for `pod` to the replica on `port`;
 /// returns (allowed, HTTP-level code of the answer, seconds taken).

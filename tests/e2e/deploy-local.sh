@@ -108,13 +108,16 @@ echo "$POD_NAME" >"$STATE/pod_name"
 ) &
 echo $! >"$STATE/pid"
 
-# Ready means the watch caches synced with the ServiceAccount's permissions.
-for i in $(seq 300); do
+# Ready means the watch caches synced with the ServiceAccount's permissions
+# (READY_WAIT seconds at most; the memory benchmark's 100k pods need minutes).
+READY_WAIT=${READY_WAIT:-30}
+tries=$((READY_WAIT * 10))
+for i in $(seq "$tries"); do
   if curl -fsS --cacert "$STATE/ca.crt" "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then break; fi
   if ! kill -0 "$(cat "$STATE/pid")" 2>/dev/null; then
     tail -n 30 "$STATE/server.log" >&2; die "the server exited"
   fi
-  [[ $i -lt 300 ]] || { tail -n 30 "$STATE/server.log" >&2; die "the server did not become ready in 30s"; }
+  [[ $i -lt $tries ]] || { tail -n 30 "$STATE/server.log" >&2; die "the server did not become ready in ${READY_WAIT}s"; }
   sleep 0.1
 done
 

@@ -399,6 +399,9 @@ impl Drop for PolicyGuard {
 #[tokio::test]
 async fn failing_write_backs_off_and_does_not_hold_back_others() {
     let _counter = ERROR_COUNTER.lock().await;
+    // No drain of another test beside it: a cordoned node would surge
+    // `stuck`, and during a surge its PDB is (rightly) not written.
+    let _nodes = nodes_lock().await;
     let wh = WebhookInfo::get();
     let ns = TestNs::new("e2e-backoff").await;
     let deps: Api<Deployment> = ns.api();
