@@ -76,6 +76,36 @@ fn ns_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> S
 }
 
 impl ClusterView {
+    /// Whether a pass may have anything to do: an object carries our
+    /// markers (a surge to keep or revert: without this no surge could be
+    /// reverted), a blocked eviction was signalled within `window` (in
+    /// memory, `signalled`, or durably in an EvictionAutoScaler's
+    /// `lastEviction`), or a node is draining. When false the worker skips
+    /// the pass and does not read the pods.
+    pub fn may_need_a_step(&self, signalled: bool, window: std::time::Duration) -> bool {
+        let marked = self
+            .deployments
+            .iter()
+            .any(|d| Markers::any_present(d.metadata.annotations.as_ref()))
+            || self
+                .hpas
+                .iter()
+                .any(|h| Markers::any_present(h.metadata.annotations.as_ref()))
+            || self
+                .scaled_objects
+                .iter()
+                .any(|s| Markers::any_present(s.metadata.annotations.as_ref()));
+        let wall = self.wall_now.unwrap_or_else(Timestamp::now);
+        let recent_durable = self.eas.iter().any(|e| {
+            e.spec
+                .last_eviction
+                .as_ref()
+                .and_then(|l| l.eviction_time.as_ref())
+                .is_some_and(|t| (wall - t.0).get_seconds() <= window.as_secs() as i64)
+        });
+        marked || signalled || recent_durable || !self.draining_nodes().is_empty()
+    }
+
     pub fn draining_nodes(&self) -> BTreeSet<String> {
         self.nodes
             .iter()
@@ -270,5 +300,108 @@ impl NsObjects {
         self.deployments
             .iter()
             .find(|d| d.metadata.name.as_deref() == Some(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn obj<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).expect("test object"))
+    }
+
+    fn marked(kind: &str, api: &str) -> serde_json::Value {
+        json!({"apiVersion": api, "kind": kind, "metadata": {"name": "web", "namespace": "ns",
+               "annotations": {names::SURGE_REPLICAS: "4"}}})
+    }
+
+    fn ea(seconds_ago: i64, now: Timestamp) -> Arc<EvictionAutoScaler> {
+        let t = now - k8s_openapi::jiff::SignedDuration::from_secs(seconds_ago);
+        obj(
+            json!({"apiVersion": "eviction-autoscaler.azure.com/v1", "kind": "EvictionAutoScaler",
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"targetName": "web", "lastEviction": {"podName": "web-1", "evictionTime": t.to_string()}}}),
+        )
+    }
+
+    /// The worker's idle skip: a pass runs whenever a surge could exist or
+    /// be needed. Missing any of these would strand a surge (markers) or
+    /// ignore a drain (signals, nodes).
+    #[test]
+    fn a_pass_is_skipped_only_when_nothing_is_marked_signalled_or_draining() {
+        let now = Timestamp::now();
+        let window = Duration::from_secs(120);
+        let idle = ClusterView {
+            deployments: vec![obj(json!({"metadata": {"name": "web", "namespace": "ns",
+                "annotations": {"unrelated": "1"}}}))],
+            nodes: vec![obj(json!({"metadata": {"name": "n1"}}))],
+            eas: vec![ea(600, now)],
+            wall_now: Some(now),
+            ..Default::default()
+        };
+        assert!(!idle.may_need_a_step(false, window), "nothing to do");
+        assert!(idle.may_need_a_step(true, window), "a signal in memory");
+
+        let cases: Vec<(&str, ClusterView)> = vec![
+            (
+                "marked Deployment",
+                ClusterView {
+                    deployments: vec![obj(marked("Deployment", "apps/v1"))],
+                    ..idle.clone()
+                },
+            ),
+            (
+                "marked HPA",
+                ClusterView {
+                    hpas: vec![obj(marked("HorizontalPodAutoscaler", "autoscaling/v2"))],
+                    ..idle.clone()
+                },
+            ),
+            (
+                "marked ScaledObject",
+                ClusterView {
+                    scaled_objects: vec![obj(marked("ScaledObject", "keda.sh/v1alpha1"))],
+                    ..idle.clone()
+                },
+            ),
+            (
+                "durable signal inside the window",
+                ClusterView {
+                    eas: vec![ea(30, now)],
+                    ..idle.clone()
+                },
+            ),
+            (
+                "cordoned node",
+                ClusterView {
+                    nodes: vec![obj(
+                        json!({"metadata": {"name": "n1"}, "spec": {"unschedulable": true}}),
+                    )],
+                    ..idle.clone()
+                },
+            ),
+            (
+                "drain taint",
+                ClusterView {
+                    nodes: vec![obj(json!({"metadata": {"name": "n1"}, "spec": {"taints": [
+                    {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}}))],
+                    ..idle.clone()
+                },
+            ),
+        ];
+        for (what, v) in cases {
+            assert!(v.may_need_a_step(false, window), "{what}");
+        }
+        // Only the adoption note left (a marker the revert also clears).
+        let adopted = ClusterView {
+            deployments: vec![obj(json!({"metadata": {"name": "web", "namespace": "ns",
+                "annotations": {Markers::CLEAR[2].0: "3"}}}))],
+            ..idle.clone()
+        };
+        assert!(adopted.may_need_a_step(false, window), "adoption note");
     }
 }

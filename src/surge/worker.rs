@@ -14,7 +14,6 @@ use kube::Client;
 use tokio::sync::watch;
 
 use crate::cache::Cache;
-use crate::markers::Markers;
 use crate::metrics::{ControllerLabel, Metrics};
 use crate::reconcile::{DegradedReasons, Reconciler};
 use crate::surge::apply::{Core, KubeApi, Outcome};
@@ -143,26 +142,8 @@ impl Worker {
             wall_now: Some(k8s_openapi::jiff::Timestamp::now()),
         };
         let window = c.behaviour.cooldown.max(Duration::from_secs(1)) * 2;
-        let marked = v
-            .deployments
-            .iter()
-            .any(|d| Markers::any_present(d.metadata.annotations.as_ref()))
-            || v.hpas
-                .iter()
-                .any(|h| Markers::any_present(h.metadata.annotations.as_ref()))
-            || v.scaled_objects
-                .iter()
-                .any(|s| Markers::any_present(s.metadata.annotations.as_ref()));
-        let wall = k8s_openapi::jiff::Timestamp::now();
-        let recent_durable = v.eas.iter().any(|e| {
-            e.spec
-                .last_eviction
-                .as_ref()
-                .and_then(|l| l.eviction_time.as_ref())
-                .is_some_and(|t| (wall - t.0).get_seconds() <= window.as_secs() as i64)
-        });
-        let signalled = !self.signals.recent(window, Instant::now()).is_empty() || recent_durable;
-        let busy = marked || signalled || !v.draining_nodes().is_empty();
+        let signalled = !self.signals.recent(window, Instant::now()).is_empty();
+        let busy = v.may_need_a_step(signalled, window);
         if busy {
             v.pods = c.pods.state();
         }
