@@ -106,17 +106,7 @@ pub async fn start(cache: Cache, dir: &Path, pod: (&str, &str)) -> Result<Server
         },
         timeout,
     );
-    let listener = server::bind(([127, 0, 0, 1], 0).into())
-        .await
-        .map_err(setup("bind"))?;
-    let product = listener.local_addr().map_err(setup("address"))?;
-    tokio::spawn(server::serve(
-        listener,
-        tls.clone(),
-        app.clone(),
-        timeout,
-        std::future::pending(),
-    ));
+    let product = serve_on_loopback(&tls, app.clone(), timeout).await?;
 
     let (ns, name) = pod;
     let uid = "705ab4f5-6393-11e8-b7cc-42010a800002";
@@ -156,17 +146,7 @@ pub async fn start(cache: Cache, dir: &Path, pod: (&str, &str)) -> Result<Server
         bare_app.clone(),
     ));
 
-    let stack_listener = server::bind(([127, 0, 0, 1], 0).into())
-        .await
-        .map_err(setup("bind"))?;
-    let stack = stack_listener.local_addr().map_err(setup("address"))?;
-    tokio::spawn(server::serve(
-        stack_listener,
-        tls.clone(),
-        bare_app.clone(),
-        timeout,
-        std::future::pending(),
-    ));
+    let stack = serve_on_loopback(&tls, bare_app.clone(), timeout).await?;
 
     Ok(Servers {
         product,
@@ -178,6 +158,27 @@ pub async fn start(cache: Cache, dir: &Path, pod: (&str, &str)) -> Result<Server
         metrics,
         _signals: signal_rx,
     })
+}
+
+/// `app` behind the product's serve loop (server::serve) on a free
+/// loopback port.
+async fn serve_on_loopback(
+    tls: &Arc<TlsSettings>,
+    app: axum::Router,
+    timeout: Duration,
+) -> Result<SocketAddr, BenchError> {
+    let listener = server::bind(([127, 0, 0, 1], 0).into())
+        .await
+        .map_err(setup("bind"))?;
+    let addr = listener.local_addr().map_err(setup("address"))?;
+    tokio::spawn(server::serve(
+        listener,
+        tls.clone(),
+        app,
+        timeout,
+        std::future::pending(),
+    ));
+    Ok(addr)
 }
 
 /// The least an axum + rustls server does: accept, handshake, serve (with
