@@ -36,13 +36,12 @@ model-long:
 	SURGE_RANDOM=1 SURGE_HISTORIES=$${SURGE_HISTORIES:-200000} $(CARGO) test --release --lib surge::model -- --nocapture
 
 ## End-to-end tests against a running local cluster (make cluster-up).
-## They fail, never skip, when it is not there.
+## They fail, never skip, when it is not there. tests/run-suites.sh runs the
+## three suites (each under a deadline, all of them even after a failure) and
+## ends with a digest of the failures; SUITES="chaos" picks some.
 e2e: build tools
 	@rm -f $(CLUSTER_DIR)/figures.txt
-	$(CARGO) test --test e2e -- --test-threads=4
-	$(CARGO) test --test e2e_modes -- --test-threads=1
-	CHAOS_KILLS=$${CHAOS_KILLS:-3} $(CARGO) test --test chaos -- --test-threads=1
-	@echo "--- figures measured by the drain tests ---"; cat $(CLUSTER_DIR)/figures.txt 2>/dev/null || true
+	CHAOS_KILLS=$${CHAOS_KILLS:-3} CARGO="$(CARGO)" tests/run-suites.sh
 
 ## Fault tolerance (docs/reliability.md): the leader-kill loop with
 ## CHAOS_KILLS SIGKILLs (default 20) during node drains, on a local cluster

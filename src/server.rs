@@ -482,7 +482,7 @@ pub async fn serve_with_limits(
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
                 .http1()
-                .timer(TokioTimer::new())
+                .timer(crate::header_timer::ConnTimer::new())
                 .header_read_timeout(timeout)
                 // Floor of hyper's buffer is 8 KiB; a longer head is answered 431.
                 .max_buf_size(limits.max_header_bytes.max(8192))

@@ -674,3 +674,94 @@ async fn connections_past_the_limit_are_closed() {
         .unwrap();
     assert_eq!(code, Some(200));
 }
+
+/// Reads one HTTP/1.1 response whole (head, then `content-length` bytes of
+/// body): its status, or None when the connection ended first.
+async fn read_response<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Option<u16> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte).await {
+            Ok(1) => buf.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await.ok()?;
+    head.strip_prefix("http/1.1 ")?.get(..3)?.parse().ok()
+}
+
+/// Trickles a request head one byte per 100 ms until the server closes the
+/// connection; how long that took (None: still open after 8 s).
+async fn trickle_until_closed<S>(s: S) -> Option<Duration>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let started = Instant::now();
+    let (mut rd, mut wr) = tokio::io::split(s);
+    let trickle = async {
+        for b in b"POST /validate/evictions HTTP/1.1\r\nhost: x\r\nx-slow: "
+            .iter()
+            .cycle()
+        {
+            if wr.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        std::future::pending::<()>().await
+    };
+    let closed = async {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = rd.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = closed => Some(started.elapsed()),
+        _ = trickle => None,
+        _ = tokio::time::sleep(Duration::from_secs(8)) => None,
+    }
+}
+
+/// The slow-loris defence (hyper's header read timeout, on one timer per
+/// connection, src/header_timer.rs): a head trickled in is cut at the
+/// request timeout on a fresh connection and on a kept-alive one after it
+/// served requests; a kept-alive connection idle for less than the timeout
+/// serves again.
+#[tokio::test]
+async fn slow_request_heads_are_cut_at_the_timeout_on_every_request() {
+    let timeout = Duration::from_secs(2);
+    let run = http_kit::start(Limits::default(), timeout).await;
+    let fresh = trickle_until_closed(run.tls().await.unwrap()).await;
+    let mut s = run.tls().await.unwrap();
+    for pause_ms in [0u64, 1200, 1200] {
+        tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(
+            read_response(&mut s).await,
+            Some(200),
+            "kept alive after {pause_ms} ms idle"
+        );
+    }
+    let kept_alive = trickle_until_closed(s).await;
+    for (what, took) in [("fresh", fresh), ("kept-alive", kept_alive)] {
+        let took = took.unwrap_or_else(|| panic!("{what}: a slow head was not cut within 8 s"));
+        // Not before the timeout: a deadline left over from an earlier
+        // request of the connection would cut it short.
+        assert!(
+            took >= timeout - Duration::from_millis(300),
+            "{what}: cut after {took:?}, before the {timeout:?} timeout"
+        );
+    }
+}

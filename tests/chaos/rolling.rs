@@ -92,7 +92,7 @@ fn served_serial(port: u16) -> String {
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "openssl s_client -connect 127.0.0.1:{port} </dev/null 2>/dev/null | openssl x509 -noout -serial"
+            "timeout 10 openssl s_client -connect 127.0.0.1:{port} </dev/null 2>/dev/null | openssl x509 -noout -serial"
         ))
         .output()
         .expect("s_client");

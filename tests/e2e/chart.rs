@@ -530,7 +530,16 @@ fn chart_certificate_is_served_and_trusted_through_the_ca_bundle() {
     let started = Instant::now();
     let (ok, last) = loop {
         let out = Command::new("curl")
-            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .args([
+                "-sS",
+                "-m",
+                "10",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--cacert",
+            ])
             .arg(dir.join("ca.crt"))
             .args(["--resolve", &format!("{SVC_DNS}:{port}:127.0.0.1")])
             .arg(format!("https://{SVC_DNS}:{port}/healthz"))

@@ -26,6 +26,10 @@ die() { echo "deploy-local.sh: $*" >&2; exit 1; }
 [[ -f "$CLUSTER_DIR/env" ]] || die "no cluster in $CLUSTER_DIR: run 'make cluster-up' first"
 # shellcheck disable=SC1091
 source "$CLUSTER_DIR/env"
+# Every kubectl call ends: an apiserver that accepts and never answers fails
+# this script instead of hanging the test that runs it.
+KUBECTL_BIN="$(type -P kubectl)" || die "no kubectl on PATH (source $CLUSTER_DIR/env)"
+kubectl() { timeout --kill-after=5 90 "$KUBECTL_BIN" --request-timeout=60s "$@"; }
 kubectl version >/dev/null 2>&1 || die "the cluster in $CLUSTER_DIR does not answer: run 'make cluster-up'"
 
 stop_server() {
@@ -113,7 +117,7 @@ echo $! >"$STATE/pid"
 READY_WAIT=${READY_WAIT:-30}
 tries=$((READY_WAIT * 10))
 for i in $(seq "$tries"); do
-  if curl -fsS --cacert "$STATE/ca.crt" "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then break; fi
+  if curl -fsS -m 5 --cacert "$STATE/ca.crt" "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then break; fi
   if ! kill -0 "$(cat "$STATE/pid")" 2>/dev/null; then
     tail -n 30 "$STATE/server.log" >&2; die "the server exited"
   fi

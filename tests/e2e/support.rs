@@ -101,7 +101,7 @@ impl WebhookInfo {
     /// The server's /metrics text, fetched with curl over its TLS.
     pub fn metrics(&self) -> String {
         let out = Command::new("curl")
-            .args(["-fsS", "--cacert"])
+            .args(["-fsS", "-m", "10", "--cacert"])
             .arg(self.state.join("ca.crt"))
             .arg(format!("https://127.0.0.1:{}/metrics", self.port))
             .output()
@@ -140,11 +140,21 @@ pub async fn client() -> Client {
     Client::try_from(cfg).expect("client")
 }
 
-/// Runs the cluster's kubectl with the admin kubeconfig.
+/// Runs the cluster's kubectl with the admin kubeconfig, ended (exit 124)
+/// 60 s past its own `--timeout=<N>s`, or after 120 s: a request to an
+/// apiserver that accepts and never answers must fail the test, not hang it.
 pub fn kubectl(args: &[&str]) -> Output {
     let env = cluster_env();
-    let mut cmd = Command::new("kubectl");
-    cmd.args(args);
+    let own = args.iter().rev().find_map(|a| {
+        a.strip_prefix("--timeout=")?
+            .strip_suffix('s')?
+            .parse::<u64>()
+            .ok()
+    });
+    let deadline = own.map_or(120, |s| s + 60);
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=5", &deadline.to_string(), "kubectl"])
+        .args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
