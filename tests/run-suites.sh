@@ -69,6 +69,7 @@ for s in "${failed[@]}"; do
   ' "$log"
 done
 echo "### cluster"
+echo "disk: $(df -h "$CLUSTER_DIR" | awk 'NR == 2 {print $4 " free of " $2}'); memory: $(free -m | awk '/^Mem:/ {print $7 " MiB available"}'); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [[ -f "$CLUSTER_DIR/env" ]]; then
   # shellcheck disable=SC1091
   source "$CLUSTER_DIR/env"

@@ -325,6 +325,7 @@ impl Reconciler {
             pass: if marks.all { "full" } else { "marked" },
         };
         if marks.all || !planned_ns.is_empty() {
+            tracing::debug!(pass = kind.pass, namespaces = ?planned_ns, "reconcile pass");
             self.metrics.reconcile_passes.get_or_create(&kind).inc();
             self.metrics
                 .reconcile_namespaces
