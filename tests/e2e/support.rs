@@ -134,9 +134,12 @@ pub async fn client() -> Client {
     let path = cluster_dir().join("kubeconfig");
     let kc = Kubeconfig::read_from(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}; run `make cluster-up`", path.display()));
-    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+    let mut cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .expect("kubeconfig");
+    // kube sets none: a request the apiserver never answers would hang the
+    // test. Above the 290 s a watch lasts, so watches are not cut.
+    cfg.read_timeout = Some(Duration::from_secs(300));
     Client::try_from(cfg).expect("client")
 }
 

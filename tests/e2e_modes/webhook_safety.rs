@@ -103,6 +103,7 @@ async fn no_retry_client() -> kube::Client {
             .await
             .expect("kubeconfig");
     cfg.default_retry = false;
+    cfg.read_timeout = Some(Duration::from_secs(60));
     kube::Client::try_from(cfg).expect("client")
 }
 
