@@ -37,7 +37,7 @@ model-long:
 
 ## End-to-end tests against a running local cluster (make cluster-up).
 ## They fail, never skip, when it is not there. tests/run-suites.sh runs the
-## three suites (each under a deadline, all of them even after a failure) and
+## suites (each under a deadline, all of them even after a failure) and
 ## ends with a digest of the failures; SUITES="chaos" picks some.
 e2e: build tools
 	@rm -f $(CLUSTER_DIR)/figures.txt

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::Api;
 
@@ -153,6 +154,7 @@ async fn a_paused_apiserver_link_fails_open_steps_down_and_loses_no_write() {
         "the proxied replica leads when the link is held"
     );
     let held_at = Instant::now();
+    let held_wall = Timestamp::now();
     link.set_mode(Mode::Hold);
 
     // The webhook answers in time and fails open while held; the leader
@@ -162,7 +164,6 @@ async fn a_paused_apiserver_link_fails_open_steps_down_and_loses_no_write() {
     let mut last_review: Option<Instant> = None;
     let mut last_slow_renewal = renewed_before;
     let mut stepped_down = None;
-    let mut stepped_wall = None;
     let mut taken_over = None;
     while held_at.elapsed() < Duration::from_secs(22) {
         let (h, renewed) = lease(&client).await;
@@ -174,7 +175,6 @@ async fn a_paused_apiserver_link_fails_open_steps_down_and_loses_no_write() {
         }
         if stepped_down.is_none() && slow.metric("eviction_autoscaler_leader") == Some(0.0) {
             stepped_down = Some(held_at.elapsed());
-            stepped_wall = Some(k8s_openapi::jiff::Timestamp::now());
         }
         if last_review.is_none_or(|t| t.elapsed() > Duration::from_millis(500)) {
             last_review = Some(Instant::now());
@@ -188,6 +188,10 @@ async fn a_paused_apiserver_link_fails_open_steps_down_and_loses_no_write() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Seen by a poll every ~0.2 s: an upper bound.
+    // The times of record are the replicas' own log lines: this loop looks
+    // only between its webhook calls (up to 1.5 s apart on one loaded core).
+    let stepped_wall = leadership_logged(&slow.log(), false, held_wall);
+    let taken_wall = leadership_logged(&direct.log(), true, held_wall);
     let renew_age_at_stepdown = last_slow_renewal
         .zip(stepped_wall)
         .map(|(r, s)| s.duration_since(r).as_secs_f64());
@@ -265,8 +269,8 @@ async fn a_paused_apiserver_link_fails_open_steps_down_and_loses_no_write() {
         "answers within the webhook timeout"
     );
     let (down, up) = (
-        stepped_down.expect("the held leader stepped down"),
-        taken_over.expect("the other replica took over"),
+        stepped_wall.expect("the held leader logged its step-down"),
+        taken_wall.expect("the other replica logged its takeover"),
     );
     assert!(
         down < up,

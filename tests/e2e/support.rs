@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -219,10 +220,78 @@ fn reset_nodes() {
     }
 }
 
+/// The drain tests' lock on the nodes: they start schedulable and untainted,
+/// and healthy, so one test that hurt the cluster fails alone and says so.
 pub async fn nodes_lock() -> NodesGuard {
     let g = NODES.lock().await;
     reset_nodes();
+    wait_nodes_healthy(Duration::from_secs(150)).await;
     NodesGuard { _g: g }
+}
+
+/// Waits until every node is Ready without the node lifecycle controller's
+/// taints (kwok's nodes go NotReady when the control plane was away too
+/// long); panics with the nodes' state after `timeout`.
+pub async fn wait_nodes_healthy(timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let out = kubectl(&[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} ready={.status.conditions[?(@.type==\"Ready\")].status} taints={.spec.taints[*].key}{\"\\n\"}{end}",
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let sick: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                !l.contains(" ready=True ")
+                    || l.contains("node.kubernetes.io/not-ready")
+                    || l.contains("node.kubernetes.io/unreachable")
+            })
+            .collect();
+        let all_there = NODE_NAMES
+            .iter()
+            .all(|n| text.lines().any(|l| l.starts_with(&format!("{n} "))));
+        if out.status.success() && all_there && sick.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the test cluster's nodes are not healthy after {timeout:?} (an earlier test or the control plane left them so):\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// A server log without colour codes (field names are styled even with NO_COLOR).
+pub fn strip_ansi(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// When a server's log says it started (`leading`) or stopped leading, first
+/// after `after`: the server's own clock, not when a test happened to look.
+pub fn leadership_logged(log: &str, leading: bool, after: Timestamp) -> Option<Timestamp> {
+    let field = format!("leading={leading}");
+    strip_ansi(log)
+        .lines()
+        .filter(|l| l.contains("leadership changed") && l.split_whitespace().any(|w| w == field))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<Timestamp>().ok())
+        .find(|t| *t > after)
 }
 
 /// Appends a measured figure to $CLUSTER_DIR/figures.txt (printed by `make e2e`).

@@ -43,25 +43,6 @@ async fn settled(info: &WebhookInfo, quiet: Duration) -> (f64, f64) {
     }
 }
 
-/// The server's log without colour codes.
-fn plain_log(info: &WebhookInfo) -> String {
-    let mut out = String::new();
-    let raw = info.log();
-    let mut chars = raw.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The namespaces each marked reconcile pass planned after byte `from` of
 /// the log (its debug line `reconcile pass pass="marked" namespaces={..}`).
 fn marked_passes(log: &str, from: usize) -> Vec<Vec<String>> {
@@ -139,7 +120,7 @@ async fn pod_updates_plan_nothing_and_a_change_plans_only_its_namespace() {
     let quiet = Duration::from_secs(5);
     let ours: Vec<String> = spaces.iter().map(|n| n.name.clone()).collect();
     settled(&info, quiet).await;
-    let before_pods = plain_log(&info).len();
+    let before_pods = strip_ansi(&info.log()).len();
 
     // Pod-only updates (an annotation on the pod) touch no object the
     // reconciler reads.
@@ -156,7 +137,7 @@ async fn pod_updates_plan_nothing_and_a_change_plans_only_its_namespace() {
         ]);
     }
     settled(&info, quiet).await;
-    let log = plain_log(&info);
+    let log = strip_ansi(&info.log());
     let during_pods = marked_passes(&log, before_pods);
     assert!(
         during_pods
@@ -186,7 +167,7 @@ async fn pod_updates_plan_nothing_and_a_change_plans_only_its_namespace() {
     })
     .await;
     settled(&info, quiet).await;
-    let after_change = marked_passes(&plain_log(&info), before_change);
+    let after_change = marked_passes(&strip_ansi(&info.log()), before_change);
     let changed = &spaces[1].name;
     let planned_ours: Vec<&String> = after_change
         .iter()
