@@ -127,6 +127,10 @@ pub struct Snapshot<'a> {
     /// `spec.strategy.type == Recreate`.
     pub recreate: bool,
     pub applier: Applier,
+    /// The autoscaler's maximum (HPA `maxReplicas`, ScaledObject
+    /// `maxReplicaCount`): the apiserver refuses a minimum above it, so a
+    /// surge never goes past it. `None` for a Deployment.
+    pub applier_max: Option<i32>,
     /// Parsed from the applier object's annotations ([`Markers::from_annotations`]).
     pub markers: Option<Markers>,
     /// Displaced pods counted when a user's change was adopted in this
@@ -467,6 +471,8 @@ enum CapSource {
     Recreate,
     ExplicitZero,
     Override(IntOrPercent),
+    /// The autoscaler's maximum is lower than the baseline plus maxSurge.
+    AutoscalerMax(i32),
 }
 
 fn surge_cap(s: &Snapshot, baseline: i32) -> Result<Cap, String> {
@@ -483,7 +489,7 @@ fn surge_cap(s: &Snapshot, baseline: i32) -> Result<Cap, String> {
             },
         }
     };
-    Ok(match (source, s.zero_surge_override) {
+    let cap = match (source, s.zero_surge_override) {
         (CapSource::Recreate | CapSource::ExplicitZero, Some(o)) => Cap {
             replicas: scaled(o),
             source: CapSource::Override(o),
@@ -504,6 +510,19 @@ fn surge_cap(s: &Snapshot, baseline: i32) -> Result<Cap, String> {
             replicas: scaled(o),
             source,
         },
+        (CapSource::AutoscalerMax(_), _) => Cap {
+            replicas: 0,
+            source,
+        },
+    };
+    // A minimum above the maximum is invalid: the apiserver would refuse the
+    // write on every pass.
+    Ok(match s.applier_max {
+        Some(max) if max.saturating_sub(baseline).max(0) < cap.replicas => Cap {
+            replicas: max.saturating_sub(baseline).max(0),
+            source: CapSource::AutoscalerMax(max),
+        },
+        _ => cap,
     })
 }
 
@@ -530,6 +549,10 @@ fn impossible_reason(rule: Rule, cap: Cap, baseline: i32, highest: i32) -> Strin
         CapSource::ExplicitZero if cap.replicas == 0 => {
             "the Deployment's maxSurge is 0 and ZERO_SURGE_OVERRIDE is not set".into()
         }
+        CapSource::AutoscalerMax(max) if cap.replicas == 0 => format!(
+            "the autoscaler's maximum of {max} replicas leaves no room above the baseline of \
+             {baseline}, so no surge can raise its minimum"
+        ),
         _ => {
             let budget = match rule {
                 Rule::MinAvailable(v) => format!("minAvailable {v}"),
@@ -541,6 +564,7 @@ fn impossible_reason(rule: Rule, cap: Cap, baseline: i32, highest: i32) -> Strin
                 CapSource::Default => "maxSurge 25% (default)".into(),
                 CapSource::MaxSurge(v) => format!("maxSurge {v}"),
                 CapSource::Recreate | CapSource::ExplicitZero => "maxSurge 0".into(),
+                CapSource::AutoscalerMax(max) => format!("the autoscaler's maximum of {max}"),
             };
             format!(
                 "even at the largest surge allowed ({limit}: {} above the baseline of {baseline}, \
@@ -592,6 +616,7 @@ mod tests {
             max_surge: None,
             recreate: false,
             applier: Applier::Deployment,
+            applier_max: None,
             markers: None,
             adopted_displaced: None,
             adoption_pending: false,
@@ -753,6 +778,68 @@ mod tests {
                 min_available(int(3)),
                 |s| s.since_last_signal = Some(secs(1)),
                 Want::Is(Action::None),
+            ),
+        ]);
+    }
+
+    /// The apiserver refuses an HPA whose minimum exceeds its maximum (KEDA's
+    /// webhook a ScaledObject's): a surge stops at the maximum, and with no
+    /// room at all it is Impossible instead of a write refused on every pass.
+    #[test]
+    fn autoscaler_maximum_caps_the_surge() {
+        check(vec![
+            row(
+                "HPA max 3 = min: no room",
+                min_available(int(3)),
+                |s| {
+                    on_draining_node(s, 3, 3);
+                    s.applier = Applier::Hpa { min: 3 };
+                    s.applier_max = Some(3);
+                    s.max_surge = Some(int(3));
+                },
+                Want::Impossible("maximum of 3 replicas leaves no room above the baseline of 3"),
+            ),
+            row(
+                "KEDA max 4: one above the baseline of 3, maxSurge 3",
+                min_available(int(3)),
+                |s| {
+                    on_draining_node(s, 3, 3);
+                    s.applier = Applier::Keda { min: 3 };
+                    s.applier_max = Some(4);
+                    s.max_surge = Some(int(3));
+                },
+                Want::Is(start(3, 4)),
+            ),
+            row(
+                "HPA max 20: maxSurge binds",
+                min_available(int(3)),
+                |s| {
+                    on_draining_node(s, 3, 3);
+                    s.applier = Applier::Hpa { min: 3 };
+                    s.applier_max = Some(20);
+                    s.max_surge = Some(int(2));
+                },
+                Want::Is(start(3, 5)),
+            ),
+            row(
+                "HPA max 4, minAvailable 100% cannot open at 4 either",
+                min_available(pct("100%")),
+                |s| {
+                    on_draining_node(s, 3, 1);
+                    s.applier = Applier::Hpa { min: 3 };
+                    s.applier_max = Some(4);
+                },
+                Want::Impossible("minAvailable is 100%"),
+            ),
+            row(
+                "maxUnavailable 0 and max = min: the budget's reason comes first",
+                max_unavailable(int(0)),
+                |s| {
+                    on_draining_node(s, 3, 1);
+                    s.applier = Applier::Hpa { min: 3 };
+                    s.applier_max = Some(3);
+                },
+                Want::Impossible("maxUnavailable is 0"),
             ),
         ]);
     }
@@ -1681,6 +1768,7 @@ mod tests {
         max_surge: Option<IntOrString>,
         recreate: bool,
         applier: Applier,
+        applier_max: Option<i32>,
         markers: Option<Markers>,
         pods: Vec<PodState>,
         draining: BTreeSet<String>,
@@ -1698,6 +1786,7 @@ mod tests {
                 max_surge: self.max_surge.clone(),
                 recreate: self.recreate,
                 applier: self.applier,
+                applier_max: self.applier_max,
                 markers: self.markers,
                 adopted_displaced: None,
                 adoption_pending: false,
@@ -1765,7 +1854,7 @@ mod tests {
             0..12i32,
             prop::option::of(int_or_pct()),
             any::<bool>(),
-            applier,
+            (applier, prop::option::of(0..6i32)),
             markers,
             pods,
             prop::collection::btree_set((0..4u8).prop_map(|n| format!("n{n}")), 1..4),
@@ -1780,7 +1869,7 @@ mod tests {
                     replicas,
                     max_surge,
                     recreate,
-                    applier,
+                    (applier, room),
                     markers,
                     pods,
                     draining,
@@ -1795,6 +1884,7 @@ mod tests {
                         max_surge,
                         recreate,
                         applier,
+                        applier_max: None,
                         markers,
                         pods,
                         draining,
@@ -1811,6 +1901,11 @@ mod tests {
                         };
                         c.applier = applier;
                         c.replicas = replicas;
+                    }
+                    // An autoscaler's maximum is never below its minimum (the
+                    // apiserver validates it); sometimes it leaves little room.
+                    if let Applier::Hpa { min } | Applier::Keda { min } = c.applier {
+                        c.applier_max = room.map(|r| min + r);
                     }
                     // Half the time, the PDB we would own: minAvailable = baseline.
                     if owned {
@@ -1834,6 +1929,10 @@ mod tests {
                 prop_assert!(target > baseline || kind == SurgeKind::Resume);
                 prop_assert!(baseline >= 0);
                 let cap = surge_cap(&s, baseline).map(|c| c.replicas).unwrap_or(0);
+                if let Some(max) = s.applier_max {
+                    let in_place = s.markers.map_or(0, |m| m.surged_to);
+                    prop_assert!(target <= max.max(in_place), "{} above the autoscaler's maximum {}", target, max);
+                }
                 match s.markers {
                     None => {
                         prop_assert_eq!(kind, SurgeKind::Start);
@@ -1926,6 +2025,7 @@ mod invariant_tests {
             max_surge: Some(IntOrString::String("100%".into())),
             recreate: false,
             applier: Applier::Deployment,
+            applier_max: None,
             markers: None,
             adopted_displaced: None,
             adoption_pending: false,

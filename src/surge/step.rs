@@ -123,6 +123,8 @@ struct Surgeable<'a> {
     raw: Option<i32>,
     /// The value Kubernetes assumes when it is absent.
     default: i32,
+    /// The most the value may be (an autoscaler's maximum).
+    ceiling: Option<i32>,
     annotations: Option<&'a BTreeMap<String, String>>,
 }
 
@@ -217,6 +219,7 @@ fn of_deployment<'a>(ns: &str, d: &'a Deployment) -> Surgeable<'a> {
         path: "/spec/replicas",
         raw: d.spec.as_ref().and_then(|s| s.replicas),
         default: 1,
+        ceiling: None,
         annotations: d.metadata.annotations.as_ref(),
     }
 }
@@ -227,6 +230,7 @@ fn of_hpa<'a>(ns: &str, h: &'a HorizontalPodAutoscaler) -> Surgeable<'a> {
         path: "/spec/minReplicas",
         raw: h.spec.as_ref().and_then(|s| s.min_replicas),
         default: 1,
+        ceiling: h.spec.as_ref().map(|s| s.max_replicas),
         annotations: h.metadata.annotations.as_ref(),
     }
 }
@@ -239,6 +243,13 @@ fn of_scaled_object<'a>(ns: &str, so: &'a DynamicObject) -> Surgeable<'a> {
             .as_i64()
             .and_then(|v| i32::try_from(v).ok()),
         default: 0,
+        // KEDA's default when unset.
+        ceiling: Some(
+            so.data["spec"]["maxReplicaCount"]
+                .as_i64()
+                .and_then(|v| i32::try_from(v).ok())
+                .unwrap_or(100),
+        ),
         annotations: so.metadata.annotations.as_ref(),
     }
 }
@@ -416,6 +427,7 @@ pub fn step(
         max_surge: strategy.rolling_update.and_then(|r| r.max_surge),
         recreate: strategy.type_.as_deref() == Some("Recreate"),
         applier,
+        applier_max: primary.and_then(|p| p.ceiling),
         markers: primary.and_then(|p| p.markers()),
         adopted_displaced: primary.and_then(|p| markers::adopted_displaced(p.annotations)),
         adoption_pending: primary.is_some_and(|p| facts.adoption_pending.as_ref() == Some(&p.key)),

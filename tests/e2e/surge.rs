@@ -420,6 +420,62 @@ async fn max_unavailable_zero_is_degraded_and_the_429_says_why() {
     assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
 }
 
+/// An HPA already at its maximum (min 3 = max 3): the apiserver refuses a
+/// higher minimum, so no surge is written; Degraded and the 429 say why
+/// (before, the refused write was retried every 2 s while the drain waited).
+#[tokio::test]
+async fn hpa_at_its_maximum_is_degraded_and_the_429_says_why() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-hpamax").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-1";
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment("hm", 3, Some(node)), Some(IntOrString::Int(2))),
+    )
+    .await
+    .unwrap();
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    let mut h = hpa("hm", "hm", 3);
+    if let Some(spec) = h.spec.as_mut() {
+        spec.max_replicas = 3;
+    }
+    hpas.create(&PostParams::default(), &h).await.unwrap();
+    let pods = wait_ready(&ns, "hm", 3).await;
+    owned_pdb_blocking(&ns, "hm", 3).await;
+    let on_node = nodes_of(&pods).iter().filter(|n| *n == node).count();
+    assert!(on_node > 0, "pods prefer {node}");
+    let d = drain(node, "app=hm", &["--timeout=15s"]).await;
+    uncordon(node);
+    assert!(
+        !d.ok,
+        "the budget blocks and nothing can surge:\n{}",
+        d.output
+    );
+    assert!(
+        d.output.contains("cannot surge Deployment hm")
+            && d.output.contains("maximum of 3 replicas"),
+        "the 429 says why:\n{}",
+        d.output
+    );
+    let h = hpas.get("hm").await.unwrap();
+    assert_eq!(
+        (
+            h.spec.as_ref().and_then(|s| s.min_replicas),
+            markers_present(h.metadata.annotations.as_ref())
+        ),
+        (Some(3), Some(false)),
+        "the HPA is left as it was"
+    );
+    let (r, s, _) = replicas(&ns, "hm").await;
+    assert_eq!((r, s), (3, None), "no surge of the Deployment");
+    let yaml = kubectl_ok(&["get", "evictionautoscalers", "-n", &ns.name, "-o", "yaml"]);
+    assert!(
+        yaml.contains("reason: SurgeImpossible") && yaml.contains("maximum of 3 replicas"),
+        "{yaml}"
+    );
+}
+
 /// Scenario 6: a user PDB minAvailable 80% on 3 replicas: the surge is
 /// sized so that the drain completes.
 #[tokio::test]
