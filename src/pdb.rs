@@ -154,6 +154,7 @@ pub fn plan_for_new_deployment(
     pdb_create: bool,
     in_scope: bool,
     pdbs: &[Arc<PodDisruptionBudget>],
+    deployments: &[Arc<Deployment>],
     hpas: &[Arc<HorizontalPodAutoscaler>],
 ) -> CreatePlan {
     if !pdb_create {
@@ -178,11 +179,43 @@ pub fn plan_for_new_deployment(
     ) {
         return CreatePlan::Skip("selector does not select the pod template");
     }
-    if !matching_pdbs(dep, pdbs).is_empty() {
+    let compiled = CompiledPdbs::new(pdbs);
+    if !compiled.matching(dep).is_empty() {
         return CreatePlan::Skip("a PDB already selects its pods");
+    }
+    if overlapping(dep, deployments, &compiled).is_some() {
+        return CreatePlan::Skip("its selector covers pods another PDB protects");
     }
     let min = min_available_for(dep, hpa_for(dep, hpas).map(|h| h.as_ref()));
     CreatePlan::Create(Box::new(owned_pdb(dep, min)))
+}
+
+/// A PDB that already protects pods a PDB made for `dep` would select too:
+/// one selecting the pod template of another Deployment of the namespace that
+/// `dep`'s selector also selects (overlapping Deployment selectors). Creating
+/// ours then would put two PDBs over those pods, and the apiserver answers
+/// every eviction of them with a 500. Returns that PDB and the Deployment.
+pub fn overlapping<'a>(
+    dep: &Deployment,
+    deployments: &'a [Arc<Deployment>],
+    compiled: &CompiledPdbs<'a>,
+) -> Option<(&'a Arc<PodDisruptionBudget>, &'a Arc<Deployment>)> {
+    let ours = Selector::compile(dep.spec.as_ref().map(|s| &s.selector)).ok()?;
+    // A PDB over `dep`'s own pods is no overlap here: the rules for the PDBs
+    // that select a Deployment (ours, theirs, step aside) handle it.
+    let own = compiled.matching(dep);
+    deployments
+        .iter()
+        .filter(|d| d.metadata.namespace == dep.metadata.namespace)
+        .filter(|d| d.metadata.name != dep.metadata.name)
+        .filter(|d| ours.selects_for_eviction(&template_labels(d)))
+        .find_map(|d| {
+            compiled
+                .matching(d)
+                .into_iter()
+                .find(|p| !own.iter().any(|o| Arc::ptr_eq(o, p)))
+                .map(|p| (p, d))
+        })
 }
 
 /// Is an existing PDB of this name ours and for this Deployment?
@@ -233,6 +266,31 @@ pub(crate) mod tests {
         }
     }
 
+    /// A Deployment of 3 with these selector labels and template labels.
+    pub fn labelled(
+        name: &str,
+        selector: &[(&str, &str)],
+        template: &[(&str, &str)],
+    ) -> Deployment {
+        let mut d = dep(name, 3);
+        let map = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        if let Some(spec) = d.spec.as_mut() {
+            spec.selector = LabelSelector {
+                match_labels: Some(map(selector)),
+                match_expressions: None,
+            };
+            spec.template.metadata = Some(ObjectMeta {
+                labels: Some(map(template)),
+                ..Default::default()
+            });
+        }
+        d
+    }
+
     fn hpa(target: &str, min: i32) -> HorizontalPodAutoscaler {
         HorizontalPodAutoscaler {
             metadata: ObjectMeta {
@@ -280,18 +338,18 @@ pub(crate) mod tests {
         let none: Vec<Arc<PodDisruptionBudget>> = vec![];
         let no_hpa: Vec<Arc<HorizontalPodAutoscaler>> = vec![];
         assert_eq!(
-            plan_for_new_deployment(&d, false, true, &none, &no_hpa),
+            plan_for_new_deployment(&d, false, true, &none, &[], &no_hpa),
             CreatePlan::Skip("PDB_CREATE is off")
         );
         assert_eq!(
-            plan_for_new_deployment(&d, true, false, &none, &no_hpa),
+            plan_for_new_deployment(&d, true, false, &none, &[], &no_hpa),
             CreatePlan::Skip("namespace not in scope")
         );
         let mut opted = d.clone();
         opted.metadata.annotations =
             Some([(names::PDB_CREATE.to_string(), "false".to_string())].into());
         assert_eq!(
-            plan_for_new_deployment(&opted, true, true, &none, &no_hpa),
+            plan_for_new_deployment(&opted, true, true, &none, &[], &no_hpa),
             CreatePlan::Skip("deployment opted out")
         );
         // Found by fuzz/mutate_handler: a Deployment the apiserver will
@@ -309,28 +367,73 @@ pub(crate) mod tests {
                 spec.selector = selector;
             }
             assert_eq!(
-                plan_for_new_deployment(&invalid, true, true, &none, &no_hpa),
+                plan_for_new_deployment(&invalid, true, true, &none, &[], &no_hpa),
                 CreatePlan::Skip("selector does not select the pod template")
             );
         }
         let existing = vec![Arc::new(owned_pdb(&d, 1))];
         assert_eq!(
-            plan_for_new_deployment(&d, true, true, &existing, &no_hpa),
+            plan_for_new_deployment(&d, true, true, &existing, &[], &no_hpa),
             CreatePlan::Skip("a PDB already selects its pods")
         );
-        match plan_for_new_deployment(&d, true, true, &none, &no_hpa) {
+        match plan_for_new_deployment(&d, true, true, &none, &[], &no_hpa) {
             CreatePlan::Create(p) => {
                 assert_eq!(p.spec.unwrap().min_available, Some(IntOrString::Int(3)))
             }
             other => panic!("{other:?}"),
         }
         let hpas = vec![Arc::new(hpa("web", 2))];
-        match plan_for_new_deployment(&d, true, true, &none, &hpas) {
+        match plan_for_new_deployment(&d, true, true, &none, &[], &hpas) {
             CreatePlan::Create(p) => {
                 assert_eq!(p.spec.unwrap().min_available, Some(IntOrString::Int(2)))
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Overlapping Deployment selectors: `shop` selects `app=shop` only, so it
+    /// also selects the pods of `api` (template `app=shop, role=api`).
+    #[test]
+    fn a_selector_covering_pods_another_pdb_protects_gets_no_pdb() {
+        let api = labelled(
+            "api",
+            &[("app", "shop"), ("role", "api")],
+            &[("app", "shop"), ("role", "api")],
+        );
+        let shop = labelled(
+            "shop",
+            &[("app", "shop")],
+            &[("app", "shop"), ("role", "web")],
+        );
+        let other = labelled("other", &[("app", "other")], &[("app", "other")]);
+        let api_pdb = vec![Arc::new(owned_pdb(&api, 3))];
+        let deps = vec![
+            Arc::new(api.clone()),
+            Arc::new(shop.clone()),
+            Arc::new(other.clone()),
+        ];
+        let no_hpa: Vec<Arc<HorizontalPodAutoscaler>> = vec![];
+        assert_eq!(
+            plan_for_new_deployment(&shop, true, true, &api_pdb, &deps, &no_hpa),
+            CreatePlan::Skip("its selector covers pods another PDB protects")
+        );
+        let compiled = CompiledPdbs::new(&api_pdb);
+        let (p, d) = overlapping(&shop, &deps, &compiled).expect("overlap");
+        assert_eq!(
+            (p.metadata.name.as_deref(), d.metadata.name.as_deref()),
+            (Some("api"), Some("api"))
+        );
+        // api's own PDB is not an overlap for api; `other` selects nothing of api's.
+        assert!(overlapping(&api, &deps, &compiled).is_none());
+        assert!(matches!(
+            plan_for_new_deployment(&other, true, true, &api_pdb, &deps, &no_hpa),
+            CreatePlan::Create(_)
+        ));
+        // Without a PDB over api's pods, shop gets one (api then finds it).
+        assert!(matches!(
+            plan_for_new_deployment(&shop, true, true, &[], &deps, &no_hpa),
+            CreatePlan::Create(_)
+        ));
     }
 
     #[test]

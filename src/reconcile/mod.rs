@@ -425,6 +425,12 @@ impl Reconciler {
             if !conflicted {
                 self.degraded.clear_reason(&name, dn, "PDBNameConflict");
             }
+            let overlapping = actions.iter().any(
+                |a| matches!(a, Action::SelectorOverlap { deployment, .. } if deployment == dn),
+            );
+            if !overlapping {
+                self.degraded.clear_reason(&name, dn, "PDBSelectorOverlap");
+            }
         }
         for action in actions {
             if !*leader.borrow() {
@@ -588,6 +594,29 @@ impl Reconciler {
                     .await;
                 }
             }
+            Action::SelectorOverlap {
+                deployment,
+                pdb,
+                other,
+            } => {
+                let note = format!(
+                    "the selector of Deployment {deployment} also selects the pods of Deployment \
+                     {other}, which PodDisruptionBudget {pdb} protects; no PDB created, since two \
+                     budgets over one pod make every eviction of it fail. Give the Deployments \
+                     selectors that do not overlap, or a PDB of your own."
+                );
+                self.degraded
+                    .set(ns, &deployment, "PDBSelectorOverlap", &note);
+                if let Some(r) = dep_ref(&deployment) {
+                    self.report_once(
+                        format!("overlap/{ns}/{deployment}"),
+                        &r,
+                        "PDBSelectorOverlap",
+                        note,
+                    )
+                    .await;
+                }
+            }
             Action::CreateEas {
                 name,
                 target,
@@ -617,9 +646,9 @@ impl Reconciler {
                 }
                 tracing::info!(namespace = ns, %pdb, %deployment, took_over = %by, "another PDB selects the pods: deleted ours");
                 let note = format!(
-                    "PodDisruptionBudget {by} also selects the pods of Deployment {deployment}; \
-                     deleted our PodDisruptionBudget {pdb} so that each pod has one budget \
-                     ({by} took over; ours comes back if {by} is deleted)"
+                    "PodDisruptionBudget {by} also selects pods that our PodDisruptionBudget \
+                     {pdb} of Deployment {deployment} selects; deleted ours so that each pod \
+                     has one budget ({by} took over; ours comes back if {by} is deleted)"
                 );
                 if let Some(r) = dep_ref(&deployment) {
                     self.event(&r, EventType::Normal, "PDBSteppedAside", note.clone())

@@ -25,9 +25,14 @@
 //!   ours for that Deployment does too, ours is deleted (`StepAside`, an Event
 //!   names the PDB that took over) and theirs gets the EvictionAutoScaler.
 //!   When theirs goes, "no matching PDB" creates ours again.
-//! - Two PDBs of ours over one Deployment's pods (overlapping selectors of
-//!   two Deployments) are left as they are: deleting either would make the
-//!   other's Deployment re-create it, a loop; the eviction webhook reports it.
+//! - Overlapping Deployment selectors (`app=shop` also selects the pods of a
+//!   Deployment with template `app=shop, role=api`): no PDB of ours is created
+//!   whose selector covers pods another PDB protects (`SelectorOverlap`,
+//!   Degraded and an Event), and ours steps aside when a PDB we do not own
+//!   comes to protect pods it covers. Two PDBs of ours over one Deployment's
+//!   pods (made before this rule) are left as they are: deleting either would
+//!   make the other's Deployment re-create it, a loop; the eviction webhook
+//!   reports it.
 //!
 //! The caller applies the actions in order; a failed action is retried with
 //! per-object backoff (`reconcile::backoff`); `Action::object` names the
@@ -91,6 +96,14 @@ pub enum Action {
         deployment: String,
         pdb: String,
     },
+    /// The Deployment's selector also covers the pods of Deployment `other`,
+    /// which PDB `pdb` protects: a PDB of ours would be a second PDB over
+    /// them, so none is created.
+    SelectorOverlap {
+        deployment: String,
+        pdb: String,
+        other: String,
+    },
     /// Planned before the PDB writes of the same pass, so the evidence of a
     /// PDB of ours (`pdb_uid`, written into its status right after the create)
     /// exists by the time our ownerReference appears on the PDB.
@@ -126,7 +139,10 @@ impl Action {
             | Action::ReleaseOwner { pdb, .. }
             | Action::DeletePdb { pdb, .. }
             | Action::StepAside { pdb, .. } => format!("pdb/{pdb}"),
-            Action::NameConflict { deployment, .. } => format!("deployment/{deployment}"),
+            Action::NameConflict { deployment, .. }
+            | Action::SelectorOverlap { deployment, .. } => {
+                format!("deployment/{deployment}")
+            }
             Action::CreateEas { name, .. } | Action::DeleteEas { name } => format!("eas/{name}"),
         }
     }
@@ -193,18 +209,24 @@ pub fn once_ours(p: &PodDisruptionBudget, eas: &[Arc<EvictionAutoScaler>]) -> bo
 }
 
 /// The writes that keep our PDB for `dep` in line, or hand it over.
+/// `overlap`: a PDB over another Deployment's pods that our selector covers too.
+#[allow(clippy::too_many_arguments)]
 fn plan_matching(
     dep: &Deployment,
     dep_name: &str,
     matching: &[&Arc<PodDisruptionBudget>],
+    overlap: Option<&Arc<PodDisruptionBudget>>,
     floor: i32,
     opted_out: bool,
     eas: &[Arc<EvictionAutoScaler>],
     out: &mut Vec<Action>,
 ) {
-    // The first PDB we do not own that selects these pods: ours steps aside for it.
+    // The first PDB we do not own that selects these pods, or pods our
+    // selector covers: ours steps aside for it.
     let theirs = matching
         .iter()
+        .copied()
+        .chain(overlap)
         .find(|p| !owned_by_us(&p.metadata))
         .and_then(|p| p.metadata.name.clone());
     for p in matching {
@@ -299,10 +321,26 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         let opted_out = deployment_opted_out(dep.metadata.annotations.as_ref());
         let matching = compiled.matching(dep);
         let floor = floor_for(dep, s);
+        let overlap = pdb::overlapping(dep, s.deployments, &compiled);
+        let overlap_pdb = overlap.map(|(p, _)| p);
 
-        plan_matching(dep, &dep_name, &matching, floor, opted_out, s.eas, &mut out);
+        plan_matching(
+            dep,
+            &dep_name,
+            &matching,
+            overlap_pdb,
+            floor,
+            opted_out,
+            s.eas,
+            &mut out,
+        );
         // What protects the pods once the step-aside is done.
-        let stays: Vec<_> = if matching.iter().any(|p| !owned_by_us(&p.metadata)) {
+        let steps_aside = matching
+            .iter()
+            .copied()
+            .chain(overlap_pdb)
+            .any(|p| !owned_by_us(&p.metadata));
+        let stays: Vec<_> = if steps_aside {
             matching
                 .iter()
                 .filter(|p| !ours_for(p, &dep_name))
@@ -322,6 +360,18 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         }
 
         if matching.is_empty() && s.pdb_create && !opted_out {
+            if let Some((p, other)) = overlap {
+                out.push(Action::SelectorOverlap {
+                    deployment: dep_name.clone(),
+                    pdb: p.metadata.name.clone().unwrap_or_default(),
+                    other: other.metadata.name.clone().unwrap_or_default(),
+                });
+                // Its EvictionAutoScaler carries the Degraded condition.
+                wanted_eas
+                    .entry(dep_name.clone())
+                    .or_insert_with(|| (dep_name.clone(), owner_reference(dep), None));
+                continue;
+            }
             match s
                 .pdbs
                 .iter()
@@ -459,6 +509,94 @@ mod tests {
         let mut p = owned_pdb(d, min);
         p.metadata.uid = Some("pdb-uid".into());
         Arc::new(p)
+    }
+
+    /// Overlapping selectors: `shop` (selector `app=shop`) covers the pods of
+    /// `api` (template `app=shop, role=api`). Never two PDBs over api's pods.
+    #[test]
+    fn overlapping_selectors_never_make_a_second_pdb() {
+        use crate::pdb::tests::labelled;
+        let shop_l: &[(&str, &str)] = &[("app", "shop")];
+        let api_l: &[(&str, &str)] = &[("app", "shop"), ("role", "api")];
+        let api = with_uid(labelled("api", api_l, api_l));
+        let shop = with_uid(labelled(
+            "shop",
+            shop_l,
+            &[("app", "shop"), ("role", "web")],
+        ));
+        let creates = |a: &[Action], name: &str| {
+            a.iter().any(
+                |x| matches!(x, Action::CreatePdb(p) if p.metadata.name.as_deref() == Some(name)),
+            )
+        };
+
+        // api's PDB (ours) exists: shop gets none, Degraded names the overlap.
+        let mut w = World::new();
+        w.deps = vec![api.clone(), shop.clone()];
+        w.pdbs = vec![ours(&api, 3)];
+        let a = w.plan();
+        assert!(!creates(&a, "shop"), "{a:?}");
+        assert!(a.contains(&Action::SelectorOverlap {
+            deployment: "shop".into(),
+            pdb: "api".into(),
+            other: "api".into(),
+        }));
+        assert!(a
+            .iter()
+            .any(|x| matches!(x, Action::CreateEas { name, .. } if name == "shop")));
+
+        // The same with the user's PDB over api's pods.
+        let mut theirs = (*ours(&api, 2)).clone();
+        theirs.metadata.name = Some("api-budget".into());
+        theirs.metadata.annotations = None;
+        let theirs = Arc::new(theirs);
+        w.pdbs = vec![theirs.clone()];
+        let a = w.plan();
+        assert!(!creates(&a, "shop") && !creates(&a, "api"), "{a:?}");
+        assert!(a
+            .iter()
+            .any(|x| matches!(x, Action::SelectorOverlap { pdb, .. } if pdb == "api-budget")));
+
+        // shop's PDB (ours) came first; the user then protects api: ours
+        // steps aside (two PDBs over api's pods otherwise), and is not re-created.
+        let mut shop_pdb = (*ours(&shop, 3)).clone();
+        shop_pdb.metadata.uid = Some("pdb-shop".into());
+        w.pdbs = vec![Arc::new(shop_pdb), theirs.clone()];
+        let a = w.plan();
+        assert!(
+            a.contains(&Action::StepAside {
+                pdb: "shop".into(),
+                uid: Some("pdb-shop".into()),
+                deployment: "shop".into(),
+                by: "api-budget".into(),
+            }),
+            "{a:?}"
+        );
+        w.pdbs = vec![theirs];
+        let a = w.plan();
+        assert!(!creates(&a, "shop"), "{a:?}");
+
+        // shop's PDB (ours) came first and covers api's pods: api gets none
+        // (it is protected) and nothing steps aside: one PDB over each pod.
+        let mut shop_pdb = (*ours(&shop, 3)).clone();
+        shop_pdb.metadata.uid = Some("pdb-shop".into());
+        w.pdbs = vec![Arc::new(shop_pdb)];
+        let a = w.plan();
+        assert!(
+            !creates(&a, "api")
+                && !a.iter().any(|x| matches!(
+                    x,
+                    Action::StepAside { .. } | Action::SelectorOverlap { .. }
+                )),
+            "{a:?}"
+        );
+
+        // Selectors that do not overlap: each gets its own.
+        let other = with_uid(labelled("other", &[("app", "other")], &[("app", "other")]));
+        w.deps = vec![api.clone(), other];
+        w.pdbs = vec![];
+        let a = w.plan();
+        assert!(creates(&a, "api") && creates(&a, "other"), "{a:?}");
     }
 
     #[test]

@@ -359,11 +359,13 @@ impl Webhooks {
         }
         let pdbs = self.cache.pdbs_in(&ns);
         let hpas = self.cache.hpas.state();
+        let deployments = self.cache.deployments.state();
         let plan = pdb::plan_for_new_deployment(
             &dep,
             self.cache.behaviour.pdb_create,
             self.cache.namespace_in_scope(&ns),
             &pdbs,
+            &deployments,
             &hpas,
         );
         let CreatePlan::Create(want) = plan else {

@@ -514,3 +514,165 @@ async fn failing_write_backs_off_and_does_not_hold_back_others() {
         "{failures} failed attempts in {window:?}: not backed off"
     );
 }
+
+/// A Deployment with these selector and template labels.
+fn labelled(name: &str, selector: &[(&str, &str)], template: &[(&str, &str)]) -> Deployment {
+    let map = |kv: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let mut d = deployment(name, 2, None);
+    if let Some(spec) = d.spec.as_mut() {
+        spec.selector.match_labels = Some(map(selector));
+        if let Some(m) = spec.template.metadata.as_mut() {
+            m.labels = Some(map(template));
+        }
+    }
+    d
+}
+
+/// Overlapping Deployment selectors: `shop` selects `app=shop`, which also
+/// covers the pods of `api`, protected by our PDB `api`. Neither the
+/// admission webhook nor the reconciler makes a second PDB over api's pods;
+/// Degraded and an Event on `shop` say why. Then the user protects api's
+/// pods with a PDB of their own while ours for `shop` would cover them: none
+/// of ours stays over them.
+#[tokio::test]
+async fn overlapping_selectors_never_make_a_second_pdb() {
+    let ns = TestNs::new("e2e-overlap").await;
+    let deps: Api<Deployment> = ns.api();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let api_labels: &[(&str, &str)] = &[("app", "shop"), ("role", "api")];
+    deps.create(
+        &PostParams::default(),
+        &labelled("api", api_labels, api_labels),
+    )
+    .await
+    .expect("create api");
+    wait_for("our PDB for api", Duration::from_secs(60), || async {
+        owned_pdbs(&ns)
+            .await
+            .contains(&"api".to_string())
+            .then_some(())
+    })
+    .await;
+    deps.create(
+        &PostParams::default(),
+        &labelled(
+            "shop",
+            &[("app", "shop")],
+            &[("app", "shop"), ("role", "web")],
+        ),
+    )
+    .await
+    .expect("create shop");
+    let eas_yaml = || {
+        kubectl(&[
+            "get",
+            "evictionautoscalers",
+            "shop",
+            "-n",
+            &ns.name,
+            "-o",
+            "yaml",
+        ])
+    };
+    wait_for(
+        "Degraded PDBSelectorOverlap on shop",
+        Duration::from_secs(60),
+        || async {
+            let out = eas_yaml();
+            String::from_utf8_lossy(&out.stdout)
+                .contains("PDBSelectorOverlap")
+                .then_some(())
+        },
+    )
+    .await;
+    // Two reconcile passes later (RESYNC is 30 s; events mark the namespace at once).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let names = |l: Vec<PodDisruptionBudget>| -> Vec<String> {
+        l.into_iter().filter_map(|p| p.metadata.name).collect()
+    };
+    let all = names(pdbs.list(&Default::default()).await.expect("list").items);
+    assert_eq!(all, vec!["api".to_string()], "one PDB over api's pods");
+    assert!(
+        event_count(&ns.name, "PDBSelectorOverlap") >= 1,
+        "{}",
+        event_log(&ns.name)
+    );
+
+    // The other order: shop's PDB first, then a user PDB over api's pods.
+    let ns2 = TestNs::new("e2e-overlap2").await;
+    let deps2: Api<Deployment> = ns2.api();
+    let pdbs2: Api<PodDisruptionBudget> = ns2.api();
+    deps2
+        .create(
+            &PostParams::default(),
+            &labelled(
+                "shop",
+                &[("app", "shop")],
+                &[("app", "shop"), ("role", "web")],
+            ),
+        )
+        .await
+        .expect("create shop");
+    wait_for("our PDB for shop", Duration::from_secs(60), || async {
+        owned_pdbs(&ns2)
+            .await
+            .contains(&"shop".to_string())
+            .then_some(())
+    })
+    .await;
+    // api's pods are covered by shop's PDB: api gets none of its own.
+    let mut api = labelled("api", api_labels, api_labels);
+    api.metadata.annotations = None;
+    deps2
+        .create(&PostParams::default(), &api)
+        .await
+        .expect("create api");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        names(pdbs2.list(&Default::default()).await.expect("list").items),
+        vec!["shop".to_string()],
+        "api is protected by shop's PDB: no second one"
+    );
+    let mut theirs = user_pdb("api-budget", "api", Some(IntOrString::Int(1)), None);
+    if let Some(spec) = theirs.spec.as_mut() {
+        spec.selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some(
+                    api_labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                match_expressions: None,
+            },
+        );
+    }
+    pdbs2
+        .create(&PostParams::default(), &theirs)
+        .await
+        .expect("user PDB");
+    wait_for(
+        "ours steps aside for the user's PDB",
+        Duration::from_secs(60),
+        || async {
+            let l = names(pdbs2.list(&Default::default()).await.ok()?.items);
+            (l == vec!["api-budget".to_string()]).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        event_count(&ns2.name, "PDBSteppedAside") >= 1,
+        "{}",
+        event_log(&ns2.name)
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        names(pdbs2.list(&Default::default()).await.expect("list").items),
+        vec!["api-budget".to_string()],
+        "ours is not made again"
+    );
+}
