@@ -55,8 +55,15 @@ impl From<kube::Error> for ApiError {
     fn from(e: kube::Error) -> Self {
         match e {
             kube::Error::Api(s) if s.code == 404 => ApiError::NotFound,
-            // A failed `test` op answers 422 (Invalid); 409 is a conflict.
-            kube::Error::Api(s) if s.code == 409 || s.code == 422 => {
+            // A failed `test` op answers 422 (Invalid) with no causes; 409 is
+            // a conflict. A 422 with causes is validation refusing the value
+            // (a minimum above a maximum): no re-read makes it pass, so it
+            // backs off like any failure instead of retrying every 2 s.
+            kube::Error::Api(s)
+                if s.code == 409
+                    || (s.code == 422
+                        && s.details.as_ref().is_none_or(|d| d.causes.is_empty())) =>
+            {
                 ApiError::Conflict(s.message.clone())
             }
             e => ApiError::Other(e.to_string()),
@@ -394,5 +401,50 @@ impl<A: SurgeApi> Core<A> {
             b.get(&(ns.to_string(), dep.to_string()))
                 .is_some_and(|r| now < r.not_before)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn api(body: serde_json::Value) -> kube::Error {
+        kube::Error::Api(Box::new(serde_json::from_value(body).expect("a Status")))
+    }
+
+    /// The bodies the apiserver (v1.34) answered on the local control plane:
+    /// a JSON patch whose `test` failed, and an HPA minimum above its maximum.
+    #[test]
+    fn a_failed_test_op_is_a_conflict_and_a_refused_value_is_not() {
+        let test_failed = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "the server rejected our request due to an error in our request",
+            "reason": "Invalid", "details": {}, "code": 422
+        });
+        assert!(matches!(
+            ApiError::from(api(test_failed)),
+            ApiError::Conflict(_)
+        ));
+        let conflict = json!({"status": "Failure", "message": "the object has been modified",
+            "reason": "Conflict", "code": 409});
+        assert!(matches!(
+            ApiError::from(api(conflict)),
+            ApiError::Conflict(_)
+        ));
+        let invalid = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "HorizontalPodAutoscaler.autoscaling \"x\" is invalid: spec.maxReplicas: Invalid value: 3: must be greater than or equal to `minReplicas`",
+            "reason": "Invalid",
+            "details": {"name": "x", "group": "autoscaling", "kind": "HorizontalPodAutoscaler",
+                "causes": [{"reason": "FieldValueInvalid",
+                    "message": "Invalid value: 3: must be greater than or equal to `minReplicas`",
+                    "field": "spec.maxReplicas"}]},
+            "code": 422
+        });
+        assert!(matches!(ApiError::from(api(invalid)), ApiError::Other(_)));
+        let gone =
+            json!({"status": "Failure", "message": "not found", "reason": "NotFound", "code": 404});
+        assert_eq!(ApiError::from(api(gone)), ApiError::NotFound);
     }
 }
