@@ -466,13 +466,22 @@ pub async fn wait_pdb<F>(ns: &TestNs, name: &str, what: &str, f: F) -> PodDisrup
 where
     F: Fn(&PodDisruptionBudget) -> bool,
 {
+    // 120 s: kube-controller-manager's disruption controller requeues a PDB
+    // whose status write conflicted with growing backoff; on a loaded CI run
+    // its first status took more than 60 s once.
     let api: Api<PodDisruptionBudget> = ns.api();
-    let f = &f;
-    wait_for(what, Duration::from_secs(60), || {
-        let api = api.clone();
-        async move { api.get_opt(name).await.ok().flatten().filter(|p| f(p)) }
-    })
-    .await
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let last = api.get_opt(name).await.ok().flatten();
+        match last {
+            Some(p) if f(&p) => return p,
+            _ if Instant::now() >= deadline => panic!(
+                "timed out after 120s waiting for {what}; PDB {name} last seen with status {:?}",
+                last.and_then(|p| p.status)
+            ),
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
 }
 
 /// Records the fewest Ready pods seen while a drain runs; the availability
