@@ -368,12 +368,32 @@ impl Webhooks {
             &deployments,
             &hpas,
         );
-        let CreatePlan::Create(want) = plan else {
+        let CreatePlan::Create(_) = plan else {
             return skip("skipped", None);
         };
         if req.dry_run {
             return skip("dry_run", None);
         }
+        // Plan again on a live list: a PDB the user created just before the
+        // Deployment may not be in the watch cache yet (seen in CI: ours
+        // made beside theirs, two PDBs over the pods until the reconciler
+        // stepped aside). On any failure the reconciler creates it later.
+        let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &ns);
+        let live =
+            match tokio::time::timeout(self.write_timeout, api.list(&Default::default())).await {
+                Ok(Ok(l)) => l.items.into_iter().map(Arc::new).collect::<Vec<_>>(),
+                _ => return skip("error", None),
+            };
+        let CreatePlan::Create(want) = pdb::plan_for_new_deployment(
+            &dep,
+            self.cache.behaviour.pdb_create,
+            self.cache.namespace_in_scope(&ns),
+            &live,
+            &deployments,
+            &hpas,
+        ) else {
+            return skip("skipped", None);
+        };
         let name = want.metadata.name.clone().unwrap_or_default();
         match self.create_pdb(&ns, &want, &dep).await {
             Ok(()) => {
