@@ -357,18 +357,21 @@ impl Webhooks {
             // one pod make every eviction of it fail.
             return skip("cache_stale", None);
         }
-        let pdbs = self.cache.pdbs_in(&ns);
         let hpas = self.cache.hpas.state();
         let deployments = self.cache.deployments.state();
-        let plan = pdb::plan_for_new_deployment(
-            &dep,
-            self.cache.behaviour.pdb_create,
-            self.cache.namespace_in_scope(&ns),
-            &pdbs,
-            &deployments,
-            &hpas,
-        );
-        let CreatePlan::Create(_) = plan else {
+        let in_scope = self.cache.namespace_in_scope(&ns);
+        let plan = |pdbs: &[Arc<PodDisruptionBudget>]| {
+            pdb::plan_for_new_deployment(
+                &dep,
+                self.cache.behaviour.pdb_create,
+                in_scope,
+                pdbs,
+                &deployments,
+                &hpas,
+            )
+        };
+        // The cache first: no API call for a Deployment that gets no PDB.
+        let CreatePlan::Create(_) = plan(&self.cache.pdbs_in(&ns)) else {
             return skip("skipped", None);
         };
         if req.dry_run {
@@ -384,14 +387,7 @@ impl Webhooks {
                 Ok(Ok(l)) => l.items.into_iter().map(Arc::new).collect::<Vec<_>>(),
                 _ => return skip("error", None),
             };
-        let CreatePlan::Create(want) = pdb::plan_for_new_deployment(
-            &dep,
-            self.cache.behaviour.pdb_create,
-            self.cache.namespace_in_scope(&ns),
-            &live,
-            &deployments,
-            &hpas,
-        ) else {
+        let CreatePlan::Create(want) = plan(&live) else {
             return skip("skipped", None);
         };
         let name = want.metadata.name.clone().unwrap_or_default();

@@ -515,6 +515,15 @@ async fn failing_write_backs_off_and_does_not_hold_back_others() {
     );
 }
 
+async fn wait_owned_pdb(ns: &TestNs, name: &str) {
+    wait_for(
+        &format!("our PDB for {name}"),
+        Duration::from_secs(60),
+        || async { owned_pdbs(ns).await.iter().any(|p| p == name).then_some(()) },
+    )
+    .await;
+}
+
 /// A Deployment with these selector and template labels.
 fn labelled(name: &str, selector: &[(&str, &str)], template: &[(&str, &str)]) -> Deployment {
     let map = |kv: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
@@ -550,13 +559,7 @@ async fn overlapping_selectors_never_make_a_second_pdb() {
     )
     .await
     .expect("create api");
-    wait_for("our PDB for api", Duration::from_secs(60), || async {
-        owned_pdbs(&ns)
-            .await
-            .contains(&"api".to_string())
-            .then_some(())
-    })
-    .await;
+    wait_owned_pdb(&ns, "api").await;
     deps.create(
         &PostParams::default(),
         &labelled(
@@ -617,13 +620,7 @@ async fn overlapping_selectors_never_make_a_second_pdb() {
         )
         .await
         .expect("create shop");
-    wait_for("our PDB for shop", Duration::from_secs(60), || async {
-        owned_pdbs(&ns2)
-            .await
-            .contains(&"shop".to_string())
-            .then_some(())
-    })
-    .await;
+    wait_owned_pdb(&ns2, "shop").await;
     // api's pods are covered by shop's PDB: api gets none of its own.
     let mut api = labelled("api", api_labels, api_labels);
     api.metadata.annotations = None;
