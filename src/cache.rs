@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -596,6 +596,14 @@ impl CacheHealth {
         self.stores.iter().any(|s| s.is_stale(self.stale_after))
     }
 
+    /// Some store that `reader` decides on failed for longer than the bound.
+    pub fn stale_for(&self, reader: Reader) -> bool {
+        let reads = reader.stores();
+        self.stores
+            .iter()
+            .any(|s| reads.contains(&s.name) && s.is_stale(self.stale_after))
+    }
+
     /// The stores not synced yet or stale.
     pub fn unready(&self) -> Vec<Unready> {
         self.stores
@@ -612,6 +620,70 @@ impl CacheHealth {
     }
 }
 
+/// A controller, by the stores its decisions rest on: a stale store it does
+/// not read must not stop it. The surge worker reverts from markers on the
+/// Deployment and its autoscalers; an EvictionAutoScaler watch lost for good
+/// (its CRD deleted while the server runs) must not strand a surge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// Everything but ReplicaSets (pods carry their Deployment's selector
+    /// labels) and EvictionAutoScalers (only the durable signal, which the
+    /// in-process signal and the cordon cover).
+    SurgeWorker,
+    /// Deployments, PDBs, namespaces, autoscalers and EvictionAutoScalers;
+    /// never pods, nodes or ReplicaSets.
+    Reconciler,
+}
+
+impl Reader {
+    pub fn stores(self) -> Vec<Cow<'static, str>> {
+        let mut v = vec![
+            PodDisruptionBudget::plural(&()),
+            Deployment::plural(&()),
+            Namespace::plural(&()),
+            HorizontalPodAutoscaler::plural(&()),
+        ];
+        match self {
+            Reader::SurgeWorker => v.extend([PodWire::plural(&()), Node::plural(&())]),
+            Reader::Reconciler => v.push(EvictionAutoScaler::plural(&())),
+        }
+        v
+    }
+}
+
+/// Where the watch of KEDA ScaledObjects stands: KEDA may be installed, or
+/// removed, while the server runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KedaState {
+    /// No answer from API discovery yet.
+    Unknown,
+    /// The API is not served.
+    Absent,
+    /// Served; the first list has not completed.
+    Syncing,
+    Synced,
+}
+
+impl KedaState {
+    fn from_u8(v: u8) -> KedaState {
+        match v {
+            1 => KedaState::Absent,
+            2 => KedaState::Syncing,
+            3 => KedaState::Synced,
+            _ => KedaState::Unknown,
+        }
+    }
+
+    fn as_u8(self) -> u8 {
+        match self {
+            KedaState::Unknown => 0,
+            KedaState::Absent => 1,
+            KedaState::Syncing => 2,
+            KedaState::Synced => 3,
+        }
+    }
+}
+
 /// Read access to the caches, shared by webhooks and controllers.
 #[derive(Clone)]
 pub struct Cache {
@@ -625,6 +697,9 @@ pub struct Cache {
     pub eas: Store<EvictionAutoScaler>,
     /// KEDA ScaledObjects, once the KEDA CRD is seen (it may be installed later).
     pub keda: Arc<RwLock<Option<Store<DynamicObject>>>>,
+    /// A [`KedaState`]: the controllers wait while ScaledObjects may exist
+    /// that the store does not hold yet.
+    keda_state: Arc<AtomicU8>,
     /// Bumped on every watch event: wakes the surge worker.
     pub changed: watch::Receiver<u64>,
     /// Namespaces whose Deployments, PDBs, autoscalers, EvictionAutoScalers
@@ -671,6 +746,7 @@ impl Cache {
             hpas: s.hpas,
             eas: s.eas,
             keda: Arc::new(RwLock::new(None)),
+            keda_state: Arc::new(AtomicU8::new(KedaState::Absent.as_u8())),
             changed,
             ns_dirty: Arc::new(Dirty::default()),
             pdb_changed,
@@ -692,6 +768,20 @@ impl Cache {
     /// Some store lost its watch and has not recovered within the bound.
     pub fn stale(&self) -> bool {
         self.health.stale()
+    }
+
+    pub fn keda_state(&self) -> KedaState {
+        KedaState::from_u8(self.keda_state.load(Ordering::Acquire))
+    }
+
+    /// What `reader` decides on is complete and current: every store has
+    /// synced, the ScaledObjects too if KEDA is served, and none of the
+    /// stores it reads is stale. A frozen or partial snapshot could make a
+    /// controller start a surge on the wrong object or see none to revert.
+    pub fn ready_for(&self, reader: Reader) -> bool {
+        self.synced()
+            && matches!(self.keda_state(), KedaState::Absent | KedaState::Synced)
+            && !self.health.stale_for(reader)
     }
 
     pub fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
@@ -887,9 +977,11 @@ pub fn start(
     });
     let eas = r.reflect::<EvictionAutoScaler>(Some(CRD_MISSING), |e| strip_meta(&mut e.metadata));
     let keda = Arc::new(RwLock::new(None));
+    let keda_state = Arc::new(AtomicU8::new(KedaState::Unknown.as_u8()));
     tasks.spawn(watch_keda_when_installed(
         client.clone(),
         keda.clone(),
+        keda_state.clone(),
         tx.clone(),
         ns_dirty.clone(),
     ));
@@ -905,6 +997,7 @@ pub fn start(
         hpas,
         eas,
         keda,
+        keda_state,
         changed,
         ns_dirty,
         pdb_changed,
@@ -1237,51 +1330,80 @@ pub fn keda_resource() -> ApiResource {
     )
 }
 
-/// KEDA may be installed after start-up: look for its API every few seconds
-/// and start watching ScaledObjects as soon as it appears.
+/// KEDA may be installed after start-up, or removed: look for its API every
+/// few seconds, watch ScaledObjects while it is served, and empty the store
+/// when it goes (a store frozen on deleted ScaledObjects would keep the
+/// surge worker patching objects that no longer exist).
 async fn watch_keda_when_installed(
     client: Client,
     slot: Arc<RwLock<Option<Store<DynamicObject>>>>,
+    state: Arc<AtomicU8>,
     changed: watch::Sender<u64>,
     dirty: Arc<Dirty>,
 ) {
     let gv = format!("{KEDA_GROUP}/{KEDA_VERSION}");
+    let set = |s: KedaState| state.store(s.as_u8(), Ordering::Release);
     loop {
-        let present = client
-            .list_api_group_resources(&gv)
-            .await
-            .map(|l| l.resources.iter().any(|r| r.name == "scaledobjects"))
-            .unwrap_or(false);
-        if present {
-            let ar = keda_resource();
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-            let (reader, writer) = {
-                let w = reflector::store::Writer::new(ar.clone());
-                (w.as_reader(), w)
-            };
-            let stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .reflect(writer)
-                .touched_objects();
-            if let Ok(mut s) = slot.write() {
-                *s = Some(reader);
-            }
-            tracing::info!("KEDA ScaledObjects found; watching them");
-            let mut stream = std::pin::pin!(stream);
-            while let Some(item) = stream.next().await {
-                match item {
-                    Ok(so) => {
-                        match so.metadata.namespace.as_deref() {
-                            Some(ns) => dirty.mark(ns),
-                            None => dirty.mark_all(),
-                        }
-                        changed.send_modify(|n| *n = n.wrapping_add(1))
-                    }
-                    Err(e) => tracing::warn!(kind = "ScaledObject", error = %e, "watch error"),
+        match client.list_api_group_resources(&gv).await {
+            Ok(l) if l.resources.iter().any(|r| r.name == "scaledobjects") => {
+                set(KedaState::Syncing);
+                follow_scaled_objects(&client, &slot, &state, &changed, &dirty).await;
+                if let Ok(mut s) = slot.write() {
+                    *s = None;
                 }
+                set(KedaState::Absent);
+                dirty.mark_all();
+                changed.send_modify(|n| *n = n.wrapping_add(1));
+                tracing::info!("KEDA ScaledObjects are no longer served; stopped watching them");
             }
+            Ok(_) => set(KedaState::Absent),
+            Err(kube::Error::Api(s)) if s.code == 404 => set(KedaState::Absent),
+            // Unknown stays unknown (the controllers wait, as for any store
+            // that has not listed); an answer seen before stays as it was.
+            Err(e) => tracing::debug!(error = %e, "KEDA API discovery failed; retrying"),
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+/// Watches ScaledObjects into a new store in `slot` until their API is not
+/// served any more (404).
+async fn follow_scaled_objects(
+    client: &Client,
+    slot: &RwLock<Option<Store<DynamicObject>>>,
+    state: &AtomicU8,
+    changed: &watch::Sender<u64>,
+    dirty: &Dirty,
+) {
+    let ar = keda_resource();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let writer = reflector::store::Writer::new(ar.clone());
+    if let Ok(mut s) = slot.write() {
+        *s = Some(writer.as_reader());
+    }
+    tracing::info!("KEDA ScaledObjects found; watching them");
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    let mut stream = std::pin::pin!(stream);
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(Event::Apply(so) | Event::Delete(so)) => {
+                match so.metadata.namespace.as_deref() {
+                    Some(ns) => dirty.mark(ns),
+                    None => dirty.mark_all(),
+                }
+                changed.send_modify(|n| *n = n.wrapping_add(1));
+            }
+            Ok(Event::InitDone) => {
+                state.store(KedaState::Synced.as_u8(), Ordering::Release);
+                dirty.mark_all();
+                changed.send_modify(|n| *n = n.wrapping_add(1));
+            }
+            Ok(Event::Init | Event::InitApply(_)) => {}
+            Err(e) if is_not_found(&e) => return,
+            Err(e) => tracing::warn!(kind = "ScaledObject", error = %e, "watch error"),
+        }
     }
 }
 
@@ -1301,6 +1423,49 @@ mod tests {
 
     fn health() -> StoreHealth {
         StoreHealth::new("pods", Instant::now())
+    }
+
+    #[test]
+    fn a_stale_store_stops_only_the_controllers_that_read_it() {
+        // The stores as `start` names them, and whether each stops
+        // (surge worker, reconciler) when it alone is stale.
+        let table: [(Cow<'static, str>, bool, bool); 8] = [
+            (PodWire::plural(&()), true, false),
+            (PodDisruptionBudget::plural(&()), true, true),
+            (Deployment::plural(&()), true, true),
+            (ReplicaSet::plural(&()), false, false),
+            (Namespace::plural(&()), true, true),
+            (Node::plural(&()), true, false),
+            (HorizontalPodAutoscaler::plural(&()), true, true),
+            // The CRD deleted mid-surge: the worker still reverts.
+            (EvictionAutoScaler::plural(&()), false, true),
+        ];
+        for (i, (name, worker, reconciler)) in table.iter().enumerate() {
+            let stores: Vec<Arc<StoreHealth>> = table
+                .iter()
+                .map(|(n, _, _)| {
+                    let h = Arc::new(StoreHealth::new(n.clone(), Instant::now()));
+                    h.listed();
+                    h
+                })
+                .collect();
+            stores[i].error("gone".into());
+            let health = CacheHealth {
+                stale_after: Duration::ZERO,
+                stores,
+            };
+            assert!(health.stale(), "{name}");
+            assert_eq!(
+                health.stale_for(Reader::SurgeWorker),
+                *worker,
+                "{name}: worker"
+            );
+            assert_eq!(
+                health.stale_for(Reader::Reconciler),
+                *reconciler,
+                "{name}: reconciler"
+            );
+        }
     }
 
     #[test]

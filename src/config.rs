@@ -29,6 +29,8 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// the apiserver still runs its own eviction; a hold that used the whole
 /// 10 s would turn into a timeout, which `failurePolicy: Ignore` makes an
 /// unchecked pass-through (safe, but the apiserver logs a failed webhook).
+/// A hold that ends without room reads the apiserver again (1.5 s at most),
+/// so the longest answer is 9.5 s.
 pub const MAX_EVICTION_HOLD: Duration = Duration::from_secs(8);
 
 fn parse_eviction_hold(s: &str) -> Result<Duration, String> {

@@ -30,7 +30,7 @@ use kube::{Api, Client, Resource};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::cache::{owned_by_us, Cache};
+use crate::cache::{owned_by_us, Cache, Reader};
 use crate::crd::{EvictionAutoScaler, EvictionAutoScalerSpec, EvictionAutoScalerStatus};
 use crate::dirty::{Dirty, Marks};
 use crate::markers::Markers;
@@ -248,7 +248,7 @@ impl Reconciler {
         loop {
             let mut wait = RESYNC;
             let leading = *leader.borrow_and_update();
-            if leading && self.cache.synced() && !self.cache.stale() {
+            if leading && self.cache.ready_for(Reader::Reconciler) {
                 marked.borrow_and_update();
                 let mut marks = dirty.take();
                 if !was_leading || last_full.elapsed() >= RESYNC {

@@ -13,7 +13,7 @@ use kube::runtime::events::EventType;
 use kube::Client;
 use tokio::sync::watch;
 
-use crate::cache::Cache;
+use crate::cache::{Cache, Reader};
 use crate::metrics::{ControllerLabel, Metrics};
 use crate::reconcile::{DegradedReasons, Reconciler};
 use crate::surge::apply::{Core, KubeApi, Outcome};
@@ -65,13 +65,15 @@ impl Worker {
         let mut was_busy = true;
         loop {
             let leading = *leader.borrow();
-            // No decision on a frozen snapshot: while a watch cache is stale
-            // (behaviour.md section 4, rule 6) the worker waits; its writes
-            // are guarded anyway.
+            // No decision on a frozen or partial snapshot: while a store it
+            // reads is stale (behaviour.md section 4, rule 6), or KEDA's
+            // ScaledObjects have not listed, the worker waits; its writes
+            // are guarded anyway. The EvictionAutoScaler store is not one of
+            // them: its CRD deleted under a surge must not strand it.
             if !leading {
                 core = None;
                 was_busy = true;
-            } else if self.cache.synced() && !self.cache.stale() {
+            } else if self.cache.ready_for(Reader::SurgeWorker) {
                 let c = core.get_or_insert_with(|| {
                     Core::new(
                         KubeApi(self.client.clone()),

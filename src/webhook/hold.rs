@@ -4,7 +4,8 @@
 //! under way (or was just asked for by this very request), the webhook keeps
 //! the request open and answers allowed as soon as the watch caches show
 //! room; the apiserver re-checks the budget itself, so an allow is never
-//! unsafe. Otherwise, at the deadline, the 429 as before.
+//! unsafe. At the deadline the facts are read again ([`after_hold`]): the
+//! 429 only if the caches and the apiserver still say the budget blocks.
 //!
 //! Contract for the caller (`Webhooks::evictions`):
 //! - hold only what [`should_hold`] accepts: a live-confirmed Block, not a
@@ -12,7 +13,7 @@
 //!   can help: the 429 says why at once);
 //! - at most [`MAX_HELD`] requests at once (beyond, the 429 at once);
 //! - the deadline counts from the request's arrival, so the whole answer
-//!   stays within the hold (or the live check's own bound, if longer);
+//!   stays within the hold plus one live read (1.5 s at most);
 //! - any Allow the caches give during the hold is answered (the budget made
 //!   room, the pod went away, a cache went stale: each is an allow without
 //!   the hold too).
@@ -31,6 +32,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::eviction::{decide, AllowReason, Decision, EvictionView, Freshness, SurgeState};
+use super::live::{self, LiveReader};
 
 /// Requests held at once, across all PDBs. A drain evicts every pod of a node
 /// at once (110 by default per node); a managed upgrade drains a few nodes
@@ -173,6 +175,26 @@ pub async fn wait_for_room(
     }
 }
 
+/// The answer after a hold: the allow it found; or, when it expired, the
+/// caches and the apiserver read again. The live read before the hold is as
+/// old as the hold by now, and a 429 rests on fresh facts only (a watch that
+/// lags could hide the room the apiserver already sees).
+pub async fn after_hold(
+    outcome: HoldOutcome,
+    view: &(impl EvictionView + Sync),
+    reader: &impl LiveReader,
+    blocked: (&str, &str),
+    live_timeout: Duration,
+) -> Decision {
+    match outcome {
+        HoldOutcome::Room { reason, warning } => Decision::Allow { reason, warning },
+        HoldOutcome::Expired => {
+            let (ns, pod) = blocked;
+            live::decide_confirmed(view, reader, ns, pod, live_timeout).await
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +228,49 @@ mod tests {
         fn namespace_in_scope(&self, ns: &str) -> bool {
             self.0.lock().unwrap().namespace_in_scope(ns)
         }
+    }
+
+    #[tokio::test]
+    async fn an_expired_hold_reads_the_apiserver_again_before_its_429() {
+        use crate::webhook::eviction::LiveFacts;
+        use crate::webhook::live::tests::{reason, Fake, FakeReader};
+        use crate::webhook::live::LIVE_CHECK_TIMEOUT;
+        use std::sync::atomic::Ordering;
+        let cache = blocking();
+        let facts = |pdbs: Vec<PodDisruptionBudget>| {
+            Fake::Facts(Box::new(LiveFacts {
+                pod: cache.pods.first().cloned(),
+                pdbs,
+            }))
+        };
+        let at = ("ns", "p");
+        // The apiserver has room the caches do not show yet: allowed.
+        let r = FakeReader::new(facts(vec![pdb("web", 1, 3, 4)]));
+        let d = after_hold(HoldOutcome::Expired, &cache, &r, at, LIVE_CHECK_TIMEOUT).await;
+        assert_eq!(
+            reason(&d),
+            Some(AllowReason::LiveDisagreed("budget_allows")),
+            "{d:?}"
+        );
+        assert_eq!(r.calls.load(Ordering::SeqCst), 1);
+        // It agrees: the 429, on facts read now.
+        let r = FakeReader::new(facts(cache.pdbs.clone()));
+        let d = after_hold(HoldOutcome::Expired, &cache, &r, at, LIVE_CHECK_TIMEOUT).await;
+        assert!(matches!(d, Decision::Block(_)), "{d:?}");
+        assert_eq!(r.calls.load(Ordering::SeqCst), 1);
+        // The read fails: allowed (fail open).
+        let r = FakeReader::new(Fake::Fails);
+        let d = after_hold(HoldOutcome::Expired, &cache, &r, at, LIVE_CHECK_TIMEOUT).await;
+        assert_eq!(reason(&d), Some(AllowReason::LiveCheckFailed));
+        // Room found by the hold: allowed, nothing read.
+        let r = FakeReader::new(Fake::Fails);
+        let room = HoldOutcome::Room {
+            reason: AllowReason::BudgetAllows,
+            warning: None,
+        };
+        let d = after_hold(room, &cache, &r, at, LIVE_CHECK_TIMEOUT).await;
+        assert_eq!(reason(&d), Some(AllowReason::BudgetAllows));
+        assert_eq!(r.calls.load(Ordering::SeqCst), 0);
     }
 
     #[test]

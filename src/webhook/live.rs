@@ -115,25 +115,25 @@ pub async fn decide_confirmed(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::webhook::eviction::tests::{blocking, pdb};
     use crate::webhook::eviction::AllowReason;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    enum Fake {
+    pub enum Fake {
         Facts(Box<LiveFacts>),
         Fails,
         Hangs,
     }
 
-    struct FakeReader {
+    pub struct FakeReader {
         fake: Fake,
-        calls: AtomicUsize,
+        pub calls: AtomicUsize,
     }
 
     impl FakeReader {
-        fn new(fake: Fake) -> Self {
+        pub fn new(fake: Fake) -> Self {
             FakeReader {
                 fake,
                 calls: AtomicUsize::new(0),
@@ -158,7 +158,7 @@ mod tests {
         }
     }
 
-    fn reason(d: &Decision) -> Option<AllowReason> {
+    pub fn reason(d: &Decision) -> Option<AllowReason> {
         match d {
             Decision::Allow { reason, .. } => Some(*reason),
             Decision::Block(_) => None,

@@ -193,7 +193,7 @@ impl Webhooks {
         &self,
         req: &EvictionRequest,
         ns: &str,
-        b: Blocked,
+        mut b: Blocked,
         started: Instant,
     ) -> Answer {
         let mut surge = self.surge_state(ns, &b);
@@ -213,17 +213,23 @@ impl Webhooks {
             }
         }
         if hold::should_hold(self.hold, dry_run, self.cache.freshness(), &surge) {
-            if let Some(HoldOutcome::Room { reason, warning }) =
-                self.hold_for_room(&b, started).await
-            {
-                tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb,
-                    reason = reason.as_str(), held = ?started.elapsed(),
-                    "blocked eviction held until the caches showed room; allowed");
-                return Answer {
-                    review: req.allowed(warning),
-                    decision: "allowed_after_hold",
-                    code: 200,
-                };
+            if let Some(outcome) = self.hold_for_room(&b, started).await {
+                let at = (ns, req.name.as_str());
+                match hold::after_hold(outcome, &self.cache, &self.live, at, self.live_timeout)
+                    .await
+                {
+                    Decision::Allow { reason, warning } => {
+                        tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb,
+                            reason = reason.as_str(), held = ?started.elapsed(),
+                            "blocked eviction held until there was room; allowed");
+                        return Answer {
+                            review: req.allowed(warning),
+                            decision: "allowed_after_hold",
+                            code: 200,
+                        };
+                    }
+                    Decision::Block(now) => b = now,
+                }
             }
             // The leader may have started the surge meanwhile.
             surge = self.surge_state(ns, &b);

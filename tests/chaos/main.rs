@@ -10,6 +10,7 @@
 mod support;
 
 mod control_plane;
+mod crd_deleted;
 mod fleet;
 mod leader_chaos;
 mod load;
