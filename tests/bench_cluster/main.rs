@@ -320,6 +320,78 @@ struct DrainFigures {
     min_ready: usize,
 }
 
+/// The peaks, sampled every 500 ms while a drain runs, of the evictions the
+/// product holds open and of the apiserver's executing seats by API Priority
+/// and Fairness level: a held eviction keeps its seat in the drainer's level.
+struct SeatSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(f64, BTreeMap<String, f64>)>,
+}
+
+impl SeatSampler {
+    fn start(info: Option<WebhookInfo>) -> SeatSampler {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held_peak = 0.0f64;
+            let mut seats_peak: BTreeMap<String, f64> = BTreeMap::new();
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(i) = &info {
+                    let v = i
+                        .metrics()
+                        .lines()
+                        .find_map(|l| l.strip_prefix("eviction_autoscaler_evictions_held "))
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                        .unwrap_or(0.0);
+                    held_peak = held_peak.max(v);
+                }
+                let out = kubectl(&["get", "--raw", "/metrics"]);
+                let mut now: BTreeMap<String, f64> = BTreeMap::new();
+                for l in String::from_utf8_lossy(&out.stdout).lines() {
+                    let Some(rest) =
+                        l.strip_prefix("apiserver_flowcontrol_current_executing_seats{")
+                    else {
+                        continue;
+                    };
+                    let level = rest
+                        .split("priority_level=\"")
+                        .nth(1)
+                        .and_then(|r| r.split('"').next())
+                        .unwrap_or("?")
+                        .to_string();
+                    let v: f64 = l
+                        .rsplit(' ')
+                        .next()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0.0);
+                    *now.entry(level).or_default() += v;
+                }
+                for (k, v) in now {
+                    let e = seats_peak.entry(k).or_default();
+                    *e = e.max(v);
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            (held_peak, seats_peak)
+        });
+        SeatSampler { stop, thread }
+    }
+
+    fn finish(self) -> String {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (held, seats) = self.thread.join().unwrap_or_default();
+        let seats: Vec<String> = seats
+            .iter()
+            .filter(|(_, v)| **v > 0.0)
+            .map(|(k, v)| format!("{k} {v:.0}"))
+            .collect();
+        format!(
+            "peak evictions held by the product {held:.0}; peak executing seats in the apiserver by priority level: {}",
+            seats.join(", ")
+        )
+    }
+}
+
 /// Replicas of every Deployment in `ns`, and the fewest Ready pods of any,
 /// sampled every 500 ms until stopped.
 struct Sampler {
@@ -400,6 +472,7 @@ async fn drains(with_product: bool) -> DrainFigures {
     let deployments = env_usize("BENCH_DRAIN_DEPLOYMENTS", 100);
     // The server's log of this side, kept as server-drains.log for reading.
     let mut log_copy = None;
+    let mut product = None;
     let ns = if with_product {
         "bench-drain-on"
     } else {
@@ -414,6 +487,7 @@ async fn drains(with_product: bool) -> DrainFigures {
         }
         let info = restart_server(&env);
         log_copy = Some(info.state.join("server.log"));
+        product = Some(info);
     } else {
         stop_server();
     }
@@ -499,7 +573,9 @@ async fn drains(with_product: bool) -> DrainFigures {
     let mut took = Vec::new();
     // A managed upgrade: each node drained, then back (upgraded).
     for n in &NODES[..3] {
+        let seats = SeatSampler::start(product.clone());
         let run = drain_node(n, "app", &["--timeout=900s"]).await;
+        say(format!("  drain of {n}: {}", seats.finish()));
         assert!(run.ok, "drain of {n} failed: {}", run.output);
         took.push(run.took.as_secs_f64());
         // kubectl waits 5 s after each 429 before it asks again.

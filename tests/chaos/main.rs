@@ -1,8 +1,9 @@
 //! Fault tolerance under chaos (issue 10, docs/reliability.md): leader
 //! kills during drains, control-plane restarts, a paused link to the
 //! apiserver, all webhook replicas down, rolling restarts and certificate
-//! rotations under load. They restart the server and bring replicas of
-//! their own, so they run one at a time (`--test-threads=1`): a short
+//! rotations under load, the product's CRD deleted mid-surge. They restart
+//! the server and bring replicas of their own, or delete cluster-wide
+//! objects, so they run one at a time (`--test-threads=1`): a short
 //! version in `make test`, the long leader loop in `make chaos`
 //! (CHAOS_KILLS, default 20). Every figure goes to $CLUSTER_DIR/figures.txt.
 

@@ -89,6 +89,7 @@ fn deployed() -> &'static WebhookInfo {
 /// Label on every namespace the tests make.
 pub const E2E_LABEL: &str = "eviction-autoscaler-e2e";
 
+#[derive(Clone)]
 pub struct WebhookInfo {
     pub state: PathBuf,
     pub port: u16,
