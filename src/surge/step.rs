@@ -18,8 +18,8 @@
 //!   added or removed, both under a KEDA + HPA conflict) is reverted once the
 //!   drain is over ([`plan::drain_over`]); the Deployment only when scaling
 //!   it back is safe ([`plan::safe_to_scale_back`]).
-//! - An autoscaler whose Deployment is gone is reverted once the cooldown
-//!   has passed.
+//! - An autoscaler whose Deployment is gone, or that now targets another
+//!   kind, is reverted once the cooldown has passed.
 //! - Half-written or malformed annotations of ours are removed.
 //!
 //! Each write tests the value it was planned from, so a concurrent change by
@@ -44,7 +44,7 @@ use crate::markers::{self, Markers};
 use crate::patch::{annotation_ops, escape, guarded_set};
 use crate::pdb::matching_pdbs;
 use crate::surge::plan::{self, Action, Applier, PodState, Snapshot};
-use crate::surge::view::{hpa_is_kedas, hpa_target, scaled_object_target, NsObjects};
+use crate::surge::view::{hpa_carrier, hpa_is_kedas, scaled_object_carrier, NsObjects};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjKind {
@@ -295,7 +295,8 @@ fn rolling_out(d: &Deployment) -> bool {
 }
 
 /// Plans one step for the Deployment `name` of namespace `ns` (which may be
-/// gone while autoscalers of ours still target it).
+/// gone while autoscalers of ours still target it; `Kind/name` for
+/// autoscalers of ours retargeted to another kind, see [`hpa_carrier`]).
 pub fn step(
     ns: &str,
     objs: &NsObjects,
@@ -309,12 +310,12 @@ pub fn step(
     let hpas: Vec<&Arc<HorizontalPodAutoscaler>> = objs
         .hpas
         .iter()
-        .filter(|h| hpa_target(h) == Some(name))
+        .filter(|h| hpa_carrier(h).as_deref() == Some(name))
         .collect();
     let sos: Vec<&Arc<DynamicObject>> = objs
         .scaled_objects
         .iter()
-        .filter(|so| scaled_object_target(so) == Some(name))
+        .filter(|so| scaled_object_carrier(so).as_deref() == Some(name))
         .collect();
     let dep_s = dep.map(|d| of_deployment(ns, d));
     let hpa_s: Vec<Surgeable> = hpas.iter().map(|h| of_hpa(ns, h)).collect();
@@ -843,6 +844,51 @@ mod tests {
             ..Default::default()
         };
         assert!(run(&objs, &[], &fresh).writes.is_empty());
+    }
+
+    #[test]
+    fn an_autoscaler_retargeted_to_another_kind_mid_surge_is_reverted() {
+        // The HPA of a surge (min 2 -> 4) now scales a StatefulSet of the
+        // same name; the Deployment it raised keeps its own markers.
+        let mut h = (*hpa()).clone();
+        h.metadata.annotations = ann(Some((2, 4)));
+        if let Some(spec) = h.spec.as_mut() {
+            spec.min_replicas = Some(4);
+            spec.scale_target_ref.kind = "StatefulSet".into();
+        }
+        let objs = NsObjects {
+            deployments: vec![dep(4, Some((2, 4)))],
+            hpas: vec![Arc::new(h)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let draining = BTreeSet::new();
+        let keys = objs.candidates(&draining, &BTreeSet::new(), None);
+        assert_eq!(
+            keys.iter().map(String::as_str).collect::<Vec<_>>(),
+            vec!["StatefulSet/web", "web"]
+        );
+        let settings = Settings {
+            cooldown: Duration::from_secs(60),
+            zero_surge_override: None,
+        };
+        let s = step(
+            "ns",
+            &objs,
+            &draining,
+            "StatefulSet/web",
+            &quiet(),
+            settings,
+            None,
+        );
+        assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())]);
+        assert_eq!(
+            op_value(&s.writes[0], "replace", "/spec/minReplicas"),
+            Some(json!(2))
+        );
+        // The Deployment's own step no longer sees the HPA.
+        let s = run(&objs, &[], &quiet());
+        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
     }
 
     #[test]

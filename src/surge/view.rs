@@ -176,6 +176,30 @@ pub fn scaled_object_target(so: &DynamicObject) -> Option<&str> {
     }
 }
 
+/// The key under which the surge worker steps an autoscaler: the name of
+/// the Deployment it targets, or `Kind/name` when it targets another kind
+/// (no Deployment name has a `/`). An autoscaler retargeted away from its
+/// Deployment mid-surge is then stepped alone, as for a Deployment that is
+/// gone, and its surge is reverted instead of stranded.
+pub fn hpa_carrier(h: &HorizontalPodAutoscaler) -> Option<String> {
+    let t = &h.spec.as_ref()?.scale_target_ref;
+    Some(if t.kind == "Deployment" {
+        t.name.clone()
+    } else {
+        format!("{}/{}", t.kind, t.name)
+    })
+}
+
+/// [`hpa_carrier`] for a ScaledObject.
+pub fn scaled_object_carrier(so: &DynamicObject) -> Option<String> {
+    let t = &so.data["spec"]["scaleTargetRef"];
+    let name = t["name"].as_str()?;
+    Some(match t["kind"].as_str().unwrap_or("Deployment") {
+        k if k.eq_ignore_ascii_case("deployment") => name.to_string(),
+        k => format!("{k}/{name}"),
+    })
+}
+
 /// Is this HPA KEDA's own (controlled by a ScaledObject)?
 pub fn hpa_is_kedas(h: &HorizontalPodAutoscaler) -> bool {
     controller_of(&h.metadata).is_some_and(|o| o.kind == "ScaledObject")
@@ -216,16 +240,12 @@ impl NsObjects {
         }
         for h in &self.hpas {
             if Markers::any_present(h.metadata.annotations.as_ref()) {
-                if let Some(t) = hpa_target(h) {
-                    out.insert(t.to_string());
-                }
+                out.extend(hpa_carrier(h));
             }
         }
         for so in &self.scaled_objects {
             if Markers::any_present(so.metadata.annotations.as_ref()) {
-                if let Some(t) = scaled_object_target(so) {
-                    out.insert(t.to_string());
-                }
+                out.extend(scaled_object_carrier(so));
             }
         }
         if !draining.is_empty() {

@@ -314,6 +314,7 @@ async fn convergence(info: &WebhookInfo) {
     drop(namespaces); // TestNs deletes them
 }
 
+#[derive(Default)]
 struct DrainFigures {
     took: Vec<f64>,
     extra_replica_seconds: f64,
@@ -448,6 +449,16 @@ impl Sampler {
                     }
                     if let Some(m) = ready.values().min() {
                         min_ready = min_ready.min(*m);
+                    }
+                    // Which Deployment went below the PDB minimum, and
+                    // when: to read against the server's log.
+                    for (app, n) in &ready {
+                        if *n < baseline as usize {
+                            say(format!(
+                                "  below the PDB minimum: {app} had {n} Ready pods at {}",
+                                k8s_openapi::jiff::Timestamp::now()
+                            ));
+                        }
                     }
                 }
                 tokio::select! {
@@ -684,8 +695,18 @@ async fn main() {
         convergence(&info).await;
     }
     if what == "all" || what == "drains" {
-        let on = drains(true).await;
-        let off = drains(false).await;
+        // BENCH_SIDES=on (or off): one side only, to look into it.
+        let sides = std::env::var("BENCH_SIDES").unwrap_or_default();
+        let on = if sides != "off" {
+            drains(true).await
+        } else {
+            DrainFigures::default()
+        };
+        let off = if sides != "on" {
+            drains(false).await
+        } else {
+            DrainFigures::default()
+        };
         let fmt = |t: &[f64]| {
             t.iter()
                 .map(|s| format!("{s:.1}s"))

@@ -393,3 +393,59 @@ async fn hpa_added_mid_surge_reverts_to_the_baseline() {
     let min = watch.finish().await;
     assert!(min >= 3, "Ready pods went down to {min}");
 }
+
+/// An HPA whose minimum a surge raised is retargeted to another kind (a
+/// StatefulSet of the same name) mid-surge. No Deployment step sees it any
+/// more; it is stepped on its own and its minimum goes back to the user's
+/// value, and the Deployment the surge raised goes back to its baseline.
+#[tokio::test]
+async fn hpa_retargeted_to_another_kind_mid_surge_is_restored() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-hparetarget").await;
+    let node = "kwok-node-1";
+    create_deployment(&ns, &on_node("hr", 3, node)).await;
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa("hr", "hr", 3))
+        .await
+        .expect("create HPA");
+    ready_on(&ns, "hr", 3, node).await;
+    wait_pdb_blocking(&ns, "hr", 3).await;
+
+    cordon_and_wait_surge(&ns, node, &[("hr", 6)]).await;
+    wait_for(
+        "the HPA minimum raised with markers",
+        REVERT_TIMEOUT,
+        || async {
+            let h = hpas.get("hr").await.ok()?;
+            (h.spec.as_ref().and_then(|s| s.min_replicas) == Some(6)
+                && markers_present(h.metadata.annotations.as_ref()) == Some(true))
+            .then_some(())
+        },
+    )
+    .await;
+    let retarget = json!({"spec": {"scaleTargetRef":
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "hr"}}});
+    hpas.patch("hr", &PatchParams::default(), &Patch::Merge(&retarget))
+        .await
+        .expect("retarget the HPA");
+    uncordon(node);
+
+    wait_for(
+        "the retargeted HPA back at minReplicas 3 without markers",
+        REVERT_TIMEOUT,
+        || async {
+            let h = hpas.get("hr").await.ok()?;
+            (h.spec.as_ref().and_then(|s| s.min_replicas) == Some(3)
+                && markers_present(h.metadata.annotations.as_ref()) == Some(false))
+            .then_some(())
+        },
+    )
+    .await;
+    assert_settled_at(&ns, "hr", 3, REVERT_TIMEOUT).await;
+    let h = hpas.get("hr").await.expect("HPA");
+    assert_eq!(
+        h.spec.map(|s| s.scale_target_ref.kind),
+        Some("StatefulSet".to_string()),
+        "the user's retarget is kept"
+    );
+}
