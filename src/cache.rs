@@ -1388,19 +1388,15 @@ async fn follow_scaled_objects(
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
         match item {
-            Ok(Event::Apply(so) | Event::Delete(so)) => {
-                match so.metadata.namespace.as_deref() {
-                    Some(ns) => dirty.mark(ns),
-                    None => dirty.mark_all(),
+            Ok(ev) => {
+                mark_namespace(dirty, &ev);
+                match ev {
+                    Event::InitDone => state.store(KedaState::Synced.as_u8(), Ordering::Release),
+                    Event::Apply(_) | Event::Delete(_) => {}
+                    Event::Init | Event::InitApply(_) => continue,
                 }
                 changed.send_modify(|n| *n = n.wrapping_add(1));
             }
-            Ok(Event::InitDone) => {
-                state.store(KedaState::Synced.as_u8(), Ordering::Release);
-                dirty.mark_all();
-                changed.send_modify(|n| *n = n.wrapping_add(1));
-            }
-            Ok(Event::Init | Event::InitApply(_)) => {}
             Err(e) if is_not_found(&e) => return,
             Err(e) => tracing::warn!(kind = "ScaledObject", error = %e, "watch error"),
         }

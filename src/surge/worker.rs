@@ -185,23 +185,22 @@ impl Worker {
         let key = (ns.to_string(), name.to_string());
         let dep_ref = match self.cache.deployment(ns, name) {
             Some(d) => crate::reconcile::object_ref(d.as_ref()),
-            // An autoscaler of ours retargeted to another kind: the Event
-            // goes to what it targets now (`hpa_carrier`).
-            None if name.contains('/') => {
-                let (kind, target) = name.split_once('/').unwrap_or(("", name));
-                ObjectReference {
+            None => match name.split_once('/') {
+                // An autoscaler of ours retargeted to another kind: the
+                // Event goes to what it targets now (`hpa_carrier`).
+                Some((kind, target)) => ObjectReference {
                     kind: Some(kind.into()),
                     namespace: Some(ns.into()),
                     name: Some(target.into()),
                     ..Default::default()
-                }
-            }
-            None => ObjectReference {
-                kind: Some("Deployment".into()),
-                api_version: Some("apps/v1".into()),
-                namespace: Some(ns.into()),
-                name: Some(name.into()),
-                ..Default::default()
+                },
+                None => ObjectReference {
+                    kind: Some("Deployment".into()),
+                    api_version: Some("apps/v1".into()),
+                    namespace: Some(ns.into()),
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
             },
         };
         let pdb = s.pdb.clone().unwrap_or_default();
