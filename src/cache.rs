@@ -596,12 +596,21 @@ impl CacheHealth {
         self.stores.iter().any(|s| s.is_stale(self.stale_after))
     }
 
-    /// Some store that `reader` decides on failed for longer than the bound.
-    pub fn stale_for(&self, reader: Reader) -> bool {
+    /// Every store that `reader` decides on has listed, and none has failed
+    /// for longer than the bound. Per store, not the global `synced`: a
+    /// server started while the EvictionAutoScaler CRD is missing must still
+    /// revert the surges it finds.
+    pub fn ready_for(&self, reader: Reader) -> bool {
         let reads = reader.stores();
         self.stores
             .iter()
-            .any(|s| reads.contains(&s.name) && s.is_stale(self.stale_after))
+            .filter(|s| reads.contains(&s.name))
+            .all(|s| {
+                matches!(
+                    s.state(self.stale_after),
+                    StoreState::Fresh | StoreState::Failing(_)
+                )
+            })
     }
 
     /// The stores not synced yet or stale.
@@ -774,14 +783,13 @@ impl Cache {
         KedaState::from_u8(self.keda_state.load(Ordering::Acquire))
     }
 
-    /// What `reader` decides on is complete and current: every store has
-    /// synced, the ScaledObjects too if KEDA is served, and none of the
-    /// stores it reads is stale. A frozen or partial snapshot could make a
+    /// What `reader` decides on is complete and current: the stores it
+    /// reads have listed and none is stale, and the ScaledObjects have
+    /// listed if KEDA is served. A frozen or partial snapshot could make a
     /// controller start a surge on the wrong object or see none to revert.
     pub fn ready_for(&self, reader: Reader) -> bool {
-        self.synced()
-            && matches!(self.keda_state(), KedaState::Absent | KedaState::Synced)
-            && !self.health.stale_for(reader)
+        matches!(self.keda_state(), KedaState::Absent | KedaState::Synced)
+            && self.health.ready_for(reader)
     }
 
     pub fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
@@ -1422,9 +1430,10 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_store_stops_only_the_controllers_that_read_it() {
+    fn a_stale_or_unlisted_store_stops_only_the_controllers_that_read_it() {
         // The stores as `start` names them, and whether each stops
-        // (surge worker, reconciler) when it alone is stale.
+        // (surge worker, reconciler) when it alone is stale, or has not
+        // listed yet (a server started while the CRD is missing).
         let table: [(Cow<'static, str>, bool, bool); 8] = [
             (PodWire::plural(&()), true, false),
             (PodDisruptionBudget::plural(&()), true, true),
@@ -1436,31 +1445,38 @@ mod tests {
             // The CRD deleted mid-surge: the worker still reverts.
             (EvictionAutoScaler::plural(&()), false, true),
         ];
-        for (i, (name, worker, reconciler)) in table.iter().enumerate() {
-            let stores: Vec<Arc<StoreHealth>> = table
-                .iter()
-                .map(|(n, _, _)| {
-                    let h = Arc::new(StoreHealth::new(n.clone(), Instant::now()));
-                    h.listed();
-                    h
-                })
-                .collect();
-            stores[i].error("gone".into());
-            let health = CacheHealth {
-                stale_after: Duration::ZERO,
-                stores,
-            };
-            assert!(health.stale(), "{name}");
-            assert_eq!(
-                health.stale_for(Reader::SurgeWorker),
-                *worker,
-                "{name}: worker"
-            );
-            assert_eq!(
-                health.stale_for(Reader::Reconciler),
-                *reconciler,
-                "{name}: reconciler"
-            );
+        for stale in [true, false] {
+            for (i, (name, worker, reconciler)) in table.iter().enumerate() {
+                let stores: Vec<Arc<StoreHealth>> = table
+                    .iter()
+                    .enumerate()
+                    .map(|(j, (n, _, _))| {
+                        let h = Arc::new(StoreHealth::new(n.clone(), Instant::now()));
+                        if j != i || stale {
+                            h.listed();
+                        }
+                        h
+                    })
+                    .collect();
+                if stale {
+                    stores[i].error("gone".into());
+                }
+                let health = CacheHealth {
+                    stale_after: Duration::ZERO,
+                    stores,
+                };
+                assert!(!health.unready().is_empty(), "{name}");
+                assert_eq!(
+                    !health.ready_for(Reader::SurgeWorker),
+                    *worker,
+                    "{name} (stale {stale}): worker"
+                );
+                assert_eq!(
+                    !health.ready_for(Reader::Reconciler),
+                    *reconciler,
+                    "{name} (stale {stale}): reconciler"
+                );
+            }
         }
     }
 

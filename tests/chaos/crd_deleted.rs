@@ -3,17 +3,13 @@
 //! EvictionAutoScaler watch fails for good and its store goes stale. The
 //! webhook fails open and /readyz says why, but the surge worker does not
 //! read that store to revert (the baseline is in the Deployment's markers),
-//! so the surge still returns to its baseline. With the CRD back, the
-//! product recovers by itself.
+//! so the surge still returns to its baseline; and again across a restart
+//! while the CRD is gone (that store then never lists). With the CRD back,
+//! the product recovers by itself.
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::PostParams;
-use kube::Api;
-
-use crate::fleet::https_get;
+use crate::fleet::{blocked_on_node, https_get};
 use crate::support::*;
 
 const CRD: &str = "evictionautoscalers.eviction-autoscaler.azure.com";
@@ -41,21 +37,7 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
     let ca = wh.state.join("ca.crt");
     let readyz = || https_get(&ca, wh.port, "/readyz");
     let ns = TestNs::new("chaos-crd").await;
-    let deps: Api<Deployment> = ns.api();
-    let d = rolling_max_surge(
-        deployment("crdd", 3, Some("kwok-node-1")),
-        IntOrString::String("100%".into()),
-    );
-    deps.create(&PostParams::default(), &d)
-        .await
-        .expect("create");
-    let pods = wait_ready(&ns, "crdd", 3).await;
-    let on_node = nodes_of(&pods)
-        .iter()
-        .filter(|n| *n == "kwok-node-1")
-        .count() as i32;
-    assert!(on_node > 0, "pods prefer kwok-node-1");
-    wait_pdb_blocking(&ns, "crdd", 3).await;
+    let on_node = blocked_on_node(&ns, "crdd", "kwok-node-1").await.len() as i32;
     wait_for(
         "the EvictionAutoScaler of crdd",
         Duration::from_secs(30),
@@ -86,11 +68,48 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
     let crd_absent = !kubectl(&["get", "crd", CRD]).status.success();
     let still_unready = readyz().0 == 503;
 
+    // Again, with a restart at that step: a surge in place, the server
+    // stopped and a new one started while the CRD is still gone. Its
+    // EvictionAutoScaler store never lists; it must revert all the same.
+    // The scale-back kept the surge pods, elsewhere: cordon where they are.
+    let mut held = nodes_of(&wait_ready(&ns, "crdd", 3).await);
+    held.sort();
+    held.dedup();
+    for n in &held {
+        kubectl_ok(&["cordon", n]);
+    }
+    wait_deployment(&ns, "crdd", 6, true, Duration::from_secs(30)).await;
+    stop_server();
+    let settings = [("WATCH_STALE_AFTER", "5s"), ("COOLDOWN", "5s")];
+    let (child, port, _log) = wh.spawn_extra("crd-r2", &settings);
+    let r2 = InPlaceOfShared(child);
+    let readyz2 = || https_get(&ca, port, "/readyz");
+    let (_, why2) = wait_for(
+        "the new server to say the EvictionAutoScaler store has not listed",
+        Duration::from_secs(30),
+        || async {
+            let (code, body) = readyz2();
+            (code == 503 && body.contains("evictionautoscalers: not listed yet"))
+                .then_some((code, body))
+        },
+    )
+    .await;
+    for n in &held {
+        uncordon(n);
+    }
+    wait_for(
+        "the restarted server to revert to 3 with the CRD gone",
+        Duration::from_secs(60),
+        || async { (deployment_state(&ns, "crdd").await == (3, Some(false))).then_some(()) },
+    )
+    .await;
+    let crd_absent_2 = !kubectl(&["get", "crd", CRD]).status.success();
+
     drop(back);
     wait_for(
         "/readyz 200 with the CRD back",
         Duration::from_secs(60),
-        || async { (readyz().0 == 200).then_some(()) },
+        || async { (readyz2().0 == 200).then_some(()) },
     )
     .await;
     wait_for(
@@ -104,15 +123,30 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
     )
     .await;
     assert_settled_at(&ns, "crdd", 3, Duration::from_secs(30)).await;
+    drop(r2);
     let started = event_total(&ns.name, "SurgeStarted");
     let reverted = event_total(&ns.name, "SurgeReverted");
     record_figure(format!(
-        "EvictionAutoScaler CRD deleted mid-surge: reverted to 3 with the CRD gone (/readyz said: {}), recovered once it was back; SurgeStarted {started}, SurgeReverted {reverted}",
-        why.trim().replace('\n', "; ")
+        "EvictionAutoScaler CRD deleted mid-surge: reverted to 3 with the CRD gone (/readyz said: {}); again across a restart with the CRD gone (/readyz said: {}); recovered once it was back; SurgeStarted {started}, SurgeReverted {reverted}",
+        why.trim().replace('\n', "; "),
+        why2.trim().replace('\n', "; ")
     ));
     assert!(
-        crd_absent && still_unready,
-        "the revert happened while the CRD was gone (absent {crd_absent}, unready {still_unready})"
+        crd_absent && still_unready && crd_absent_2,
+        "the reverts happened while the CRD was gone (absent {crd_absent} and {crd_absent_2}, unready {still_unready})"
     );
-    assert_eq!((started, reverted), (1, 1), "{}", event_log(&ns.name));
+    assert_eq!((started, reverted), (2, 2), "{}", event_log(&ns.name));
+}
+
+/// A server process of the test's own in place of the shared one (which
+/// the tests after this one use): stopped, and the shared one started
+/// again, however the test ends.
+struct InPlaceOfShared(std::process::Child);
+
+impl Drop for InPlaceOfShared {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = restart_server(&[]);
+    }
 }

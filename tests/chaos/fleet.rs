@@ -6,7 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::PostParams;
 use kube::Api;
 
 use crate::support::*;
@@ -246,4 +250,26 @@ pub async fn wait_leader(client: &kube::Client, names: &[String], timeout: Durat
         names.contains(&h).then_some(h)
     })
     .await
+}
+
+/// The Deployment every chaos test surges: 3 replicas (maxSurge 100%) whose
+/// pods prefer `node`, Ready, and held by its PDB (no disruption allowed).
+/// Returns its pods on `node` (at least one).
+pub async fn blocked_on_node(ns: &TestNs, name: &str, node: &str) -> Vec<Pod> {
+    let deps: Api<Deployment> = ns.api();
+    let d = rolling_max_surge(
+        deployment(name, 3, Some(node)),
+        IntOrString::String("100%".into()),
+    );
+    deps.create(&PostParams::default(), &d)
+        .await
+        .unwrap_or_else(|e| panic!("create Deployment {name}: {e}"));
+    let on_node: Vec<Pod> = wait_ready(ns, name, 3)
+        .await
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .collect();
+    assert!(!on_node.is_empty(), "pods of {name} prefer {node}");
+    wait_pdb_blocking(ns, name, 3).await;
+    on_node
 }
