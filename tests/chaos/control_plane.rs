@@ -5,11 +5,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::PostParams;
-use kube::Api;
-
+use crate::fleet::blocked_on_node;
 use crate::support::*;
 
 /// Runs tests/cluster/<script>; returns its output lines (it prints its timings).
@@ -45,21 +41,7 @@ async fn apiserver_then_etcd_restarted_during_a_surge_the_drain_completes() {
     let wh = restart_server(&[]);
     let pid = wh.pid();
     let ns = TestNs::new("chaos-cp").await;
-    let deps: Api<Deployment> = ns.api();
-    let d = rolling_max_surge(
-        deployment("cpr", 3, Some("kwok-node-2")),
-        IntOrString::String("100%".into()),
-    );
-    deps.create(&PostParams::default(), &d)
-        .await
-        .expect("create");
-    let pods = wait_ready(&ns, "cpr", 3).await;
-    let on_node = nodes_of(&pods)
-        .iter()
-        .filter(|n| *n == "kwok-node-2")
-        .count() as i32;
-    assert!(on_node > 0, "pods prefer kwok-node-2");
-    wait_pdb_blocking(&ns, "cpr", 3).await;
+    let on_node = blocked_on_node(&ns, "cpr", "kwok-node-2").await.len() as i32;
     let watcher = AvailabilityWatcher::start(&ns, "cpr");
 
     kubectl_ok(&["cordon", "kwok-node-2"]);

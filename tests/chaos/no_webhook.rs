@@ -6,10 +6,8 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::PostParams;
 use kube::Api;
 
 use crate::fleet::*;
@@ -48,21 +46,7 @@ async fn all_webhook_replicas_down_during_a_drain_plain_pdb_rules_then_nothing_h
     let mut b = Replica::start(&spec, "nw-b");
     b.wait_ready(Duration::from_secs(30));
     let ns = TestNs::new("chaos-nw").await;
-    let deps: Api<Deployment> = ns.api();
-    let d = rolling_max_surge(
-        deployment("nwd", 3, Some("kwok-node-1")),
-        IntOrString::String("100%".into()),
-    );
-    deps.create(&PostParams::default(), &d)
-        .await
-        .expect("create");
-    let pods = wait_ready(&ns, "nwd", 3).await;
-    let on_node = nodes_of(&pods)
-        .iter()
-        .filter(|n| *n == "kwok-node-1")
-        .count() as i32;
-    assert!(on_node > 0, "pods prefer kwok-node-1");
-    wait_pdb_blocking(&ns, "nwd", 3).await;
+    let on_node = blocked_on_node(&ns, "nwd", "kwok-node-1").await.len() as i32;
     let watcher = AvailabilityWatcher::start(&ns, "nwd");
 
     // 1. Both replicas stopped (SIGTERM) before the drain: the PDB allows no

@@ -9,11 +9,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::PostParams;
-use kube::Api;
 
 use crate::fleet::*;
 use crate::proxy::{Mode, TcpProxy};
@@ -118,23 +114,8 @@ async fn a_paused_apiserver_link_fails_open_steps_down_and_loses_no_write() {
     register_webhooks(wh, slow.port);
 
     let ns = TestNs::new("chaos-slow").await;
-    let deps: Api<Deployment> = ns.api();
-    let d = rolling_max_surge(
-        deployment("sld", 3, Some("kwok-node-0")),
-        IntOrString::String("100%".into()),
-    );
-    deps.create(&PostParams::default(), &d)
-        .await
-        .expect("create");
-    let pods = wait_ready(&ns, "sld", 3).await;
-    let on_node: Vec<String> = pods
-        .iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("kwok-node-0"))
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
-    assert!(!on_node.is_empty(), "pods prefer kwok-node-0");
-    wait_pdb_blocking(&ns, "sld", 3).await;
-    let pod = on_node[0].clone();
+    let on_node = blocked_on_node(&ns, "sld", "kwok-node-0").await;
+    let pod = on_node[0].metadata.name.clone().expect("pod name");
     // With the link up the budget blocks: a 429.
     let (allowed, code, _) = review(&spec.ca, slow.port, &ns.name, &pod);
     assert_eq!(
