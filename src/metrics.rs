@@ -30,10 +30,14 @@ pub struct WebhookLabel {
     pub webhook: &'static str,
 }
 
-/// How a held eviction ended (EVICTION_HOLD): `allowed`, `expired` (429 at
-/// the deadline) or `busy` (no permit left: 429 at once).
+/// A held eviction (EVICTION_HOLD): what it waited for (`room` in a blocking
+/// budget during a surge, or a `recount` of a PDB status that lags a
+/// scale-down) and how it ended: `allowed`, `blocked` (a recount that
+/// found the budget blocking), `expired` (the deadline: a 429 for room, an
+/// allow for a recount) or `busy` (no permit left: answered at once).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HoldLabel {
+    pub wait: &'static str,
     pub outcome: &'static str,
 }
 
@@ -160,7 +164,7 @@ impl Metrics {
         let eviction_holds = Family::<HoldLabel, Counter>::default();
         registry.register(
             "eviction_holds",
-            "Blocked evictions held during a surge (EVICTION_HOLD), by outcome",
+            "Evictions held (EVICTION_HOLD), by what they waited for and outcome",
             eviction_holds.clone(),
         );
         let evictions_held = Gauge::default();

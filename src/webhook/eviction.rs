@@ -14,8 +14,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::budget::pdb_selects;
+use crate::budget::{pdb_selects, Selector};
 use crate::cache::{Cache, PodLabels, SlimPod};
 use crate::markers::Markers;
 use crate::names;
@@ -49,6 +50,13 @@ pub trait EvictionView {
     }
     fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>>;
     fn namespace_in_scope(&self, ns: &str) -> bool;
+    /// Every pod of `ns` (read only when a PDB's status may lag a
+    /// scale-down, see [`recount_pending`]).
+    fn pods_in(&self, ns: &str) -> Vec<Arc<SlimPod>>;
+    /// The clock that ages `status.disruptedPods` entries.
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
 }
 
 impl EvictionView for Cache {
@@ -76,6 +84,9 @@ impl EvictionView for Cache {
     fn namespace_in_scope(&self, ns: &str) -> bool {
         Cache::namespace_in_scope(self, ns)
     }
+    fn pods_in(&self, ns: &str) -> Vec<Arc<SlimPod>> {
+        self.pods.pods_in(ns)
+    }
 }
 
 /// Why an eviction is let through; also the `decision` metric label.
@@ -101,6 +112,12 @@ pub enum AllowReason {
     LiveDisagreed(&'static str),
     /// The caches said Block; the live read failed or timed out.
     LiveCheckFailed,
+    /// The PDB's status lags a scale-down ([`Recount`]) but the request may
+    /// not wait: EVICTION_HOLD is 0, a dry run, or every hold permit is taken.
+    RecountNotHeld,
+    /// The PDB's status still lagged when the hold ended; the apiserver
+    /// decides on the status it has (fail open).
+    RecountTimedOut,
 }
 
 impl AllowReason {
@@ -120,6 +137,8 @@ impl AllowReason {
             AllowReason::TooManyDisruptedPods => "too_many_disrupted_pods",
             AllowReason::LiveDisagreed(_) => "live_disagreed",
             AllowReason::LiveCheckFailed => "live_check_failed",
+            AllowReason::RecountNotHeld => "recount_not_held",
+            AllowReason::RecountTimedOut => "recount_timed_out",
         }
     }
 }
@@ -135,6 +154,27 @@ pub struct Blocked {
     pub current_healthy: i32,
 }
 
+/// The PDB's status allows the eviction, but only because the disruption
+/// controller has not yet counted a scale-down of the pod's Deployment (ours
+/// after a surge, an HPA's, a rollout's old ReplicaSet): once the
+/// ReplicaSet's excess pods are gone, the eviction would leave fewer healthy
+/// pods than the budget's minimum. The apiserver checks the status, not the
+/// pods, so it would let the eviction through. The webhook holds the request
+/// until the status is recounted and decides again; it never refuses on this
+/// alone (when the hold ends first, it allows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recount {
+    pub namespace: String,
+    pub pod: String,
+    pub pdb: String,
+    pub deployment: String,
+    /// Healthy pods of the PDB once the Deployment has its replicas.
+    pub settled_healthy: i32,
+    pub desired_healthy: i32,
+    /// What the PDB's status counts.
+    pub current_healthy: i32,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Allow {
@@ -142,6 +182,8 @@ pub enum Decision {
         warning: Option<String>,
     },
     Block(Blocked),
+    /// Wait for the PDB's status to catch up, then decide again.
+    Recount(Recount),
 }
 
 fn allow(reason: AllowReason) -> Decision {
@@ -208,6 +250,9 @@ pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
         return allow(AllowReason::TooManyDisruptedPods);
     }
     if status.disruptions_allowed > 0 {
+        if let Some(r) = recount_pending(view, &pod, &pdb, status) {
+            return Decision::Recount(r);
+        }
         return allow(AllowReason::BudgetAllows);
     }
     let Some(dep) = view.owning_deployment(&pod) else {
@@ -224,6 +269,92 @@ pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
         desired_healthy: status.desired_healthy,
         current_healthy: status.current_healthy,
     })
+}
+
+/// DeletionTimeout of the disruption controller: a `status.disruptedPods`
+/// entry stops counting the pod as leaving after this long.
+const DISRUPTED_POD_TIMEOUT: SignedDuration = SignedDuration::from_secs(120);
+
+/// Whether the PDB's status allows this eviction only because it has not
+/// counted a scale-down of the pod's Deployment yet ([`Recount`]).
+///
+/// Cheap first: only a Deployment with fewer replicas than the status
+/// counts healthy, or more pods than it wants, or a spec its controller has
+/// not seen, is looked at further (one Deployment lookup otherwise). Then
+/// the PDB's pods are counted the way the disruption controller counts them
+/// (Ready, not terminating, not in `disruptedPods`), less the healthy pods
+/// the Deployment has beyond its replicas: its ReplicaSets remove those
+/// (unready ones go first, so only the excess over the replicas costs
+/// healthy pods).
+pub fn recount_pending(
+    view: &impl EvictionView,
+    pod: &SlimPod,
+    pdb: &PodDisruptionBudget,
+    status: &PodDisruptionBudgetStatus,
+) -> Option<Recount> {
+    // Evicting an unready pod takes nothing from the healthy count.
+    if !pod.is_ready() {
+        return None;
+    }
+    let dep = view.owning_deployment(pod)?;
+    let wanted = dep.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let dep_status = dep.status.as_ref();
+    let in_flux = status.current_healthy > wanted
+        || dep_status.and_then(|s| s.replicas).unwrap_or(0) > wanted
+        || dep_status.and_then(|s| s.observed_generation).unwrap_or(0)
+            < dep.metadata.generation.unwrap_or(0);
+    if !in_flux {
+        return None;
+    }
+    let selector = Selector::compile(pdb.spec.as_ref().and_then(|s| s.selector.as_ref())).ok()?;
+    let now = view.now();
+    let leaving = |name: &str| {
+        status
+            .disrupted_pods
+            .as_ref()
+            .and_then(|d| d.get(name))
+            .is_some_and(|t| t.0 + DISRUPTED_POD_TIMEOUT > now)
+    };
+    let ns = pod.namespace();
+    let (mut healthy, mut dep_healthy) = (0i32, 0i32);
+    for p in view.pods_in(ns) {
+        if !selector.selects_for_eviction(p.labels())
+            || p.is_terminating()
+            || leaving(p.name())
+            || !p.is_ready()
+        {
+            continue;
+        }
+        healthy += 1;
+        if view
+            .owning_deployment(&p)
+            .is_some_and(|d| same_object(&d.metadata, &dep.metadata))
+        {
+            dep_healthy += 1;
+        }
+    }
+    let settled_healthy = healthy - (dep_healthy - wanted).max(0);
+    // The eviction takes one healthy pod; with room for it, nothing lags
+    // that matters.
+    if settled_healthy - status.desired_healthy >= 1 {
+        return None;
+    }
+    Some(Recount {
+        namespace: ns.to_string(),
+        pod: pod.name().to_string(),
+        pdb: pdb.metadata.name.clone().unwrap_or_default(),
+        deployment: dep.metadata.name.clone().unwrap_or_default(),
+        settled_healthy,
+        desired_healthy: status.desired_healthy,
+        current_healthy: status.current_healthy,
+    })
+}
+
+fn same_object(
+    a: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    b: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    a.name == b.name && a.namespace == b.namespace && a.uid == b.uid
 }
 
 /// Facts read from the apiserver just before a 429: the pod (None when it
@@ -265,6 +396,9 @@ impl<C: EvictionView> EvictionView for LiveView<'_, C> {
     fn namespace_in_scope(&self, ns: &str) -> bool {
         self.cache.namespace_in_scope(ns)
     }
+    fn pods_in(&self, ns: &str) -> Vec<Arc<SlimPod>> {
+        self.cache.pods_in(ns)
+    }
 }
 
 /// The answer once the caches said Block: Block only if the same decision
@@ -285,6 +419,9 @@ pub fn confirm<E>(
             reason: AllowReason::LiveDisagreed(reason.as_str()),
             warning,
         },
+        // The live status allows it; no 429 on that (the caller holds a
+        // Recount only from the caches' own decision).
+        Decision::Recount(_) => allow(AllowReason::LiveDisagreed("recount")),
     }
 }
 
@@ -379,6 +516,18 @@ pub(crate) mod tests {
         fn namespace_in_scope(&self, _ns: &str) -> bool {
             self.in_scope
         }
+        fn pods_in(&self, ns: &str) -> Vec<Arc<SlimPod>> {
+            self.pods
+                .iter()
+                .filter(|p| p.namespace() == ns)
+                .cloned()
+                .map(Arc::new)
+                .collect()
+        }
+        fn now(&self) -> Timestamp {
+            // A fixed clock: disruptedPods entries are aged against it.
+            Timestamp::from_second(1_000_000).unwrap_or_default()
+        }
     }
 
     fn labels() -> BTreeMap<String, String> {
@@ -411,17 +560,13 @@ pub(crate) mod tests {
         }
     }
 
-    /// A pod of Deployment ns/web whose PDB allows nothing: the eviction is
-    /// blocked on fresh facts.
+    /// A pod of Deployment ns/web, surged to 4, whose PDB allows nothing
+    /// yet: the eviction is blocked on fresh facts.
     pub fn blocking() -> Fixture {
-        let dep = k8s_openapi::api::apps::v1::Deployment {
-            metadata: kube::core::ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("ns".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let mut dep = deployment();
+        if let Some(s) = dep.spec.as_mut() {
+            s.replicas = Some(4);
+        }
         Fixture {
             freshness: Freshness::Fresh,
             pods: vec![pod("p", "Running", true)],
@@ -457,13 +602,17 @@ pub(crate) mod tests {
         }
     }
 
-    fn deployment() -> Deployment {
+    pub fn deployment() -> Deployment {
         Deployment {
             metadata: ObjectMeta {
                 name: Some("web".into()),
                 namespace: Some("ns".into()),
                 ..Default::default()
             },
+            spec: Some(k8s_openapi::api::apps::v1::DeploymentSpec {
+                replicas: Some(3),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
@@ -481,7 +630,7 @@ pub(crate) mod tests {
     fn reason(d: Decision) -> Option<AllowReason> {
         match d {
             Decision::Allow { reason, .. } => Some(reason),
-            Decision::Block(_) => None,
+            Decision::Block(_) | Decision::Recount(_) => None,
         }
     }
 
@@ -829,6 +978,188 @@ pub(crate) mod tests {
         assert_eq!(
             reason(confirm::<()>(&cache, "ns", "p", Ok(&live))),
             Some(AllowReason::LiveDisagreed("not_a_deployment"))
+        );
+    }
+
+    /// A Deployment scaled from 4 to 3 (a surge reverted, an HPA, a
+    /// rollout's old ReplicaSet) under a PDB with minAvailable 3, before
+    /// the disruption controller recounts: its status still says 4 healthy
+    /// and one disruption allowed.
+    fn scaled_down() -> Fixture {
+        let mut f = base();
+        f.pods = ["p", "q", "r", "s"]
+            .iter()
+            .map(|n| pod(n, "Running", true))
+            .collect();
+        f.deployment_of = f
+            .pods
+            .iter()
+            .map(|p| (p.name().to_string(), deployment()))
+            .collect();
+        f.pdbs = vec![pdb("web", 1, 3, 4)];
+        f
+    }
+
+    fn recount(d: Decision) -> Option<(i32, i32, i32)> {
+        match d {
+            Decision::Recount(r) => Some((r.settled_healthy, r.desired_healthy, r.current_healthy)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_status_that_has_not_counted_a_scale_down_is_recounted_first() {
+        type Tweak = fn(&mut Fixture);
+        // Ok((settled healthy, desired, status healthy)) for a Recount;
+        // Err(reason) for an allow.
+        type Want = Result<(i32, i32, i32), AllowReason>;
+        use AllowReason::*;
+        let rows: Vec<(&str, Tweak, Want)> = vec![
+            (
+                "scaled to 3, the ReplicaSet has not removed a pod yet",
+                |_| {},
+                Ok((3, 3, 4)),
+            ),
+            (
+                "the ReplicaSet removed one pod; the status still counts it",
+                |f| {
+                    f.pods.pop();
+                },
+                Ok((3, 3, 4)),
+            ),
+            (
+                "the pod it removes is terminating",
+                |f| {
+                    let mut w = pod_wire("s", "Running", true);
+                    w.metadata.deletion_timestamp = Some(Time(Default::default()));
+                    f.pods[3] = SlimPod::from(w);
+                },
+                Ok((3, 3, 4)),
+            ),
+            (
+                "a minimum of 2 leaves room after the scale-down",
+                |f| f.pdbs[0] = pdb("web", 2, 2, 4),
+                Err(BudgetAllows),
+            ),
+            (
+                "steady: the Deployment wants the 4 the status counts",
+                |f| {
+                    for v in f.deployment_of.values_mut() {
+                        v.spec.as_mut().unwrap().replicas = Some(4);
+                    }
+                },
+                Err(BudgetAllows),
+            ),
+            (
+                "an unready pod takes nothing from the healthy count",
+                |f| f.pods[0] = pod("p", "Running", false),
+                Err(UnhealthyPodPolicy),
+            ),
+            (
+                "a pod of another Deployment under the same PDB is healthy, not excess",
+                |f| f.pods.push(pod("other", "Running", true)),
+                Err(BudgetAllows),
+            ),
+            (
+                "a fresh disruptedPods entry no longer counts as healthy",
+                |f| {
+                    f.pods.push(pod("other", "Running", true));
+                    // Evicted 60 s before the fixture's clock.
+                    let at = Timestamp::from_second(1_000_000 - 60).unwrap();
+                    f.pdbs[0].status.as_mut().unwrap().disrupted_pods =
+                        Some([("other".to_string(), Time(at))].into());
+                },
+                Ok((3, 3, 4)),
+            ),
+            (
+                "a disruptedPods entry older than 2 minutes counts again",
+                |f| {
+                    f.pods.push(pod("other", "Running", true));
+                    let at = Timestamp::from_second(1_000_000 - 121).unwrap();
+                    f.pdbs[0].status.as_mut().unwrap().disrupted_pods =
+                        Some([("other".to_string(), Time(at))].into());
+                },
+                Err(BudgetAllows),
+            ),
+            (
+                "a pod the PDB does not select counts for nothing",
+                |f| {
+                    let mut w = pod_wire("x", "Running", true);
+                    w.metadata.labels = Some([("app".to_string(), "api".to_string())].into());
+                    f.pods.push(SlimPod::from(w));
+                },
+                Ok((3, 3, 4)),
+            ),
+        ];
+        for (name, tweak, want) in rows {
+            let mut f = scaled_down();
+            tweak(&mut f);
+            let d = decide(&f, "ns", "p");
+            let got = match &d {
+                Decision::Recount(r) => {
+                    Ok((r.settled_healthy, r.desired_healthy, r.current_healthy))
+                }
+                Decision::Allow { reason, .. } => Err(*reason),
+                Decision::Block(_) => panic!("{name}: a Block from a status that allows"),
+            };
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    /// Only a Deployment whose status or spec is in flux is counted: the
+    /// common allow costs one Deployment lookup.
+    #[test]
+    fn a_deployment_its_controller_has_not_caught_up_with_is_counted_too() {
+        // The status counts 3 healthy (no lag there), but the Deployment
+        // was just scaled to 2 and its controller has not seen it yet.
+        let mut f = scaled_down();
+        f.pods.pop();
+        f.pdbs = vec![pdb("web", 1, 2, 3)];
+        let mut d = deployment();
+        d.spec.as_mut().unwrap().replicas = Some(3);
+        d.metadata.generation = Some(2);
+        d.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+            observed_generation: Some(1),
+            replicas: Some(3),
+            ..Default::default()
+        });
+        for v in f.deployment_of.values_mut() {
+            *v = d.clone();
+        }
+        // Still wants 3: room for one; counted, not held.
+        assert_eq!(
+            reason(decide(&f, "ns", "p")),
+            Some(AllowReason::BudgetAllows)
+        );
+        // Scaled to 2, not seen yet by its controller: 3 pods, 1 of them excess.
+        for v in f.deployment_of.values_mut() {
+            v.spec.as_mut().unwrap().replicas = Some(2);
+        }
+        assert_eq!(recount(decide(&f, "ns", "p")), Some((2, 2, 3)));
+        // Its status shows more pods than it wants: same.
+        for v in f.deployment_of.values_mut() {
+            v.metadata.generation = Some(1);
+        }
+        assert_eq!(recount(decide(&f, "ns", "p")), Some((2, 2, 3)));
+    }
+
+    #[test]
+    fn a_recount_is_never_a_block_and_the_recounted_status_decides() {
+        let mut f = scaled_down();
+        f.pods.pop();
+        assert!(recount(decide(&f, "ns", "p")).is_some());
+        // The disruption controller recounted: 3 healthy, none allowed. Now
+        // it is a Block like any other (live-confirmed, surge, maybe 429).
+        f.pdbs[0] = pdb("web", 0, 3, 3);
+        assert!(matches!(decide(&f, "ns", "p"), Decision::Block(_)));
+        // A live read that still shows the lagging status allows: the 429
+        // needs a status that blocks.
+        let cache = f;
+        let mut live = live_of(&cache);
+        live.pdbs[0] = pdb("web", 1, 3, 4);
+        assert_eq!(
+            reason(confirm::<()>(&cache, "ns", "p", Ok(&live))),
+            Some(AllowReason::LiveDisagreed("recount"))
         );
     }
 }

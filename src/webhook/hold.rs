@@ -53,6 +53,26 @@ pub fn should_hold(
         && matches!(surge, SurgeState::Active { .. } | SurgeState::Requested)
 }
 
+/// What a hold waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldFor {
+    /// A blocked eviction during a surge: room in the budget.
+    Room,
+    /// A [`Recount`](super::eviction::Recount): the PDB's status to count
+    /// the Deployment's scale-down; any other decision ends it.
+    Recount,
+}
+
+impl HoldFor {
+    /// The `wait` label of `eviction_holds_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldFor::Room => "room",
+            HoldFor::Recount => "recount",
+        }
+    }
+}
+
 /// How a hold ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HoldOutcome {
@@ -61,7 +81,11 @@ pub enum HoldOutcome {
         reason: AllowReason,
         warning: Option<String>,
     },
-    /// The deadline passed with the budget still blocking.
+    /// A recount hold: the recounted status blocks the eviction (the caller
+    /// confirms it live and goes on as for any Block).
+    Blocked,
+    /// The deadline passed with the budget still blocking (or, for a
+    /// recount, the status still lagging).
     Expired,
 }
 
@@ -70,10 +94,17 @@ impl HoldOutcome {
     pub fn as_str(&self) -> &'static str {
         match self {
             HoldOutcome::Room { .. } => "allowed",
+            HoldOutcome::Blocked => "blocked",
             HoldOutcome::Expired => "expired",
         }
     }
 }
+
+/// A held request decides again at least this often, besides every PDB
+/// change: a pod event (the excess pod gone, a new pod Ready in the pod
+/// cache after the PDB's status already counted it) can end a hold too, and
+/// the pod store has no notifier.
+const RECHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// The disruptions each PDB's current status allows that held evictions
 /// have not taken yet, keyed by namespace and PDB name.
@@ -138,39 +169,45 @@ fn share_room(
     }
 }
 
-/// Re-decides over `view` now and after every bump of `changes` (the PDB
-/// store's notifier) until the decision is an Allow or `deadline` passes.
-/// No polling: a PDB status update from the disruption controller is what
-/// makes room, and that is a PDB event.
+/// Re-decides over `view` now, after every bump of `changes` (the PDB
+/// store's notifier) and every [`RECHECK_EVERY`], until the decision ends
+/// the hold or `deadline` passes. A PDB status update from the disruption
+/// controller is what usually makes room (or recounts), and that is a PDB
+/// event. Any Allow ends a hold; a Block ends only a recount hold.
 pub async fn wait_for_room(
     view: &impl EvictionView,
     ledger: &Mutex<RoomLedger>,
     mut changes: watch::Receiver<u64>,
-    blocked: (&str, &str, &str),
+    held: (&str, &str, &str),
+    wait: HoldFor,
     deadline: Instant,
 ) -> HoldOutcome {
-    let (ns, pod, pdb) = blocked;
+    let (ns, pod, pdb) = held;
     // Mark the current version seen before deciding, so a change between
     // the decision and the wait still wakes us.
     changes.borrow_and_update();
     let mut notifier_alive = true;
     loop {
-        if let Decision::Allow { reason, warning } = decide(view, ns, pod) {
-            if share_room(view, ledger, ns, pdb, reason) {
-                return HoldOutcome::Room { reason, warning };
+        match decide(view, ns, pod) {
+            Decision::Allow { reason, warning } => {
+                if share_room(view, ledger, ns, pdb, reason) {
+                    return HoldOutcome::Room { reason, warning };
+                }
             }
+            Decision::Block(_) if wait == HoldFor::Recount => return HoldOutcome::Blocked,
+            Decision::Block(_) | Decision::Recount(_) => {}
         }
-        if !notifier_alive {
-            tokio::time::sleep_until(deadline).await;
-            return HoldOutcome::Expired;
-        }
+        let recheck = (Instant::now() + RECHECK_EVERY).min(deadline);
         tokio::select! {
-            r = changes.changed() => {
-                // The store's task ended: nothing will wake us again; one
-                // last look at the deadline.
+            r = changes.changed(), if notifier_alive => {
+                // The store's task ended: only the timers wake us now.
                 notifier_alive = r.is_ok();
             }
-            _ = tokio::time::sleep_until(deadline) => return HoldOutcome::Expired,
+            _ = tokio::time::sleep_until(recheck) => {
+                if Instant::now() >= deadline {
+                    return HoldOutcome::Expired;
+                }
+            }
         }
     }
 }
@@ -188,7 +225,7 @@ pub async fn after_hold(
 ) -> Decision {
     match outcome {
         HoldOutcome::Room { reason, warning } => Decision::Allow { reason, warning },
-        HoldOutcome::Expired => {
+        HoldOutcome::Blocked | HoldOutcome::Expired => {
             let (ns, pod) = blocked;
             live::decide_confirmed(view, reader, ns, pod, live_timeout).await
         }
@@ -227,6 +264,12 @@ mod tests {
         }
         fn namespace_in_scope(&self, ns: &str) -> bool {
             self.0.lock().unwrap().namespace_in_scope(ns)
+        }
+        fn pods_in(&self, ns: &str) -> Vec<Arc<SlimPod>> {
+            self.0.lock().unwrap().pods_in(ns)
+        }
+        fn now(&self) -> k8s_openapi::jiff::Timestamp {
+            self.0.lock().unwrap().now()
         }
     }
 
@@ -300,7 +343,15 @@ mod tests {
         let v = view.clone();
         let held = tokio::spawn(async move {
             let ledger = Mutex::new(RoomLedger::default());
-            wait_for_room(&*v, &ledger, rx, ("ns", "p", "web"), deadline).await
+            wait_for_room(
+                &*v,
+                &ledger,
+                rx,
+                ("ns", "p", "web"),
+                HoldFor::Room,
+                deadline,
+            )
+            .await
         });
         // A change that still blocks (another PDB field) keeps it waiting.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -336,6 +387,7 @@ mod tests {
             &Mutex::new(RoomLedger::default()),
             rx,
             ("ns", "p", "web"),
+            HoldFor::Room,
             started + Duration::from_millis(300),
         )
         .await;
@@ -355,6 +407,7 @@ mod tests {
             &Mutex::new(RoomLedger::default()),
             rx,
             ("ns", "p", "web"),
+            HoldFor::Room,
             started + Duration::from_secs(20),
         )
         .await;
@@ -362,8 +415,8 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(10));
     }
 
-    /// A store that stops mid-hold must not spin the loop: the hold ends at
-    /// its deadline.
+    /// A store that stops mid-hold must not spin the loop: it decides again
+    /// only on its timer and ends at its deadline.
     #[tokio::test]
     async fn a_notifier_that_goes_away_waits_out_the_deadline() {
         let view = shared(blocking());
@@ -375,13 +428,17 @@ mod tests {
             &Mutex::new(RoomLedger::default()),
             rx,
             ("ns", "p", "web"),
+            HoldFor::Room,
             started + Duration::from_millis(300),
         )
         .await;
         assert_eq!(out, HoldOutcome::Expired);
         assert!(started.elapsed() >= Duration::from_millis(300));
+        // One at the start, one per RECHECK_EVERY, one spare for a timer
+        // that fires at the deadline.
         let decisions = view.1.load(std::sync::atomic::Ordering::SeqCst);
-        assert!(decisions <= 2, "{decisions} decisions: the loop spun");
+        let most = 2 + (300 / RECHECK_EVERY.as_millis()) as usize;
+        assert!(decisions <= most, "{decisions} decisions: the loop spun");
     }
 
     #[test]
@@ -414,9 +471,9 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(20);
         let hold = |pod: &'static str| {
             let (v, l, rx) = (view.clone(), ledger.clone(), rx.clone());
-            tokio::spawn(
-                async move { wait_for_room(&*v, &l, rx, ("ns", pod, "web"), deadline).await },
-            )
+            tokio::spawn(async move {
+                wait_for_room(&*v, &l, rx, ("ns", pod, "web"), HoldFor::Room, deadline).await
+            })
         };
         let (hp, hq) = (hold("p"), hold("q"));
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -450,7 +507,15 @@ mod tests {
         let v = view.clone();
         let held = tokio::spawn(async move {
             let ledger = Mutex::new(RoomLedger::default());
-            wait_for_room(&*v, &ledger, rx, ("ns", "p", "web"), deadline).await
+            wait_for_room(
+                &*v,
+                &ledger,
+                rx,
+                ("ns", "p", "web"),
+                HoldFor::Room,
+                deadline,
+            )
+            .await
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         view.0.lock().unwrap().freshness = Freshness::Stale;
@@ -462,5 +527,70 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// A recount hold (a PDB status that lags a scale-down): it ends with
+    /// Blocked once the status is recounted to no room, with Room once the
+    /// pods give room after all, and at the deadline still lagging.
+    #[tokio::test]
+    async fn a_recount_hold_ends_at_the_recount() {
+        use crate::webhook::eviction::tests::pod;
+        // Deployment scaled from 4 to 3; the status still counts 4 healthy.
+        let lagging = || {
+            let mut f = blocking();
+            for n in ["q", "r", "s"] {
+                f.pods.push(pod(n, "Running", true));
+            }
+            let mut dep = f.deployment_of["p"].clone();
+            dep.spec.as_mut().unwrap().replicas = Some(3);
+            f.deployment_of = f
+                .pods
+                .iter()
+                .map(|p| (p.name().to_string(), dep.clone()))
+                .collect();
+            f.pdbs[0] = pdb("web", 1, 3, 4);
+            f
+        };
+        let run = |view: Arc<Shared>, rx, ms: u64| async move {
+            let deadline = Instant::now() + Duration::from_millis(ms);
+            let ledger = Mutex::new(RoomLedger::default());
+            wait_for_room(
+                &*view,
+                &ledger,
+                rx,
+                ("ns", "p", "web"),
+                HoldFor::Recount,
+                deadline,
+            )
+            .await
+        };
+
+        // The disruption controller recounts: 3 healthy, none allowed.
+        let view = Arc::new(shared(lagging()));
+        let (tx, rx) = watch::channel(0u64);
+        let held = tokio::spawn(run(view.clone(), rx, 20_000));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!held.is_finished(), "held while the status lags");
+        view.0.lock().unwrap().pdbs[0] = pdb("web", 0, 3, 3);
+        tx.send_modify(|n| *n += 1);
+        assert_eq!(held.await.unwrap(), HoldOutcome::Blocked);
+
+        // The Deployment was scaled up again (a new surge): the status's 4
+        // healthy are all wanted. Seen by the next recheck, no PDB event.
+        let view = Arc::new(shared(lagging()));
+        let (_tx, rx) = watch::channel(0u64);
+        let held = tokio::spawn(run(view.clone(), rx, 20_000));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for d in view.0.lock().unwrap().deployment_of.values_mut() {
+            d.spec.as_mut().unwrap().replicas = Some(4);
+        }
+        let started = Instant::now();
+        assert!(matches!(held.await.unwrap(), HoldOutcome::Room { .. }));
+        assert!(started.elapsed() < RECHECK_EVERY * 3);
+
+        // Never recounted: the deadline.
+        let view = Arc::new(shared(lagging()));
+        let (_tx, rx) = watch::channel(0u64);
+        assert_eq!(run(view, rx, 300).await, HoldOutcome::Expired);
     }
 }

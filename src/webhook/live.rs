@@ -161,7 +161,7 @@ pub(crate) mod tests {
     pub fn reason(d: &Decision) -> Option<AllowReason> {
         match d {
             Decision::Allow { reason, .. } => Some(*reason),
-            Decision::Block(_) => None,
+            Decision::Block(_) | Decision::Recount(_) => None,
         }
     }
 

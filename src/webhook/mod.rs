@@ -23,8 +23,8 @@ use crate::cache::Cache;
 use crate::metrics::{AdmissionLabels, HoldLabel, Metrics, WebhookLabel};
 use crate::names;
 use crate::pdb::{self, CreatePlan};
-use eviction::{Blocked, Decision, EvictionView, SurgeState};
-use hold::HoldOutcome;
+use eviction::{AllowReason, Blocked, Decision, EvictionView, Recount, SurgeState};
+use hold::{HoldFor, HoldOutcome};
 use live::ApiReader;
 pub use review::{parse_eviction_review, EvictionRequest, Reply};
 
@@ -160,8 +160,9 @@ impl Webhooks {
             };
         };
         // The cached decision first, in line: the live read and the hold
-        // (large futures) only for a blocked eviction, boxed so that the
-        // common answer does not carry them.
+        // (large futures) only for a blocked eviction or a lagging PDB
+        // status, boxed so that the common answer does not carry them.
+        let mut recounted = false;
         let decision = match eviction::decide(&self.cache, ns, &req.name) {
             Decision::Block(_) => {
                 Box::pin(live::decide_confirmed(
@@ -173,18 +174,69 @@ impl Webhooks {
                 ))
                 .await
             }
+            Decision::Recount(r) => {
+                recounted = true;
+                Box::pin(self.recount(req, r, started)).await
+            }
             allow => allow,
         };
-        match decision {
-            Decision::Allow { reason, warning } => {
-                tracing::debug!(namespace = ns, pod = %req.name, reason = reason.as_str(), ?reason, "eviction allowed");
-                Answer {
-                    review: req.allowed(warning),
-                    decision: reason.as_str(),
-                    code: 200,
+        let (reason, warning) = match decision {
+            Decision::Allow { reason, warning } => (reason, warning),
+            Decision::Block(b) => return Box::pin(self.blocked(req, ns, b, started)).await,
+            // Lagging again right after a recount: the apiserver decides.
+            Decision::Recount(_) => (AllowReason::RecountNotHeld, None),
+        };
+        tracing::debug!(namespace = ns, pod = %req.name, reason = reason.as_str(), ?reason, "eviction allowed");
+        let held_then_allowed = recounted
+            && !matches!(
+                reason,
+                AllowReason::RecountNotHeld | AllowReason::RecountTimedOut
+            );
+        Answer {
+            review: req.allowed(warning),
+            decision: if held_then_allowed {
+                "allowed_after_recount"
+            } else {
+                reason.as_str()
+            },
+            code: 200,
+        }
+    }
+
+    /// The PDB's status has not counted a scale-down of the pod's Deployment
+    /// ([`Recount`]): hold the request until it has, then decide again. A
+    /// 429 can follow only from that fresh decision (confirmed live, as any
+    /// Block); when the request may not wait, or the hold ends first, allow.
+    async fn recount(&self, req: &EvictionRequest, r: Recount, started: Instant) -> Decision {
+        let not_held = Decision::Allow {
+            reason: AllowReason::RecountNotHeld,
+            warning: None,
+        };
+        if self.hold.is_zero() || req.dry_run {
+            return not_held;
+        }
+        tracing::info!(namespace = %r.namespace, pod = %r.pod, pdb = %r.pdb,
+            deployment = %r.deployment, status_healthy = r.current_healthy,
+            settled_healthy = r.settled_healthy, desired_healthy = r.desired_healthy,
+            "the PDB's status has not counted the Deployment's scale-down yet; \
+             holding the eviction until it does");
+        let held = (r.namespace.as_str(), r.pod.as_str(), r.pdb.as_str());
+        match self.hold_for(held, HoldFor::Recount, started).await {
+            None => not_held,
+            Some(HoldOutcome::Room { reason, warning }) => Decision::Allow { reason, warning },
+            Some(HoldOutcome::Blocked) => {
+                live::decide_confirmed(&self.cache, &self.live, held.0, held.1, self.live_timeout)
+                    .await
+            }
+            Some(HoldOutcome::Expired) => {
+                tracing::warn!(namespace = %r.namespace, pod = %r.pod, pdb = %r.pdb,
+                    held = ?started.elapsed(),
+                    "the PDB's status was not recounted within EVICTION_HOLD; allowing");
+                Decision::Allow {
+                    reason: AllowReason::RecountTimedOut,
+                    warning: None,
                 }
             }
-            Decision::Block(b) => Box::pin(self.blocked(req, ns, b, started)).await,
         }
     }
 
@@ -213,7 +265,8 @@ impl Webhooks {
             }
         }
         if hold::should_hold(self.hold, dry_run, self.cache.freshness(), &surge) {
-            if let Some(outcome) = self.hold_for_room(&b, started).await {
+            let held = (b.namespace.as_str(), b.pod.as_str(), b.pdb.as_str());
+            if let Some(outcome) = self.hold_for(held, HoldFor::Room, started).await {
                 let at = (ns, req.name.as_str());
                 match hold::after_hold(outcome, &self.cache, &self.live, at, self.live_timeout)
                     .await
@@ -229,6 +282,15 @@ impl Webhooks {
                         };
                     }
                     Decision::Block(now) => b = now,
+                    // The status allows it again but lags a scale-down: the
+                    // apiserver decides (no second hold).
+                    Decision::Recount(_) => {
+                        return Answer {
+                            review: req.allowed(None),
+                            decision: AllowReason::RecountNotHeld.as_str(),
+                            code: 200,
+                        };
+                    }
                 }
             }
             // The leader may have started the surge meanwhile.
@@ -243,13 +305,22 @@ impl Webhooks {
         }
     }
 
-    /// Holds a blocked eviction until the caches show room or the hold ends
-    /// (None when no permit is left: answer at once).
-    async fn hold_for_room(&self, b: &Blocked, started: Instant) -> Option<HoldOutcome> {
+    /// Holds an eviction (namespace, pod, PDB) until the caches show room
+    /// (or, for a recount, decide anything else) or the hold ends; None when
+    /// no permit is left: answer at once.
+    async fn hold_for(
+        &self,
+        held: (&str, &str, &str),
+        wait: HoldFor,
+        started: Instant,
+    ) -> Option<HoldOutcome> {
         let count = |outcome: &'static str| {
             self.metrics
                 .eviction_holds
-                .get_or_create(&HoldLabel { outcome })
+                .get_or_create(&HoldLabel {
+                    wait: wait.as_str(),
+                    outcome,
+                })
                 .inc();
         };
         let Ok(_permit) = self.held.try_acquire() else {
@@ -279,7 +350,8 @@ impl Webhooks {
             &self.cache,
             &self.room,
             self.cache.pdb_changed.clone(),
-            (&b.namespace, &b.pod, &b.pdb),
+            held,
+            wait,
             deadline,
         )
         .await;

@@ -17,5 +17,6 @@ mod leader_chaos;
 mod load;
 mod no_webhook;
 mod proxy;
+mod recount;
 mod rolling;
 mod slow_apiserver;
