@@ -18,6 +18,14 @@
 //!   room, the pod went away, a cache went stale: each is an allow without
 //!   the hold too).
 //!
+//! The same hold serves a second case ([`HoldFor::Recount`]): an eviction
+//! the PDB's status allows only because it has not counted a scale-down of
+//! the pod's Deployment yet ([`Recount`](super::eviction::Recount)). It is
+//! held until the status is recounted and then decided again: an allow, or a
+//! Block that goes on as above (live-confirmed, held for room while time is
+//! left). When the hold ends first it is allowed: the apiserver would allow
+//! it, and only it may refuse on that status.
+//!
 //! Room is shared out: when a PDB's status (one resourceVersion) allows k
 //! disruptions, at most k of the evictions held under it are allowed
 //! ([`RoomLedger`]); the others wait for the next status. Allowing them all

@@ -264,7 +264,12 @@ impl Webhooks {
                 tracing::debug!(error = %e, "surge signal not queued");
             }
         }
-        if hold::should_hold(self.hold, dry_run, self.cache.freshness(), &surge) {
+        // Only with time left: a recount hold or a slow live read may have
+        // used it up, and the answer must stay within the hold plus one
+        // live read (under the webhooks' timeoutSeconds).
+        if hold::should_hold(self.hold, dry_run, self.cache.freshness(), &surge)
+            && started.elapsed() < self.hold
+        {
             let held = (b.namespace.as_str(), b.pod.as_str(), b.pdb.as_str());
             if let Some(outcome) = self.hold_for(held, HoldFor::Room, started).await {
                 let at = (ns, req.name.as_str());
