@@ -479,6 +479,8 @@ impl Sampler {
 
 /// Bench item 4, one side: `with_product` or the product off and budgets
 /// that never block (maxUnavailable equal to the replicas).
+const HOLDS: &str = "eviction_autoscaler_eviction_holds_total";
+
 async fn drains(with_product: bool) -> DrainFigures {
     let deployments = env_usize("BENCH_DRAIN_DEPLOYMENTS", 100);
     // The server's log of this side, kept as server-drains.log for reading.
@@ -583,10 +585,33 @@ async fn drains(with_product: bool) -> DrainFigures {
     let sampler = Sampler::start(ns, 3);
     let mut took = Vec::new();
     // A managed upgrade: each node drained, then back (upgraded).
+    // Evictions held until a PDB status counted a scale-down, by outcome.
+    let recounts = |info: &WebhookInfo| -> Vec<f64> {
+        ["allowed", "blocked", "expired", "busy"]
+            .iter()
+            .map(|o| {
+                let outcome = format!("outcome=\"{o}\"");
+                info.metric_sum(HOLDS, &["wait=\"recount\"", &outcome])
+            })
+            .collect()
+    };
     for n in &NODES[..3] {
         let seats = SeatSampler::start(product.clone());
+        let before = product.as_ref().map(recounts);
         let run = drain_node(n, "app", &["--timeout=900s"]).await;
         say(format!("  drain of {n}: {}", seats.finish()));
+        if let (Some(info), Some(before)) = (product.as_ref(), before) {
+            let d: Vec<f64> = recounts(info)
+                .iter()
+                .zip(&before)
+                .map(|(a, b)| a - b)
+                .collect();
+            say(format!(
+                "  drain of {n}: evictions held for a PDB recount after a scale-down: \
+                 {} then allowed, {} then blocked, {} expired (allowed), {} without a permit",
+                d[0], d[1], d[2], d[3]
+            ));
+        }
         assert!(run.ok, "drain of {n} failed: {}", run.output);
         took.push(run.took.as_secs_f64());
         // kubectl waits 5 s after each 429 before it asks again.
