@@ -85,7 +85,9 @@ async fn evict_retrying(pods: Api<Pod>, pod: String) -> (Result<(), String>, usi
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_eviction_before_the_pdb_counts_a_scale_down_waits_for_the_recount() {
     let _g = nodes_lock().await;
-    let wh = WebhookInfo::get();
+    // A server of our own with the default settings: the test before may
+    // have stopped or replaced the shared one.
+    let wh = restart_server(&[]);
     let ns = TestNs::new("chaos-recount").await;
     // The user's PDB first, so the Deployment never gets one of ours.
     let pdbs: Api<PodDisruptionBudget> = ns.api();
