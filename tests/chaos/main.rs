@@ -1,7 +1,8 @@
 //! Fault tolerance under chaos (issue 10, docs/reliability.md): leader
 //! kills during drains, control-plane restarts, a paused link to the
 //! apiserver, all webhook replicas down, rolling restarts and certificate
-//! rotations under load, the product's CRD deleted mid-surge. They restart
+//! rotations under load, the product's CRD or KEDA's deleted mid-surge, an
+//! eviction racing a scale-down the PDB has not counted. They restart
 //! the server and bring replicas of their own, or delete cluster-wide
 //! objects, so they run one at a time (`--test-threads=1`): a short
 //! version in `make test`, the long leader loop in `make chaos`
@@ -13,6 +14,7 @@ mod support;
 mod control_plane;
 mod crd_deleted;
 mod fleet;
+mod keda_removed;
 mod leader_chaos;
 mod load;
 mod no_webhook;
