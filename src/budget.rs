@@ -229,6 +229,19 @@ impl Selector {
         }
     }
 
+    /// One label every object it matches must carry with exactly this
+    /// value (the first matchLabels pair, or an `In` with one value), if any:
+    /// what an index of selectors can key on.
+    pub fn required_label(&self) -> Option<(&str, &str)> {
+        let Selector::Requirements(reqs) = self else {
+            return None;
+        };
+        reqs.iter().find_map(|r| match r {
+            Requirement::In(k, vs) if vs.len() == 1 => Some((k.as_str(), vs[0].as_str())),
+            _ => None,
+        })
+    }
+
     /// The eviction subresource's test: an invalid, nil or empty selector
     /// protects nothing ("it should match nothing, not everything").
     pub fn selects_for_eviction<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {

@@ -799,7 +799,7 @@ impl Cache {
     pub fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>> {
         self.pdb_index
             .get(ns)
-            .map(|v| v.iter().map(|i| i.pdb.clone()).collect())
+            .map(|v| v.pdbs.iter().map(|i| i.pdb.clone()).collect())
             .unwrap_or_default()
     }
 
@@ -808,16 +808,7 @@ impl Cache {
     pub fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
         self.pdb_index
             .get(ns)
-            .map(|v| {
-                v.iter()
-                    .filter(|i| {
-                        i.selector
-                            .as_ref()
-                            .is_some_and(|s| s.selects_for_eviction(labels))
-                    })
-                    .map(|i| i.pdb.clone())
-                    .collect()
-            })
+            .map(|v| v.selecting(labels))
             .unwrap_or_default()
     }
 
@@ -866,7 +857,70 @@ pub struct IndexedPdb {
 /// its PDB events; everything on a relist).
 #[derive(Default)]
 pub struct PdbIndex {
-    by_ns: RwLock<HashMap<String, Arc<[IndexedPdb]>>>,
+    by_ns: RwLock<HashMap<String, Arc<NsPdbs>>>,
+}
+
+/// The PDBs of one namespace, and which of them a pod's labels can reach:
+/// an eviction tests the selectors that key on one of its pod's labels (and
+/// the few that key on none) instead of every selector of the namespace.
+pub struct NsPdbs {
+    pub pdbs: Vec<IndexedPdb>,
+    /// Selectors that require one exact label ([`Selector::required_label`]),
+    /// by that label's key, then value: only a pod with it can be selected.
+    by_label: HashMap<String, HashMap<String, Vec<usize>>>,
+    /// Selectors that select for eviction but require no exact label
+    /// (matchExpressions only): always tested. Nil, empty and invalid
+    /// selectors protect nothing and are in neither list.
+    others: Vec<usize>,
+}
+
+impl NsPdbs {
+    fn new(pdbs: Vec<IndexedPdb>) -> NsPdbs {
+        let mut by_label: HashMap<String, HashMap<String, Vec<usize>>> = HashMap::new();
+        let mut others = Vec::new();
+        for (i, p) in pdbs.iter().enumerate() {
+            let Some(sel @ Selector::Requirements(_)) = &p.selector else {
+                continue;
+            };
+            match sel.required_label() {
+                Some((k, v)) => by_label
+                    .entry(k.to_string())
+                    .or_default()
+                    .entry(v.to_string())
+                    .or_default()
+                    .push(i),
+                None => others.push(i),
+            }
+        }
+        NsPdbs {
+            pdbs,
+            by_label,
+            others,
+        }
+    }
+
+    /// The PDBs whose selector protects a pod with these labels (the
+    /// eviction subresource's test), in the namespace's order.
+    pub fn selecting(&self, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
+        let mut hits: Vec<usize> = Vec::new();
+        for (k, v) in labels.iter() {
+            if let Some(found) = self.by_label.get(k).and_then(|vs| vs.get(v)) {
+                hits.extend(found);
+            }
+        }
+        hits.extend(&self.others);
+        // Each PDB is under one label at most: no duplicates to remove.
+        hits.sort_unstable();
+        hits.into_iter()
+            .map(|i| &self.pdbs[i])
+            .filter(|i| {
+                i.selector
+                    .as_ref()
+                    .is_some_and(|s| s.selects_for_eviction(labels))
+            })
+            .map(|i| i.pdb.clone())
+            .collect()
+    }
 }
 
 impl PdbIndex {
@@ -875,7 +929,7 @@ impl PdbIndex {
         IndexedPdb { pdb: p, selector }
     }
 
-    pub fn get(&self, ns: &str) -> Option<Arc<[IndexedPdb]>> {
+    pub fn get(&self, ns: &str) -> Option<Arc<NsPdbs>> {
         match self.by_ns.read() {
             Ok(m) => m.get(ns).cloned(),
             Err(poisoned) => poisoned.into_inner().get(ns).cloned(),
@@ -889,7 +943,10 @@ impl PdbIndex {
             let ns = p.metadata.namespace.clone().unwrap_or_default();
             grouped.entry(ns).or_default().push(Self::indexed(p));
         }
-        let map = grouped.into_iter().map(|(k, v)| (k, v.into())).collect();
+        let map = grouped
+            .into_iter()
+            .map(|(k, v)| (k, Arc::new(NsPdbs::new(v))))
+            .collect();
         match self.by_ns.write() {
             Ok(mut m) => *m = map,
             Err(poisoned) => *poisoned.into_inner() = map,
@@ -910,7 +967,7 @@ impl PdbIndex {
         if v.is_empty() {
             m.remove(ns);
         } else {
-            m.insert(ns.to_string(), v.into());
+            m.insert(ns.to_string(), Arc::new(NsPdbs::new(v)));
         }
     }
 }
@@ -1715,16 +1772,7 @@ mod tests {
         let cache_view = |ns: &str| -> Vec<Arc<PodDisruptionBudget>> {
             index
                 .get(ns)
-                .map(|v| {
-                    v.iter()
-                        .filter(|i| {
-                            i.selector
-                                .as_ref()
-                                .is_some_and(|s| s.selects_for_eviction(pod.labels()))
-                        })
-                        .map(|i| i.pdb.clone())
-                        .collect()
-                })
+                .map(|v| v.selecting(pod.labels()))
                 .unwrap_or_default()
         };
         assert_eq!(names(cache_view("a")), ["web"]);
@@ -1732,7 +1780,7 @@ mod tests {
         let other = pdb_obj("a", "api", "api");
         w.apply_watcher_event(&Event::Apply(other.clone()));
         index.rebuild_ns(&store, "a");
-        assert_eq!(index.get("a").unwrap().len(), 2);
+        assert_eq!(index.get("a").unwrap().pdbs.len(), 2);
         assert_eq!(names(cache_view("a")), ["web"]);
         w.apply_watcher_event(&Event::Delete(pdb_obj("a", "web", "web")));
         index.rebuild_ns(&store, "a");
@@ -1741,9 +1789,94 @@ mod tests {
         index.rebuild_ns(&store, "a");
         assert!(index.get("a").is_none(), "empty namespaces are dropped");
         assert_eq!(
-            index.get("b").unwrap().len(),
+            index.get("b").unwrap().pdbs.len(),
             1,
             "other namespaces untouched"
+        );
+    }
+
+    /// The label index finds exactly what testing every selector finds, in
+    /// the same order, for every kind of selector.
+    #[test]
+    fn the_label_index_selects_what_a_full_scan_selects() {
+        let selectors = [
+            serde_json::json!({"matchLabels": {"app": "web"}}),
+            serde_json::json!({"matchLabels": {"app": "web", "tier": "front"}}),
+            serde_json::json!({"matchLabels": {"tier": "front"}}),
+            serde_json::json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "api"]}]}),
+            serde_json::json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["api"]}]}),
+            serde_json::json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["db"]}]}),
+            serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}),
+            serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}),
+            serde_json::json!({"matchLabels": {"app": "web"},
+                "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["back"]}]}),
+            serde_json::json!({}),
+            serde_json::json!(null),
+            serde_json::json!({"matchExpressions": [{"key": "app", "operator": "Bogus"}]}),
+        ];
+        let pdbs: Vec<IndexedPdb> = selectors
+            .iter()
+            .enumerate()
+            .map(|(i, sel)| {
+                let p: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("p{i}"), "namespace": "ns"},
+                    "spec": {"selector": sel}
+                }))
+                .unwrap();
+                PdbIndex::indexed(Arc::new(p))
+            })
+            .collect();
+        let full_scan = |labels: &PodLabels| -> Vec<String> {
+            pdbs.iter()
+                .filter(|i| {
+                    i.selector
+                        .as_ref()
+                        .is_some_and(|s| s.selects_for_eviction(labels))
+                })
+                .filter_map(|i| i.pdb.metadata.name.clone())
+                .collect()
+        };
+        let index = NsPdbs::new(
+            pdbs.iter()
+                .map(|i| IndexedPdb {
+                    pdb: i.pdb.clone(),
+                    selector: i.selector.clone(),
+                })
+                .collect(),
+        );
+        let pods = [
+            vec![("app", "web")],
+            vec![("app", "web"), ("tier", "front")],
+            vec![("app", "web"), ("tier", "back")],
+            vec![("app", "api"), ("tier", "front")],
+            vec![("app", "db")],
+            vec![("tier", "front")],
+            vec![],
+        ];
+        for labels in pods {
+            let map: BTreeMap<String, String> = labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let l = PodLabels::from_map(Some(&map));
+            let indexed: Vec<String> = index
+                .selecting(&l)
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            assert_eq!(indexed, full_scan(&l), "pod labels {labels:?}");
+        }
+        // Sanity: the pods above do hit several selectors each.
+        let web_front: BTreeMap<String, String> = [
+            ("app".into(), "web".into()),
+            ("tier".into(), "front".into()),
+        ]
+        .into();
+        assert_eq!(
+            index
+                .selecting(&PodLabels::from_map(Some(&web_front)))
+                .len(),
+            7
         );
     }
 
