@@ -6,63 +6,97 @@
 //! leave 2 Ready pods. The webhook holds it until the recount, which blocks
 //! it, and the surge makes room the usual way: Ready never goes below 3.
 //!
-//! The race is made deterministic: kube-controller-manager is paused
-//! (SIGSTOP) and the test does the deployment and ReplicaSet controllers'
-//! scale-down writes itself (Deployment and ReplicaSet at 3, one pod
-//! deleted), so the disruption controller cannot recount until the test
-//! resumes it. It stops the whole cluster's controllers, so it runs with the
-//! other chaos tests, one at a time.
+//! The race is made deterministic without touching the other controllers:
+//! a ValidatingAdmissionPolicy, bound to this test's namespace only, refuses
+//! the disruption controller's PDB status writes, so the real deployment
+//! and ReplicaSet controllers scale down while the status stays as it was.
+//! Removing the binding lets the recount through. (Pausing the whole
+//! controller-manager instead made the ReplicaSet controller act on a stale
+//! view when resumed: it deleted a pod of its own.) Cluster-wide objects, so
+//! it runs with the other chaos tests, one at a time.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 use kube::Api;
 
 use crate::support::*;
 
 const HOLDS: &str = "eviction_autoscaler_eviction_holds_total";
+/// kube-controller-manager's disruption controller, with
+/// `--use-service-account-credentials` (tests/cluster/up.sh).
+const DISRUPTION_CONTROLLER: &str = "system:serviceaccount:kube-system:disruption-controller";
+const POLICY: &str = "e2e-freeze-pdb-status";
 
-/// kube-controller-manager stopped with SIGSTOP; resumed when dropped, so
-/// a failing test never leaves the cluster without its controllers.
-struct Paused(u32);
+/// The policy and its binding (to `ns` only); deleted when dropped, so a
+/// failing test never leaves the disruption controller refused.
+struct StatusFrozen {
+    ns: String,
+}
 
-impl Paused {
-    fn controller_manager() -> Paused {
-        let pidfile = cluster_dir().join("pids/kube-controller-manager.pid");
-        let pid: u32 = std::fs::read_to_string(&pidfile)
-            .unwrap_or_else(|e| panic!("{}: {e}", pidfile.display()))
-            .trim()
-            .parse()
-            .expect("pid");
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cluster = path_str(&cluster_dir());
+impl StatusFrozen {
+    fn apply(ns: &str) -> StatusFrozen {
+        let manifest = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+             "metadata": {"name": POLICY},
+             "spec": {"failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["policy"], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["poddisruptionbudgets/status"]}]},
+                "validations": [{"expression": format!("request.userInfo.username != '{DISRUPTION_CONTROLLER}'"),
+                    "message": "PDB status frozen by the chaos test recount"}]}},
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+             "metadata": {"name": POLICY},
+             "spec": {"policyName": POLICY, "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}}
+        ]});
+        let path = std::env::temp_dir().join(format!("{POLICY}-{}.json", std::process::id()));
+        std::fs::write(&path, manifest.to_string()).expect("write policy");
+        kubectl_ok(&["apply", "-f", &path_str(&path)]);
+        StatusFrozen { ns: ns.to_string() }
+    }
+
+    /// Whether the disruption controller may write this PDB's status now:
+    /// a server-side dry run of its own kind of write (an update of the
+    /// status subresource, as that controller), refused by this policy and
+    /// by nothing else.
+    fn dc_may_write(&self, pdb: &str) -> bool {
+        let current = kubectl_ok(&["-n", &self.ns, "get", "pdb", pdb, "-o", "json"]);
+        let path = std::env::temp_dir().join(format!("{POLICY}-pdb-{}.json", std::process::id()));
+        std::fs::write(&path, current).expect("write PDB");
+        let out = kubectl(&[
+            "replace",
+            "--subresource=status",
+            "-f",
+            &path_str(&path),
+            "--dry-run=server",
+            &format!("--as={DISRUPTION_CONTROLLER}"),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            String::from_utf8_lossy(&cmdline).contains(&cluster),
-            "pid {pid} is not this cluster's kube-controller-manager"
+            out.status.success() || err.contains("frozen by the chaos test"),
+            "a status update as the disruption controller failed for another reason: {err}"
         );
-        signal(pid, "-STOP");
-        Paused(pid)
+        out.status.success()
+    }
+
+    fn lift(&self) {
+        let _ = kubectl(&[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            POLICY,
+            "--ignore-not-found",
+        ]);
     }
 }
 
-impl Drop for Paused {
+impl Drop for StatusFrozen {
     fn drop(&mut self) {
-        signal(self.0, "-CONT");
+        self.lift();
     }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok || std::thread::panicking(), "kill {sig} {pid}");
 }
 
 /// Evicts `pod` the way kubectl drain does: a 429 is retried (every second
@@ -85,9 +119,10 @@ async fn evict_retrying(pods: Api<Pod>, pod: String) -> (Result<(), String>, usi
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_eviction_before_the_pdb_counts_a_scale_down_waits_for_the_recount() {
     let _g = nodes_lock().await;
-    // A server of our own with the default settings: the test before may
-    // have stopped or replaced the shared one.
-    let wh = restart_server(&[]);
+    // A server of our own (the test before may have stopped or replaced the
+    // shared one), with the longest hold: the recount comes once the policy
+    // is lifted, and the surge after it.
+    let wh = restart_server(&[("EVICTION_HOLD", "8s")]);
     let ns = TestNs::new("chaos-recount").await;
     // The user's PDB first, so the Deployment never gets one of ours.
     let pdbs: Api<PodDisruptionBudget> = ns.api();
@@ -113,7 +148,7 @@ async fn an_eviction_before_the_pdb_counts_a_scale_down_waits_for_the_recount() 
     deps.create(&PostParams::default(), &deployment("rc", 4, None))
         .await
         .expect("create Deployment");
-    let ready = wait_ready(&ns, "rc", 4).await;
+    wait_ready(&ns, "rc", 4).await;
     wait_pdb(&ns, "rc", "4 healthy, one disruption allowed", |p| {
         p.status.as_ref().is_some_and(|s| {
             s.current_healthy == 4
@@ -122,45 +157,39 @@ async fn an_eviction_before_the_pdb_counts_a_scale_down_waits_for_the_recount() 
         })
     })
     .await;
-    let rs_name = wait_for("the ReplicaSet of rc", Duration::from_secs(30), || async {
-        let rs: Api<ReplicaSet> = ns.api();
-        rs.list(&ListParams::default().labels("app=rc"))
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find_map(|r| r.metadata.name)
-    })
-    .await;
     let holds_before = wh.metric_sum(HOLDS, &["wait=\"recount\"", "outcome=\"blocked\""]);
 
-    // The scale-down, as the deployment and ReplicaSet controllers would
-    // write it, with the disruption controller unable to count it.
-    let paused = Paused::controller_manager();
+    // The disruption controller may not publish a recount from now on.
+    let frozen = StatusFrozen::apply(&ns.name);
+    wait_for(
+        "the policy to refuse the disruption controller's status writes",
+        Duration::from_secs(30),
+        || async { (!frozen.dc_may_write("rc")).then_some(()) },
+    )
+    .await;
+    // The scale-down, by the real deployment and ReplicaSet controllers.
     let t0 = Instant::now();
-    let scale = |n: i32| serde_json::json!({"spec": {"replicas": n}});
-    deps.patch("rc", &PatchParams::default(), &Patch::Merge(scale(3)))
-        .await
-        .expect("scale Deployment to 3");
-    let rss: Api<ReplicaSet> = ns.api();
-    rss.patch(&rs_name, &PatchParams::default(), &Patch::Merge(scale(3)))
-        .await
-        .expect("scale ReplicaSet to 3");
-    let pods: Api<Pod> = ns.api();
-    let gone = ready[3].metadata.name.clone().expect("pod name");
-    pods.delete(
-        &gone,
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..Default::default()
-        },
+    deps.patch(
+        "rc",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"replicas": 3}})),
     )
     .await
-    .expect("delete the pod the ReplicaSet would remove");
-    wait_for(
-        "3 Ready pods after the scale-down",
+    .expect("scale Deployment to 3");
+    let left = wait_for(
+        "the ReplicaSet at 3 pods",
         Duration::from_secs(30),
-        || async { (ready_pods(&ns, "rc").await.len() == 3).then_some(()) },
+        || async {
+            let all: Api<Pod> = ns.api();
+            let n = all
+                .list(&kube::api::ListParams::default().labels("app=rc"))
+                .await
+                .ok()?
+                .items
+                .len();
+            let r = ready_pods(&ns, "rc").await;
+            (n == 3 && r.len() == 3).then_some(r)
+        },
     )
     .await;
     let stale = pdbs
@@ -175,17 +204,35 @@ async fn an_eviction_before_the_pdb_counts_a_scale_down_waits_for_the_recount() 
         "the PDB's status must still lag the scale-down for this test to mean anything"
     );
     // Let the webhook's watch caches see the scale-down (milliseconds here).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
 
+    let pods: Api<Pod> = ns.api();
     let watcher = AvailabilityWatcher::start(&ns, "rc");
-    let victim = ready[0].metadata.name.clone().expect("pod name");
+    let victim = left[0].metadata.name.clone().expect("pod name");
     let eviction = tokio::spawn(evict_retrying(pods.clone(), victim.clone()));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let answered_while_lagging = eviction.is_finished();
     let ready_while_lagging = ready_pods(&ns, "rc").await.len();
     let paused_for = t0.elapsed();
-    drop(paused);
-
+    // Let the recount through, and give the disruption controller a pod
+    // event so that it does not wait out its retry backoff.
+    frozen.lift();
+    wait_for(
+        "the disruption controller allowed to write again",
+        Duration::from_secs(30),
+        || async { frozen.dc_may_write("rc").then_some(()) },
+    )
+    .await;
+    let _ = kubectl(&[
+        "-n",
+        &ns.name,
+        "annotate",
+        "pods",
+        "-l",
+        "app=rc",
+        "e2e-nudge=1",
+        "--overwrite",
+    ]);
     let (evicted, refused) = eviction.await.expect("eviction task");
     let took = t0.elapsed();
     wait_ready(&ns, "rc", 3).await;
@@ -196,7 +243,7 @@ async fn an_eviction_before_the_pdb_counts_a_scale_down_waits_for_the_recount() 
     let started = event_total(&ns.name, "SurgeStarted");
     let reverted = event_total(&ns.name, "SurgeReverted");
     record_figure(format!(
-        "eviction while the PDB status lagged a 4->3 scale-down (controller-manager paused {:.1}s): answered while lagging {answered_while_lagging}, Ready then {ready_while_lagging}, fewest Ready {min_ready}/3, recount holds that found the budget blocking {holds}, 429s {refused}, evicted after {:.1}s, SurgeStarted {started}, SurgeReverted {reverted}",
+        "eviction while the PDB status lagged a 4->3 scale-down (status frozen {:.1}s): answered while lagging {answered_while_lagging}, Ready then {ready_while_lagging}, fewest Ready {min_ready}/3, recount holds that found the budget blocking {holds}, 429s {refused}, evicted after {:.1}s, SurgeStarted {started}, SurgeReverted {reverted}",
         paused_for.as_secs_f64(),
         took.as_secs_f64()
     ));
