@@ -433,6 +433,10 @@ async fn opt_in_scope_follows_annotations_at_run_time() {
 /// Event and no write loop.
 #[tokio::test]
 async fn status_columns_and_name_conflict_without_a_loop() {
+    // No cordon or drain of another test meanwhile: a cordoned node holding
+    // a pod of "shown" would surge it (seen once in CI: reason Surging, not
+    // Protected).
+    let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-status").await;
     let deps: Api<Deployment> = ns.api();
     deps.create(&PostParams::default(), &deployment("shown", 2, None))

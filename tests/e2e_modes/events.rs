@@ -108,6 +108,28 @@ async fn pod_updates_plan_nothing_and_a_change_plans_only_its_namespace() {
     // status follows it): on a loaded machine that comes seconds later.
     for ns in &spaces {
         wait_ready(ns, "web", 1).await;
+        // The deployment controller's last status writes (available
+        // replicas, then the Progressing condition) are Deployment events
+        // that mark the namespace; on a loaded machine they can come
+        // seconds after the pod is Ready. Seen once in CI: all four
+        // namespaces planned twice during the pod updates below.
+        let deps: Api<Deployment> = ns.api();
+        wait_for(
+            "the Deployment's rollout status complete",
+            Duration::from_secs(60),
+            || async {
+                let d = deps.get("web").await.ok()?;
+                let st = d.status?;
+                let done = st.observed_generation == d.metadata.generation
+                    && st.available_replicas == Some(1)
+                    && st.conditions.unwrap_or_default().iter().any(|c| {
+                        c.type_ == "Progressing"
+                            && c.reason.as_deref() == Some("NewReplicaSetAvailable")
+                    });
+                done.then_some(())
+            },
+        )
+        .await;
         wait_pdb(ns, "web", "owned PDB with its status computed", |p| {
             p.status.as_ref().is_some_and(|s| {
                 s.observed_generation == p.metadata.generation
