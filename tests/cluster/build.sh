@@ -53,8 +53,27 @@ built=0
 
 # Build into a temporary directory next to the target, then move into place, so an
 # interrupted build never leaves a half-written binary that would be "cached".
+# runs_as <binary> <expected version text> <args...>: a cached binary counts as
+# built only if it runs and names its version. A file that is there but does not
+# (truncated or zeroed by a crash or a copied cache) is removed and rebuilt; it
+# would otherwise exit at once, silently, when up.sh starts it.
+runs_as() {
+  local bin=$1 want=$2 out; shift 2
+  [[ -x "$bin" ]] || return 1
+  out="$(timeout 20 "$bin" "$@" 2>&1 | head -c 4096)" || true
+  if [[ "$out" != *"$want"* ]]; then
+    echo "build.sh: $bin does not run as $want (printed: ${out:0:200}); rebuilding it" >&2
+    rm -f "$bin"
+    return 1
+  fi
+}
+k8s_version_args() { [[ $1 == kubectl ]] && echo "version --client" || echo "--version"; }
+
 k8s_missing=()
-for b in "${K8S_BINARIES[@]}"; do [[ -x "$K8S_BIN_DIR/$b" ]] || k8s_missing+=("$b"); done
+for b in "${K8S_BINARIES[@]}"; do
+  # shellcheck disable=SC2046 # the arguments are meant to split
+  runs_as "$K8S_BIN_DIR/$b" "$K8S_VERSION" $(k8s_version_args "$b") || k8s_missing+=("$b")
+done
 if ((${#k8s_missing[@]})); then
   echo "build.sh: building Kubernetes $K8S_VERSION: ${k8s_missing[*]}"
   major="${K8S_VERSION#v}"; major="${major%%.*}"
@@ -76,9 +95,9 @@ if ((${#k8s_missing[@]})); then
   built=1
 fi
 
-build_one() { # build_one <name> <module dir> <package> <dest> [ldflags]
-  local name=$1 dir=$2 pkg=$3 dest=$4 ldflags=${5:-} t tmp
-  [[ -x "$dest" ]] && return 0
+build_one() { # build_one <name> <module dir> <package> <dest> <version text> [ldflags]
+  local name=$1 dir=$2 pkg=$3 dest=$4 want=$5 ldflags=${6:-} t tmp
+  runs_as "$dest" "$want" --version && return 0
   echo "build.sh: building $name"
   mkdir -p "$(dirname "$dest")"
   tmp="$(mktemp "$dest.XXXXXX")"
@@ -89,8 +108,8 @@ build_one() { # build_one <name> <module dir> <package> <dest> [ldflags]
   built=1
 }
 
-build_one "etcd $ETCD_VERSION" "$HERE/etcd" go.etcd.io/etcd/server/v3 "$ETCD_BIN"
-build_one "kwok $KWOK_VERSION" "$HERE/kwok" sigs.k8s.io/kwok/cmd/kwok "$KWOK_BIN"
+build_one "etcd $ETCD_VERSION" "$HERE/etcd" go.etcd.io/etcd/server/v3 "$ETCD_BIN" "${ETCD_VERSION#v}"
+build_one "kwok $KWOK_VERSION" "$HERE/kwok" sigs.k8s.io/kwok/cmd/kwok "$KWOK_BIN" "$KWOK_VERSION"
 
 if ((built)); then
   echo "build.sh: total build time $(($(now) - T_ALL))s"

@@ -21,6 +21,20 @@ CLUSTER_DIR="$(cd "$CLUSTER_DIR" && pwd)"
 NODES=(kwok-node-0 kwok-node-1 kwok-node-2)
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
+# A start-up that fails at a process (exit 3 from fail: a component exited or
+# timed out) is tried once more from a fresh state, saying so, so that one
+# component's bad start does not cost a whole CI run. A failed build or a bad
+# certificate (exit 1) is not retried. The first attempt's logs are kept.
+if [[ -z "${EA_UP_ATTEMPT:-}" ]]; then
+  rc=0
+  EA_UP_ATTEMPT=1 "${BASH_SOURCE[0]}" "$@" || rc=$?
+  ((rc == 3)) || exit "$rc"
+  kept="$(mktemp -d "${TMPDIR:-/tmp}/ea-up-failed.XXXXXX")"
+  cp -r "$CLUSTER_DIR/logs" "$kept/" 2>/dev/null || true
+  echo "up.sh: the first start-up failed at a process (its logs: $kept/logs); trying once more from a fresh state" >&2
+  EA_UP_ATTEMPT=2 exec "${BASH_SOURCE[0]}" "$@"
+fi
+
 T0=$(date +%s)
 log() { echo "up.sh [$(($(date +%s) - T0))s]: $*"; }
 
@@ -45,8 +59,19 @@ alive() {
 kc() { "$KUBECTL" --kubeconfig "$CLUSTER_DIR/kubeconfig" "$@"; }
 
 fail() { # fail <component> <message>
-  local c=$1; shift
+  local c=$1 pid st=0; shift
   echo "up.sh: FAILED: $c: $*" >&2
+  # A component that exited is this shell's child: say how it ended, since a
+  # kill or a binary that is not one leaves its log empty.
+  pid="$(pid_of "$c")"
+  if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+    wait "$pid" 2>/dev/null || st=$?
+    if ((st > 128 && st != 255)); then
+      echo "up.sh: $c (pid $pid) was ended by signal $((st - 128)) ($(kill -l $((st - 128)) 2>/dev/null || echo '?'))" >&2
+    else
+      echo "up.sh: $c (pid $pid) exited with status $st" >&2
+    fi
+  fi
   local f="$CLUSTER_DIR/logs/$c.log"
   if [[ -f "$f" ]]; then
     if grep -qE '^(E[0-9]{4}|F[0-9]{4}|Error:|panic:)|"level":"(error|fatal|panic)"|"level":"ERROR"' "$f"; then
@@ -60,6 +85,8 @@ fail() { # fail <component> <message>
   # Stop what was started but keep the state dir (logs) for inspection; the next
   # up.sh or down.sh cleans it.
   stop_all
+  # 3: a process failed (retried once, see the top); 1: anything else.
+  [[ " ${COMPONENTS[*]} " == *" $c "* ]] && exit 3
   exit 1
 }
 
