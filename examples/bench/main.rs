@@ -456,13 +456,19 @@ async fn over_https() -> Result<(), http::BenchError> {
         return Ok(());
     }
     // For a profiler: h2load against the product alone, then stop
-    // (BENCH_PRODUCT_ONLY=h1 for HTTP/1.1, anything else HTTP/2).
+    // (BENCH_PRODUCT_ONLY=h1 for HTTP/1.1, anything else HTTP/2;
+    // BENCH_SERVER=bare aims it at the bare server instead, for a profile
+    // to compare with).
     if let Some(p) = std::env::var_os("BENCH_PRODUCT_ONLY") {
         let proto = if p == "h1" { Proto::H1 } else { Proto::H2 };
+        let (name, addr) = match std::env::var("BENCH_SERVER").as_deref() {
+            Ok("bare") => ("bare", s.bare),
+            _ => ("product", s.product),
+        };
         for _ in 0..4 {
-            let (req, addr) = (body.clone(), s.product);
+            let req = body.clone();
             let r = blocking(move || http::saturation(proto, &req, addr, 4)).await?;
-            out!("product over {}: {r:.0} req/s", proto.name());
+            out!("{name} over {}: {r:.0} req/s", proto.name());
         }
         return Ok(());
     }

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 
 use kube::core::admission::{AdmissionResponse, AdmissionReview};
 use kube::core::DynamicObject;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::ReviewError;
 
@@ -39,42 +39,33 @@ impl Reply {
     /// The JSON body.
     pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
         match self {
-            Reply::Allowed { uid, warning } => serde_json::to_vec(&AllowedReview {
-                api_version: "admission.k8s.io/v1",
-                kind: "AdmissionReview",
-                response: AllowedResponse {
-                    uid,
-                    allowed: true,
-                    status: Empty {},
-                    warnings: warning.as_deref().map(|w| [w]),
-                },
-            }),
+            // Written straight out: only the uid and the warning need
+            // escaping (a profile put serializing the constant keys at 1.6%
+            // of the eviction path's CPU).
+            Reply::Allowed { uid, warning } => {
+                let mut out = Vec::with_capacity(
+                    ALLOWED_HEAD.len() + uid.len() + 64 + warning.as_ref().map_or(0, String::len),
+                );
+                out.extend_from_slice(ALLOWED_HEAD);
+                serde_json::to_writer(&mut out, uid)?;
+                out.extend_from_slice(br#","allowed":true,"status":{}"#);
+                if let Some(w) = warning {
+                    out.extend_from_slice(br#","warnings":["#);
+                    serde_json::to_writer(&mut out, w)?;
+                    out.push(b']');
+                }
+                out.extend_from_slice(b"}}");
+                Ok(out)
+            }
             Reply::Review(r) => serde_json::to_vec(r),
         }
     }
 }
 
 // Field order and names as kube's AdmissionReview / AdmissionResponse
-// serialize them (an empty Status is `{}`).
-#[derive(Serialize)]
-struct AllowedReview<'a> {
-    #[serde(rename = "apiVersion")]
-    api_version: &'static str,
-    kind: &'static str,
-    response: AllowedResponse<'a>,
-}
-
-#[derive(Serialize)]
-struct AllowedResponse<'a> {
-    uid: &'a str,
-    allowed: bool,
-    status: Empty,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    warnings: Option<[&'a str; 1]>,
-}
-
-#[derive(Serialize)]
-struct Empty {}
+// serialize them (an empty Status is `{}`); a unit test compares the bytes.
+const ALLOWED_HEAD: &[u8] =
+    br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#;
 
 /// What the eviction webhook needs from a review.
 #[derive(Debug, Clone, PartialEq, Eq)]
