@@ -267,14 +267,29 @@ async fn read_limited(
 ) -> Result<(Bytes, Option<OwnedSemaphorePermit>), BadInput> {
     let declared = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX);
     let mut held = None;
-    let mut buf = Vec::new();
     if declared <= max {
         budget.cover(&mut held, declared)?;
-        buf.reserve_exact(declared);
     }
     let mut stream = body.into_data_stream();
+    // The common body comes in one chunk: keep it as it is, no copy.
+    let first = match stream.next().await {
+        None => return Ok((Bytes::new(), held)),
+        Some(chunk) => chunk.map_err(|e| BadInput::Unreadable(e.to_string()))?,
+    };
+    if stream.is_end_stream() && first.len() <= max {
+        budget.cover(&mut held, first.len())?;
+        return Ok((first, held));
+    }
+    let mut buf = Vec::new();
+    if declared <= max {
+        buf.reserve_exact(declared);
+    }
     let mut too_large = false;
-    while let Some(chunk) = stream.next().await {
+    let mut pending = Some(Ok(first));
+    while let Some(chunk) = match pending.take() {
+        Some(c) => Some(c),
+        None => stream.next().await,
+    } {
         let chunk = chunk.map_err(|e| BadInput::Unreadable(e.to_string()))?;
         if too_large || buf.len() + chunk.len() > max {
             too_large = true;

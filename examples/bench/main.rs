@@ -422,6 +422,10 @@ fn main() {
 }
 
 /// Bench item 1 of issue 9.
+/// Saturation rounds per protocol and server: the machines are noisy
+/// (single rounds vary by 10%), so the ratio is of means over several.
+const HTTPS_ROUNDS: usize = 5;
+
 async fn over_https() -> Result<(), http::BenchError> {
     use http::Proto;
     let (pods, apps) = (10_000, 20);
@@ -437,7 +441,7 @@ async fn over_https() -> Result<(), http::BenchError> {
          allows it (the hot path: no apiserver call). Beside it, a minimal axum + rustls server \
          answering a constant AdmissionReview with the same rustls configuration: the stack's limit. \
          Load from h2load on the same machine (HTTP/2: 4 connections x 16 streams; HTTP/1.1: 32 \
-         keep-alive connections), runs interleaved product / bare, 3 rounds of 4 s each.\n",
+         keep-alive connections), runs interleaved product / bare, {HTTPS_ROUNDS} rounds of 4 s each.\n",
         100 * apps
     );
     let body = s.body.clone();
@@ -485,7 +489,7 @@ async fn over_https() -> Result<(), http::BenchError> {
         best(&br),
         best(&pr) - best(&br)
     );
-    let rounds = 3;
+    let rounds = HTTPS_ROUNDS;
     out!("| protocol | product req/s (rounds) | bare req/s (rounds) | ratio of means | target | product's serve loop, bare handler: req/s, ratio |");
     out!("|---|---|---|---|---|---|");
     for proto in [Proto::H2, Proto::H1] {
