@@ -559,3 +559,95 @@ pub async fn serve_with_limits(
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(bytes: usize) -> BodyBudget {
+        BodyBudget(Arc::new(Semaphore::new(bytes)))
+    }
+
+    /// A body in several chunks and of unknown length (like HTTP/1.1
+    /// chunked encoding or several HTTP/2 DATA frames).
+    fn chunked(parts: &[&'static [u8]]) -> Body {
+        let chunks: Vec<Result<Bytes, std::io::Error>> =
+            parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
+        Body::from_stream(futures::stream::iter(chunks))
+    }
+
+    /// One chunk, its end known, its length not declared (an HTTP/2
+    /// request without content-length in one DATA frame).
+    struct Undeclared(Option<Bytes>);
+
+    impl HttpBody for Undeclared {
+        type Data = Bytes;
+        type Error = std::io::Error;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+            std::task::Poll::Ready(self.0.take().map(|b| Ok(hyper::body::Frame::data(b))))
+        }
+        fn is_end_stream(&self) -> bool {
+            self.0.is_none()
+        }
+    }
+
+    fn undeclared(b: &'static [u8]) -> Body {
+        Body::new(Undeclared(Some(Bytes::from_static(b))))
+    }
+
+    async fn read(body: Body, max: usize, bytes: usize) -> Result<(Bytes, usize), BadInput> {
+        let (got, held) = read_limited(body, max, &budget(bytes)).await?;
+        Ok((got, held.map_or(0, |p| p.num_permits())))
+    }
+
+    #[tokio::test]
+    async fn a_body_in_one_chunk_is_kept_and_one_in_several_is_joined() {
+        let one = Bytes::from_static(b"{\"one\":1}");
+        let Ok((got, held)) = read(Body::from(one.clone()), 100, 100).await else {
+            panic!("one chunk refused");
+        };
+        assert_eq!(got, one);
+        assert_eq!(got.as_ptr(), one.as_ptr(), "kept, not copied");
+        assert_eq!(held, one.len(), "its bytes are covered by the budget");
+        let Ok((got, held)) = read(chunked(&[b"ab", b"cd", b"ef"]), 100, 100).await else {
+            panic!("three chunks refused");
+        };
+        assert_eq!(&got[..], b"abcdef");
+        assert_eq!(held, 6);
+        let Ok((got, _)) = read(chunked(&[]), 100, 100).await else {
+            panic!("no chunk refused");
+        };
+        assert!(got.is_empty());
+        let Ok((got, held)) = read(undeclared(b"abcdef"), 100, 100).await else {
+            panic!("one undeclared chunk refused");
+        };
+        assert_eq!((&got[..], held), (&b"abcdef"[..], 6));
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_limit_or_the_budget_is_refused() {
+        for (body, what) in [
+            (Body::from("abcdef"), "one chunk"),
+            (chunked(&[b"abc", b"def"]), "two chunks"),
+            (undeclared(b"abcdef"), "one undeclared chunk"),
+        ] {
+            assert!(
+                matches!(read(body, 5, 100).await, Err(BadInput::TooLarge(5))),
+                "{what} over the limit"
+            );
+        }
+        for (body, what) in [
+            (Body::from("abcdef"), "one chunk"),
+            (chunked(&[b"abc", b"def"]), "two chunks"),
+            (undeclared(b"abcdef"), "one undeclared chunk"),
+        ] {
+            assert!(
+                matches!(read(body, 100, 4).await, Err(BadInput::Busy)),
+                "{what} over the budget"
+            );
+        }
+    }
+}
