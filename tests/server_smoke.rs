@@ -467,20 +467,11 @@ async fn oversized_request_heads_get_431() {
     .await
     .unwrap();
     assert_eq!(code, Some(431), "HTTP/1.1 100 KiB header");
-    let many: String = (0..150).map(|i| format!("\r\nx-h{i}: v")).collect();
-    let code = http_kit::h1(
-        &run,
-        &format!("GET /healthz HTTP/1.1\r\nhost: x{many}"),
-        b"",
-    )
-    .await
-    .unwrap();
-    assert_eq!(code, Some(431), "HTTP/1.1 150 headers");
-    // The header-count limit is exactly Limits::max_headers (the server
-    // leaves hyper's own limit in place when they agree): host,
+    // Too many header fields: 431. The limit is exactly Limits::max_headers
+    // (the server leaves hyper's own limit in place when they agree): host,
     // content-length (h1 adds it) and 98 more pass, one more is refused.
     let limit = Limits::default().max_headers;
-    for (fields, want) in [(limit, 200), (limit + 1, 431)] {
+    for (fields, want) in [(150, 431), (limit, 200), (limit + 1, 431)] {
         let more: String = (2..fields).map(|i| format!("\r\nx-h{i}: v")).collect();
         let code = http_kit::h1(
             &run,
