@@ -165,6 +165,7 @@ pub const NEEDED: &[(&str, &str, &str, &str)] = &[
     ("patch", "keda.sh", "scaledobjects", ""),
     ("create", "policy", "poddisruptionbudgets", ""),
     ("delete", "policy", "poddisruptionbudgets", ""),
+    ("patch", "policy", "poddisruptionbudgets", "status"),
     (
         "create",
         "eviction-autoscaler.azure.com",

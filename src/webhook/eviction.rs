@@ -307,32 +307,8 @@ pub fn recount_pending(
         return None;
     }
     let selector = Selector::compile(pdb.spec.as_ref().and_then(|s| s.selector.as_ref())).ok()?;
-    let now = view.now();
-    let leaving = |name: &str| {
-        status
-            .disrupted_pods
-            .as_ref()
-            .and_then(|d| d.get(name))
-            .is_some_and(|t| t.0 + DISRUPTED_POD_TIMEOUT > now)
-    };
     let ns = pod.namespace();
-    let (mut healthy, mut dep_healthy) = (0i32, 0i32);
-    for p in view.pods_in(ns) {
-        if !selector.selects_for_eviction(p.labels())
-            || p.is_terminating()
-            || leaving(p.name())
-            || !p.is_ready()
-        {
-            continue;
-        }
-        healthy += 1;
-        if view
-            .owning_deployment(&p)
-            .is_some_and(|d| same_object(&d.metadata, &dep.metadata))
-        {
-            dep_healthy += 1;
-        }
-    }
+    let (healthy, dep_healthy) = count_healthy(view, ns, &selector, status, Some(dep.as_ref()));
     let settled_healthy = healthy - (dep_healthy - wanted).max(0);
     // The eviction takes one healthy pod; with room for it, nothing lags
     // that matters.
@@ -348,6 +324,137 @@ pub fn recount_pending(
         desired_healthy: status.desired_healthy,
         current_healthy: status.current_healthy,
     })
+}
+
+/// The PDB's healthy pods in `ns`, counted the way the disruption
+/// controller counts them (Ready, not terminating, not in a current
+/// `disruptedPods` entry), and how many of them `dep` owns.
+fn count_healthy(
+    view: &impl EvictionView,
+    ns: &str,
+    selector: &Selector,
+    status: &PodDisruptionBudgetStatus,
+    dep: Option<&Deployment>,
+) -> (i32, i32) {
+    let now = view.now();
+    let leaving = |name: &str| {
+        status
+            .disrupted_pods
+            .as_ref()
+            .and_then(|d| d.get(name))
+            .is_some_and(|t| t.0 + DISRUPTED_POD_TIMEOUT > now)
+    };
+    let (mut healthy, mut dep_healthy) = (0i32, 0i32);
+    for p in view.pods_in(ns) {
+        if !selector.selects_for_eviction(p.labels())
+            || p.is_terminating()
+            || leaving(p.name())
+            || !p.is_ready()
+        {
+            continue;
+        }
+        healthy += 1;
+        if dep.is_some_and(|dep| {
+            view.owning_deployment(&p)
+                .is_some_and(|d| same_object(&d.metadata, &dep.metadata))
+        }) {
+            dep_healthy += 1;
+        }
+    }
+    (healthy, dep_healthy)
+}
+
+/// The status an owned PDB should have now: it still counts healthy pods
+/// that are gone (the scale-down of a surge's revert, before the disruption
+/// controller recounts), so it allows more disruptions than there is room
+/// for. The apiserver checks evictions against that status, not the pods;
+/// when the controller is slow (a busy controller-manager takes seconds),
+/// an eviction in that window takes a pod below the budget's minimum. The
+/// webhook then writes what the controller would write, as the apiserver's
+/// own eviction does when it takes a disruption: only ever fewer
+/// disruptions, guarded by the resourceVersion read, and the controller's
+/// next count overwrites it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusCatchUp {
+    pub namespace: String,
+    pub pdb: String,
+    pub resource_version: String,
+    /// What the status counts now.
+    pub was_healthy: i32,
+    pub was_allowed: i32,
+    /// What it should count.
+    pub current_healthy: i32,
+    pub disruptions_allowed: i32,
+    /// Index of the `DisruptionAllowed` condition, set to False when no
+    /// disruption is left (as the disruption controller does).
+    pub condition: Option<usize>,
+}
+
+/// [`StatusCatchUp`] for the PDB `pdb` of `ns`, when it is ours (never
+/// another's), its status has observed its spec (otherwise the apiserver
+/// refuses evictions under it anyway), and the pods the caches see leave
+/// fewer disruptions than the status allows.
+pub fn status_catch_up(view: &impl EvictionView, ns: &str, pdb: &str) -> Option<StatusCatchUp> {
+    let pdb = view
+        .pdbs_in(ns)
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some(pdb))?;
+    if !crate::cache::owned_by_us(&pdb.metadata) {
+        return None;
+    }
+    let status = pdb.status.as_ref()?;
+    if status.observed_generation.unwrap_or(0) < pdb.metadata.generation.unwrap_or(0) {
+        return None;
+    }
+    let selector = Selector::compile(pdb.spec.as_ref().and_then(|s| s.selector.as_ref())).ok()?;
+    let (healthy, _) = count_healthy(view, ns, &selector, status, None);
+    let allowed = (healthy - status.desired_healthy).max(0);
+    if healthy >= status.current_healthy || status.disruptions_allowed <= allowed {
+        return None;
+    }
+    let condition = if allowed == 0 {
+        status.conditions.as_ref().and_then(|c| {
+            c.iter()
+                .position(|c| c.type_ == "DisruptionAllowed" && c.status != "False")
+        })
+    } else {
+        None
+    };
+    Some(StatusCatchUp {
+        namespace: ns.to_string(),
+        pdb: pdb.metadata.name.clone().unwrap_or_default(),
+        resource_version: pdb.metadata.resource_version.clone()?,
+        was_healthy: status.current_healthy,
+        was_allowed: status.disruptions_allowed,
+        current_healthy: healthy,
+        disruptions_allowed: allowed,
+        condition,
+    })
+}
+
+impl StatusCatchUp {
+    /// The JSON patch of the status subresource: the resourceVersion tested
+    /// first, so a status anyone wrote since (the controller's recount)
+    /// fails it and stays.
+    pub fn ops(&self, now: Timestamp) -> Vec<serde_json::Value> {
+        use serde_json::json;
+        let mut ops = vec![
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": self.resource_version}),
+            json!({"op": "add", "path": "/status/currentHealthy", "value": self.current_healthy}),
+            json!({"op": "add", "path": "/status/disruptionsAllowed", "value": self.disruptions_allowed}),
+        ];
+        if let Some(i) = self.condition {
+            let at = |f: &str| format!("/status/conditions/{i}/{f}");
+            ops.extend([
+                json!({"op": "test", "path": at("type"), "value": "DisruptionAllowed"}),
+                json!({"op": "replace", "path": at("status"), "value": "False"}),
+                json!({"op": "replace", "path": at("reason"), "value": "InsufficientPods"}),
+                json!({"op": "replace", "path": at("lastTransitionTime"),
+                    "value": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}),
+            ]);
+        }
+        ops
+    }
 }
 
 fn same_object(
@@ -1103,6 +1210,164 @@ pub(crate) mod tests {
                 Decision::Block(_) => panic!("{name}: a Block from a status that allows"),
             };
             assert_eq!(got, want, "{name}");
+        }
+    }
+
+    /// An owned PDB whose status still counts a pod that is gone: what the
+    /// webhook writes, and when it writes nothing.
+    #[test]
+    fn an_owned_status_that_counts_pods_gone_is_brought_down() {
+        type Tweak = fn(&mut Fixture);
+        // Some((healthy, allowed, condition index)) when a write is due.
+        let rows: Vec<(&str, Tweak, Option<(i32, i32, Option<usize>)>)> = vec![
+            (
+                "the ReplicaSet removed one pod; the status still counts 4",
+                |f| {
+                    f.pods.pop();
+                },
+                Some((3, 0, None)),
+            ),
+            (
+                "the condition says True: it goes to False with the last disruption",
+                |f| {
+                    f.pods.pop();
+                    f.pdbs[0].status.as_mut().unwrap().conditions = Some(vec![
+                        condition("Other", "True"),
+                        condition("DisruptionAllowed", "True"),
+                    ]);
+                },
+                Some((3, 0, Some(1))),
+            ),
+            (
+                "the pod it removes is terminating",
+                |f| {
+                    let mut w = pod_wire("s", "Running", true);
+                    w.metadata.deletion_timestamp = Some(Time(Default::default()));
+                    f.pods[3] = SlimPod::from(w);
+                },
+                Some((3, 0, None)),
+            ),
+            (
+                "two gone under a minimum of 1: one disruption is left, not three",
+                |f| {
+                    f.pods.truncate(2);
+                    f.pdbs[0] = owned(pdb("web", 3, 1, 4));
+                },
+                Some((2, 1, None)),
+            ),
+            (
+                "the pods are all there (the ReplicaSet has not acted): nothing to write",
+                |_| {},
+                None,
+            ),
+            (
+                "the status already allows no more than the pods leave room for",
+                |f| {
+                    f.pods.pop();
+                    f.pdbs[0] = owned(pdb("web", 0, 3, 4));
+                },
+                None,
+            ),
+            (
+                "not ours: never written",
+                |f| {
+                    f.pods.pop();
+                    f.pdbs[0] = pdb("web", 1, 3, 4);
+                },
+                None,
+            ),
+            (
+                "a spec the controller has not observed: the apiserver refuses anyway",
+                |f| {
+                    f.pods.pop();
+                    f.pdbs[0].metadata.generation = Some(2);
+                },
+                None,
+            ),
+            (
+                "an unready pod does not count as healthy",
+                |f| f.pods[3] = pod("s", "Running", false),
+                Some((3, 0, None)),
+            ),
+        ];
+        for (name, tweak, want) in rows {
+            let mut f = scaled_down();
+            f.pdbs[0] = owned(f.pdbs[0].clone());
+            tweak(&mut f);
+            let got = status_catch_up(&f, "ns", "web");
+            assert_eq!(
+                got.as_ref()
+                    .map(|c| (c.current_healthy, c.disruptions_allowed, c.condition)),
+                want,
+                "{name}"
+            );
+            if let Some(c) = got {
+                assert_eq!(
+                    (c.was_healthy, c.resource_version.as_str()),
+                    (4, "7"),
+                    "{name}"
+                );
+            }
+        }
+        assert_eq!(status_catch_up(&scaled_down(), "ns", "nope"), None);
+    }
+
+    #[test]
+    fn the_status_write_is_guarded_by_the_version_read() {
+        let mut f = scaled_down();
+        f.pods.pop();
+        let mut p = owned(pdb("web", 1, 3, 4));
+        p.status.as_mut().unwrap().conditions = Some(vec![condition("DisruptionAllowed", "True")]);
+        f.pdbs = vec![p];
+        let c = status_catch_up(&f, "ns", "web").expect("a write is due");
+        let ops = c.ops(Timestamp::from_second(1_000_000).unwrap());
+        assert_eq!(
+            ops,
+            vec![
+                serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"}),
+                serde_json::json!({"op": "add", "path": "/status/currentHealthy", "value": 3}),
+                serde_json::json!({"op": "add", "path": "/status/disruptionsAllowed", "value": 0}),
+                serde_json::json!({"op": "test", "path": "/status/conditions/0/type", "value": "DisruptionAllowed"}),
+                serde_json::json!({"op": "replace", "path": "/status/conditions/0/status", "value": "False"}),
+                serde_json::json!({"op": "replace", "path": "/status/conditions/0/reason", "value": "InsufficientPods"}),
+                serde_json::json!({"op": "replace", "path": "/status/conditions/0/lastTransitionTime", "value": "1970-01-12T13:46:40Z"}),
+            ]
+        );
+        // Applied to the PDB as read, the patch gives the status the
+        // disruption controller would write.
+        let mut doc = serde_json::to_value(&f.pdbs[0]).unwrap();
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::Value::Array(ops)).unwrap();
+        json_patch::patch(&mut doc, &patch).expect("the patch applies");
+        let after: PodDisruptionBudget = serde_json::from_value(doc).unwrap();
+        let st = after.status.unwrap();
+        assert_eq!((st.current_healthy, st.disruptions_allowed), (3, 0));
+        assert_eq!(st.conditions.unwrap()[0].reason, "InsufficientPods");
+    }
+
+    fn owned(mut p: PodDisruptionBudget) -> PodDisruptionBudget {
+        p.metadata.annotations = Some(
+            [(
+                names::OWNED_BY.to_string(),
+                names::OWNED_BY_VALUE.to_string(),
+            )]
+            .into(),
+        );
+        p.metadata.resource_version = Some("7".into());
+        p
+    }
+
+    fn condition(
+        type_: &str,
+        status: &str,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "SufficientPods".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(Timestamp::from_second(0).unwrap()),
         }
     }
 

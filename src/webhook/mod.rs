@@ -212,7 +212,14 @@ impl Webhooks {
             reason: AllowReason::RecountNotHeld,
             warning: None,
         };
-        if self.hold.is_zero() || req.dry_run {
+        if req.dry_run {
+            return not_held;
+        }
+        // Pods already gone: the status says so at once (an owned PDB only),
+        // so the apiserver refuses what has no room even if this request
+        // does not wait for the recount.
+        self.catch_up_status(&r.namespace, &r.pdb).await;
+        if self.hold.is_zero() {
             return not_held;
         }
         tracing::info!(namespace = %r.namespace, pod = %r.pod, pdb = %r.pdb,
@@ -229,9 +236,12 @@ impl Webhooks {
                     .await
             }
             Some(HoldOutcome::Expired) => {
+                // The ReplicaSet may have removed its pods during the hold.
+                self.catch_up_status(&r.namespace, &r.pdb).await;
                 tracing::warn!(namespace = %r.namespace, pod = %r.pod, pdb = %r.pdb,
                     held = ?started.elapsed(),
-                    "the PDB's status was not recounted within EVICTION_HOLD; allowing");
+                    "the PDB's status was not recounted within EVICTION_HOLD; allowing \
+                     (the apiserver decides on its status)");
                 Decision::Allow {
                     reason: AllowReason::RecountTimedOut,
                     warning: None,
@@ -288,8 +298,12 @@ impl Webhooks {
                     }
                     Decision::Block(now) => b = now,
                     // The status allows it again but lags a scale-down: the
-                    // apiserver decides (no second hold).
-                    Decision::Recount(_) => {
+                    // apiserver decides (no second hold), on a status
+                    // brought up to date where it is ours.
+                    Decision::Recount(r) => {
+                        if !dry_run {
+                            self.catch_up_status(&r.namespace, &r.pdb).await;
+                        }
                         return Answer {
                             review: req.allowed(None),
                             decision: AllowReason::RecountNotHeld.as_str(),
@@ -307,6 +321,43 @@ impl Webhooks {
             review: Reply::review(deny_too_many_requests(req, &b, &surge)),
             decision: "blocked",
             code: 429,
+        }
+    }
+
+    /// Brings an owned PDB's status up to date with the pods that are gone
+    /// ([`eviction::status_catch_up`]); nothing when it is not ours or does
+    /// not lag. A failed write changes nothing: the apiserver then decides on
+    /// the status as it is, as it would without us.
+    async fn catch_up_status(&self, ns: &str, pdb: &str) {
+        let Some(c) = eviction::status_catch_up(&self.cache, ns, pdb) else {
+            return;
+        };
+        let api: kube::Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+            kube::Api::namespaced(self.live.client.clone(), ns);
+        let written = match crate::patch::json_patch(c.ops(k8s_openapi::jiff::Timestamp::now())) {
+            Ok(patch) => tokio::time::timeout(
+                self.live_timeout,
+                api.patch_status(&c.pdb, &kube::api::PatchParams::default(), &patch),
+            )
+            .await
+            .map_err(|_| format!("no answer within {:?}", self.live_timeout))
+            .and_then(|r| r.map(|_| ()).map_err(|e| e.to_string())),
+            Err(e) => Err(e.to_string()),
+        };
+        match written {
+            Ok(()) => tracing::info!(
+                namespace = ns,
+                pdb,
+                was_healthy = c.was_healthy,
+                was_allowed = c.was_allowed,
+                healthy = c.current_healthy,
+                allowed = c.disruptions_allowed,
+                "the PDB's status still counted pods that are gone; \
+                 wrote the count the disruption controller has not written yet"
+            ),
+            // Usually the controller's own recount came first.
+            Err(e) => tracing::info!(namespace = ns, pdb, error = %e,
+                "the PDB's status was not brought up to date"),
         }
     }
 

@@ -89,6 +89,8 @@ const USES: &[Use] = &[
     u("policy", "poddisruptionbudgets", "create", WEBHOOK, "api.create(&pp, want)"),
     u("policy", "poddisruptionbudgets", "patch", RECONCILE, "pdbs.patch(&pdb, &pp, &json_patch(ops)?)"),
     u("policy", "poddisruptionbudgets", "delete", RECONCILE, "pdbs.delete(&pdb, &dp)"),
+    // An owned PDB's status that still counts pods a revert removed.
+    u("policy", "poddisruptionbudgets/status", "patch", WEBHOOK, "api.patch_status(&c.pdb, &kube::api::PatchParams::default(), &patch)"),
     u("eviction-autoscaler.azure.com", "evictionautoscalers", "list", CACHE, "r.reflect::<EvictionAutoScaler>"),
     u("eviction-autoscaler.azure.com", "evictionautoscalers", "watch", CACHE, "r.reflect::<EvictionAutoScaler>"),
     u("eviction-autoscaler.azure.com", "evictionautoscalers", "create", RECONCILE, "match api.create(&pp, &obj).await"),
