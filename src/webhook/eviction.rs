@@ -1219,7 +1219,8 @@ pub(crate) mod tests {
     fn an_owned_status_that_counts_pods_gone_is_brought_down() {
         type Tweak = fn(&mut Fixture);
         // Some((healthy, allowed, condition index)) when a write is due.
-        let rows: Vec<(&str, Tweak, Option<(i32, i32, Option<usize>)>)> = vec![
+        type Want = Option<(i32, i32, Option<usize>)>;
+        let rows: Vec<(&str, Tweak, Want)> = vec![
             (
                 "the ReplicaSet removed one pod; the status still counts 4",
                 |f| {
