@@ -263,3 +263,178 @@ async fn an_eviction_before_the_pdb_counts_a_scale_down_waits_for_the_recount() 
     );
     assert_eq!((started, reverted), (1, 1), "{}", event_log(&ns.name));
 }
+
+/// The same race after a surge's own revert, under a PDB of ours, with a
+/// hold shorter than the disruption controller's delay: the revert takes
+/// the Deployment from 4 back to 3 while the controller cannot write, so the
+/// PDB's status still allows one disruption with only the minimum left. An
+/// eviction then must not go through when the hold ends: the webhook writes
+/// the count the controller has not (the PDB is ours), so the apiserver
+/// refuses it, and it goes through only once a new surge made room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_eviction_after_a_revert_the_pdb_has_not_counted_is_refused_past_the_hold() {
+    let _g = nodes_lock().await;
+    let wh = restart_server(&[("EVICTION_HOLD", "2s"), ("COOLDOWN", "15s")]);
+    let ns = TestNs::new("chaos-revert-recount").await;
+    let deps: Api<k8s_openapi::api::apps::v1::Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("rr", 3, None))
+        .await
+        .expect("create Deployment");
+    wait_ready(&ns, "rr", 3).await;
+    wait_pdb_blocking(&ns, "rr", 3).await;
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let ours = pdbs.get("rr").await.expect("our PDB");
+    assert!(
+        ours.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.get("ownedBy").map(String::as_str) == Some("EvictionAutoScaler")),
+        "the PDB is ours: {:?}",
+        ours.metadata.annotations
+    );
+    let pods: Api<Pod> = ns.api();
+    // A first eviction: the surge to 4 makes room, the pod goes, its
+    // replacement comes, and the status counts 4 with one disruption left.
+    let first = wait_ready(&ns, "rr", 3).await[0]
+        .metadata
+        .name
+        .clone()
+        .expect("pod name");
+    let (evicted, _) = evict_retrying(pods.clone(), first).await;
+    assert!(evicted.is_ok(), "first eviction: {evicted:?}");
+    wait_deployment(&ns, "rr", 4, true, Duration::from_secs(30)).await;
+    wait_ready(&ns, "rr", 4).await;
+    wait_pdb(&ns, "rr", "4 healthy, one disruption allowed", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.current_healthy == 4
+                && s.disruptions_allowed == 1
+                && s.observed_generation == p.metadata.generation
+        })
+    })
+    .await;
+    // The controller may not write the status from now on; the revert
+    // comes when the cooldown ends.
+    let frozen = StatusFrozen::apply(&ns.name);
+    wait_for(
+        "the policy to refuse the disruption controller's status writes",
+        Duration::from_secs(30),
+        || async { (!frozen.dc_may_write("rr")).then_some(()) },
+    )
+    .await;
+    let writes = |info: &WebhookInfo| {
+        info.metric_sum(
+            "eviction_autoscaler_api_requests_total",
+            &[
+                "verb=\"patch\"",
+                "resource=\"poddisruptionbudgets/status\"",
+                "code=\"200\"",
+            ],
+        )
+    };
+    let blocked = |info: &WebhookInfo| {
+        info.metric_sum(
+            "eviction_autoscaler_admission_requests_total",
+            &["decision=\"blocked\""],
+        )
+    };
+    let writes_before = writes(&wh);
+    let blocked_before = blocked(&wh);
+    wait_deployment(&ns, "rr", 3, false, Duration::from_secs(60)).await;
+    let left = wait_for(
+        "the ReplicaSet at 3 pods",
+        Duration::from_secs(30),
+        || async {
+            let n = pods
+                .list(&kube::api::ListParams::default().labels("app=rr"))
+                .await
+                .ok()?
+                .items
+                .len();
+            let r = ready_pods(&ns, "rr").await;
+            (n == 3 && r.len() == 3).then_some(r)
+        },
+    )
+    .await;
+    let stale = pdbs
+        .get("rr")
+        .await
+        .expect("PDB")
+        .status
+        .unwrap_or_default();
+    assert_eq!(
+        (stale.current_healthy, stale.disruptions_allowed),
+        (4, 1),
+        "the PDB's status must still lag the revert for this test to mean anything"
+    );
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+
+    let t0 = Instant::now();
+    let watcher = AvailabilityWatcher::start(&ns, "rr");
+    let victim = left[0].metadata.name.clone().expect("pod name");
+    let eviction = tokio::spawn(evict_retrying(pods.clone(), victim));
+    // Past the hold, twice over, with the controller still unable to write.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let answered_while_lagging = eviction.is_finished();
+    let ready_while_lagging = ready_pods(&ns, "rr").await.len();
+    let written = writes(&wh) - writes_before;
+    let status_then = pdbs
+        .get("rr")
+        .await
+        .expect("PDB")
+        .status
+        .unwrap_or_default();
+    frozen.lift();
+    wait_for(
+        "the disruption controller allowed to write again",
+        Duration::from_secs(30),
+        || async { frozen.dc_may_write("rr").then_some(()) },
+    )
+    .await;
+    let _ = kubectl(&[
+        "-n",
+        &ns.name,
+        "annotate",
+        "pods",
+        "-l",
+        "app=rr",
+        "e2e-nudge=1",
+        "--overwrite",
+    ]);
+    let (evicted, _) = eviction.await.expect("eviction task");
+    // The test's client retries a 429 itself; the webhook counts its own.
+    let refused = blocked(&wh) - blocked_before;
+    let took = t0.elapsed();
+    wait_ready(&ns, "rr", 3).await;
+    let min_ready = watcher.finish().await;
+    assert_settled_at(&ns, "rr", 3, Duration::from_secs(90)).await;
+    record_figure(format!(
+        "eviction after a revert the PDB had not counted (hold 2 s, status frozen 5 s): answered while lagging {answered_while_lagging}, Ready then {ready_while_lagging}, status then {}/{} allowed, status writes of ours {written}, fewest Ready {min_ready}/3, 429s {refused}, evicted after {:.1}s",
+        status_then.current_healthy,
+        status_then.disruptions_allowed,
+        took.as_secs_f64()
+    ));
+    assert!(
+        !answered_while_lagging,
+        "the eviction went through on a PDB status that had not counted the revert"
+    );
+    // 4 once the new surge's pod is Ready.
+    assert!(
+        ready_while_lagging >= 3,
+        "Ready pods while the status lagged: {ready_while_lagging}"
+    );
+    assert_eq!(
+        (status_then.current_healthy, status_then.disruptions_allowed),
+        (3, 0),
+        "the webhook brought our PDB's status down to the pods left"
+    );
+    assert!(written >= 1.0, "status writes of ours: {written}");
+    assert!(
+        refused >= 1.0,
+        "429s of the webhook while the status lagged: {refused}"
+    );
+    assert!(
+        evicted.is_ok(),
+        "the eviction went through once a surge made room: {evicted:?}"
+    );
+    assert!(min_ready >= 3, "availability: {min_ready} Ready < 3");
+}
