@@ -41,6 +41,12 @@ pub trait EvictionView {
     fn freshness(&self) -> Freshness;
     fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>>;
     fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>>;
+    /// The PDB `name` of `ns`.
+    fn pdb_named(&self, ns: &str, name: &str) -> Option<Arc<PodDisruptionBudget>> {
+        self.pdbs_in(ns)
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+    }
     /// The PDBs of `ns` that protect pods with these labels.
     fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
         self.pdbs_in(ns)
@@ -395,10 +401,7 @@ pub struct StatusCatchUp {
 /// refuses evictions under it anyway), and the pods the caches see leave
 /// fewer disruptions than the status allows.
 pub fn status_catch_up(view: &impl EvictionView, ns: &str, pdb: &str) -> Option<StatusCatchUp> {
-    let pdb = view
-        .pdbs_in(ns)
-        .into_iter()
-        .find(|p| p.metadata.name.as_deref() == Some(pdb))?;
+    let pdb = view.pdb_named(ns, pdb)?;
     if !crate::cache::owned_by_us(&pdb.metadata) {
         return None;
     }

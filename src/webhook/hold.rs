@@ -161,11 +161,7 @@ fn share_room(
     if reason != AllowReason::BudgetAllows {
         return true;
     }
-    let Some(p) = view
-        .pdbs_in(ns)
-        .into_iter()
-        .find(|p| p.metadata.name.as_deref() == Some(pdb))
-    else {
+    let Some(p) = view.pdb_named(ns, pdb) else {
         // The pod's PDB changed under us; the apiserver decides.
         return true;
     };
