@@ -1347,6 +1347,14 @@ pub(crate) mod tests {
         let st = after.status.unwrap();
         assert_eq!((st.current_healthy, st.disruptions_allowed), (3, 0));
         assert_eq!(st.conditions.unwrap()[0].reason, "InsufficientPods");
+        // Written meanwhile (the controller's recount, a spec edit): the
+        // patch fails as a whole and the newer status stays.
+        let mut newer = f.pdbs[0].clone();
+        newer.metadata.resource_version = Some("8".into());
+        let newer = serde_json::to_value(&newer).unwrap();
+        let mut doc = newer.clone();
+        assert!(json_patch::patch(&mut doc, &patch).is_err());
+        assert_eq!(doc, newer);
     }
 
     fn owned(mut p: PodDisruptionBudget) -> PodDisruptionBudget {
