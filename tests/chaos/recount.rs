@@ -18,7 +18,9 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::policy::v1::{
+    PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{EvictParams, Patch, PatchParams, PostParams};
@@ -36,10 +38,47 @@ const POLICY: &str = "e2e-freeze-pdb-status";
 /// failing test never leaves the disruption controller refused.
 struct StatusFrozen {
     ns: String,
+    /// The PDB (and app label) whose status writes are checked.
+    pdb: String,
 }
 
 impl StatusFrozen {
-    fn apply(ns: &str) -> StatusFrozen {
+    /// Applies the policy and waits until the disruption controller's
+    /// status writes of `pdb` are refused.
+    async fn freeze(ns: &str, pdb: &str) -> StatusFrozen {
+        let frozen = StatusFrozen::apply(ns, pdb);
+        wait_for(
+            "the policy to refuse the disruption controller's status writes",
+            Duration::from_secs(30),
+            || async { (!frozen.dc_may_write()).then_some(()) },
+        )
+        .await;
+        frozen
+    }
+
+    /// Lets the recount through, and gives the disruption controller a pod
+    /// event so that it does not wait out its retry backoff.
+    async fn thaw(&self) {
+        self.lift();
+        wait_for(
+            "the disruption controller allowed to write again",
+            Duration::from_secs(30),
+            || async { self.dc_may_write().then_some(()) },
+        )
+        .await;
+        let _ = kubectl(&[
+            "-n",
+            &self.ns,
+            "annotate",
+            "pods",
+            "-l",
+            &format!("app={}", self.pdb),
+            "e2e-nudge=1",
+            "--overwrite",
+        ]);
+    }
+
+    fn apply(ns: &str, pdb: &str) -> StatusFrozen {
         let manifest = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
             {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
              "metadata": {"name": POLICY},
@@ -56,15 +95,18 @@ impl StatusFrozen {
         let path = std::env::temp_dir().join(format!("{POLICY}-{}.json", std::process::id()));
         std::fs::write(&path, manifest.to_string()).expect("write policy");
         kubectl_ok(&["apply", "-f", &path_str(&path)]);
-        StatusFrozen { ns: ns.to_string() }
+        StatusFrozen {
+            ns: ns.to_string(),
+            pdb: pdb.to_string(),
+        }
     }
 
     /// Whether the disruption controller may write this PDB's status now:
     /// a server-side dry run of its own kind of write (an update of the
     /// status subresource, as that controller), refused by this policy and
     /// by nothing else.
-    fn dc_may_write(&self, pdb: &str) -> bool {
-        let current = kubectl_ok(&["-n", &self.ns, "get", "pdb", pdb, "-o", "json"]);
+    fn dc_may_write(&self) -> bool {
+        let current = kubectl_ok(&["-n", &self.ns, "get", "pdb", &self.pdb, "-o", "json"]);
         let path = std::env::temp_dir().join(format!("{POLICY}-pdb-{}.json", std::process::id()));
         std::fs::write(&path, current).expect("write PDB");
         let out = kubectl(&[
@@ -97,6 +139,48 @@ impl Drop for StatusFrozen {
     fn drop(&mut self) {
         self.lift();
     }
+}
+
+/// The PDB `name` counts 4 healthy pods and allows one disruption.
+async fn wait_four_healthy_one_allowed(ns: &TestNs, name: &str) {
+    wait_pdb(ns, name, "4 healthy, one disruption allowed", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.current_healthy == 4
+                && s.disruptions_allowed == 1
+                && s.observed_generation == p.metadata.generation
+        })
+    })
+    .await;
+}
+
+/// The ReplicaSet of `app` down to 3 pods, all Ready.
+async fn three_ready_left(ns: &TestNs, app: &str) -> Vec<Pod> {
+    let all: Api<Pod> = ns.api();
+    wait_for(
+        "the ReplicaSet at 3 pods",
+        Duration::from_secs(30),
+        || async {
+            let n = all
+                .list(&kube::api::ListParams::default().labels(&format!("app={app}")))
+                .await
+                .ok()?
+                .items
+                .len();
+            let r = ready_pods(ns, app).await;
+            (n == 3 && r.len() == 3).then_some(r)
+        },
+    )
+    .await
+}
+
+/// The PDB `name`'s status, read from the apiserver.
+async fn pdb_status(ns: &TestNs, name: &str) -> PodDisruptionBudgetStatus {
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.get(name)
+        .await
+        .expect("PDB")
+        .status
+        .unwrap_or_default()
 }
 
 /// Evicts `pod` the way kubectl drain does: a 429 is retried (every second
@@ -149,24 +233,11 @@ async fn an_eviction_before_the_pdb_counts_a_scale_down_waits_for_the_recount() 
         .await
         .expect("create Deployment");
     wait_ready(&ns, "rc", 4).await;
-    wait_pdb(&ns, "rc", "4 healthy, one disruption allowed", |p| {
-        p.status.as_ref().is_some_and(|s| {
-            s.current_healthy == 4
-                && s.disruptions_allowed == 1
-                && s.observed_generation == p.metadata.generation
-        })
-    })
-    .await;
+    wait_four_healthy_one_allowed(&ns, "rc").await;
     let holds_before = wh.metric_sum(HOLDS, &["wait=\"recount\"", "outcome=\"blocked\""]);
 
     // The disruption controller may not publish a recount from now on.
-    let frozen = StatusFrozen::apply(&ns.name);
-    wait_for(
-        "the policy to refuse the disruption controller's status writes",
-        Duration::from_secs(30),
-        || async { (!frozen.dc_may_write("rc")).then_some(()) },
-    )
-    .await;
+    let frozen = StatusFrozen::freeze(&ns.name, "rc").await;
     // The scale-down, by the real deployment and ReplicaSet controllers.
     let t0 = Instant::now();
     deps.patch(
@@ -176,28 +247,8 @@ async fn an_eviction_before_the_pdb_counts_a_scale_down_waits_for_the_recount() 
     )
     .await
     .expect("scale Deployment to 3");
-    let left = wait_for(
-        "the ReplicaSet at 3 pods",
-        Duration::from_secs(30),
-        || async {
-            let all: Api<Pod> = ns.api();
-            let n = all
-                .list(&kube::api::ListParams::default().labels("app=rc"))
-                .await
-                .ok()?
-                .items
-                .len();
-            let r = ready_pods(&ns, "rc").await;
-            (n == 3 && r.len() == 3).then_some(r)
-        },
-    )
-    .await;
-    let stale = pdbs
-        .get("rc")
-        .await
-        .expect("PDB")
-        .status
-        .unwrap_or_default();
+    let left = three_ready_left(&ns, "rc").await;
+    let stale = pdb_status(&ns, "rc").await;
     assert_eq!(
         (stale.current_healthy, stale.disruptions_allowed),
         (4, 1),
@@ -214,25 +265,7 @@ async fn an_eviction_before_the_pdb_counts_a_scale_down_waits_for_the_recount() 
     let answered_while_lagging = eviction.is_finished();
     let ready_while_lagging = ready_pods(&ns, "rc").await.len();
     let paused_for = t0.elapsed();
-    // Let the recount through, and give the disruption controller a pod
-    // event so that it does not wait out its retry backoff.
-    frozen.lift();
-    wait_for(
-        "the disruption controller allowed to write again",
-        Duration::from_secs(30),
-        || async { frozen.dc_may_write("rc").then_some(()) },
-    )
-    .await;
-    let _ = kubectl(&[
-        "-n",
-        &ns.name,
-        "annotate",
-        "pods",
-        "-l",
-        "app=rc",
-        "e2e-nudge=1",
-        "--overwrite",
-    ]);
+    frozen.thaw().await;
     let (evicted, refused) = eviction.await.expect("eviction task");
     let took = t0.elapsed();
     wait_ready(&ns, "rc", 3).await;
@@ -304,23 +337,10 @@ async fn an_eviction_after_a_revert_the_pdb_has_not_counted_is_refused_past_the_
     assert!(evicted.is_ok(), "first eviction: {evicted:?}");
     wait_deployment(&ns, "rr", 4, true, Duration::from_secs(30)).await;
     wait_ready(&ns, "rr", 4).await;
-    wait_pdb(&ns, "rr", "4 healthy, one disruption allowed", |p| {
-        p.status.as_ref().is_some_and(|s| {
-            s.current_healthy == 4
-                && s.disruptions_allowed == 1
-                && s.observed_generation == p.metadata.generation
-        })
-    })
-    .await;
+    wait_four_healthy_one_allowed(&ns, "rr").await;
     // The controller may not write the status from now on; the revert
     // comes when the cooldown ends.
-    let frozen = StatusFrozen::apply(&ns.name);
-    wait_for(
-        "the policy to refuse the disruption controller's status writes",
-        Duration::from_secs(30),
-        || async { (!frozen.dc_may_write("rr")).then_some(()) },
-    )
-    .await;
+    let frozen = StatusFrozen::freeze(&ns.name, "rr").await;
     let writes = |info: &WebhookInfo| {
         info.metric_sum(
             "eviction_autoscaler_api_requests_total",
@@ -340,27 +360,8 @@ async fn an_eviction_after_a_revert_the_pdb_has_not_counted_is_refused_past_the_
     let writes_before = writes(&wh);
     let blocked_before = blocked(&wh);
     wait_deployment(&ns, "rr", 3, false, Duration::from_secs(60)).await;
-    let left = wait_for(
-        "the ReplicaSet at 3 pods",
-        Duration::from_secs(30),
-        || async {
-            let n = pods
-                .list(&kube::api::ListParams::default().labels("app=rr"))
-                .await
-                .ok()?
-                .items
-                .len();
-            let r = ready_pods(&ns, "rr").await;
-            (n == 3 && r.len() == 3).then_some(r)
-        },
-    )
-    .await;
-    let stale = pdbs
-        .get("rr")
-        .await
-        .expect("PDB")
-        .status
-        .unwrap_or_default();
+    let left = three_ready_left(&ns, "rr").await;
+    let stale = pdb_status(&ns, "rr").await;
     assert_eq!(
         (stale.current_healthy, stale.disruptions_allowed),
         (4, 1),
@@ -377,29 +378,8 @@ async fn an_eviction_after_a_revert_the_pdb_has_not_counted_is_refused_past_the_
     let answered_while_lagging = eviction.is_finished();
     let ready_while_lagging = ready_pods(&ns, "rr").await.len();
     let written = writes(&wh) - writes_before;
-    let status_then = pdbs
-        .get("rr")
-        .await
-        .expect("PDB")
-        .status
-        .unwrap_or_default();
-    frozen.lift();
-    wait_for(
-        "the disruption controller allowed to write again",
-        Duration::from_secs(30),
-        || async { frozen.dc_may_write("rr").then_some(()) },
-    )
-    .await;
-    let _ = kubectl(&[
-        "-n",
-        &ns.name,
-        "annotate",
-        "pods",
-        "-l",
-        "app=rr",
-        "e2e-nudge=1",
-        "--overwrite",
-    ]);
+    let status_then = pdb_status(&ns, "rr").await;
+    frozen.thaw().await;
     let (evicted, _) = eviction.await.expect("eviction task");
     // The test's client retries a 429 itself; the webhook counts its own.
     let refused = blocked(&wh) - blocked_before;
