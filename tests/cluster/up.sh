@@ -350,21 +350,21 @@ GOMEMLIMIT=1GiB start kube-apiserver "$K8S_BIN_DIR/kube-apiserver" \
 wait_for kube-apiserver 120 "kube-apiserver /readyz" \
   curl -sf --cacert "$PKI/ca.crt" "$APISERVER_URL/readyz"
 
+# EA_KCM_QPS: the client rate limit of the controller-manager and the
+# scheduler (upstream defaults when unset: 20 and 50 requests a second, per
+# controller). The drain benchmark was also run with it raised, to show what
+# the product does when the cluster's controllers keep up (BENCHMARKS.md).
+API_QPS=()
+if [ -n "${EA_KCM_QPS:-}" ]; then
+  API_QPS=(--kube-api-qps="$EA_KCM_QPS" --kube-api-burst="$((EA_KCM_QPS * 2))")
+fi
+
 # --node-monitor-grace-period: the restart tests take the apiserver and etcd
 # away for ~20 s, and client-go's relist backoff keeps the node lifecycle
 # controller blind to lease renewals for up to 30 s more. At the default 40 s
 # it then marks every node NotReady and every pod Ready=False at once, an
 # outage of the test cluster's own making that hides what the tests measure.
 # 120 s passed 6 of 6 loaded runs; 300 s leaves room for a slower machine.
-# EA_KCM_QPS: the client rate limit of the controller-manager and the
-# scheduler (upstream defaults when unset: 20 and 50 requests a second, per
-# controller). The drain benchmark runs once with it raised to show what the
-# product does when the cluster's controllers keep up (tests/bench_cluster).
-API_QPS=()
-if [ -n "${EA_KCM_QPS:-}" ]; then
-  API_QPS=(--kube-api-qps="$EA_KCM_QPS" --kube-api-burst="$((EA_KCM_QPS * 2))")
-fi
-
 start kube-controller-manager "$K8S_BIN_DIR/kube-controller-manager" \
   "${API_QPS[@]}" \
   --kubeconfig="$PKI/kube-controller-manager.kubeconfig" \
