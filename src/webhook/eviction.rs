@@ -382,7 +382,6 @@ fn count_healthy(
 /// next count overwrites it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusCatchUp {
-    pub namespace: String,
     pub pdb: String,
     pub resource_version: String,
     /// What the status counts now.
@@ -424,7 +423,6 @@ pub fn status_catch_up(view: &impl EvictionView, ns: &str, pdb: &str) -> Option<
         None
     };
     Some(StatusCatchUp {
-        namespace: ns.to_string(),
         pdb: pdb.metadata.name.clone().unwrap_or_default(),
         resource_version: pdb.metadata.resource_version.clone()?,
         was_healthy: status.current_healthy,
