@@ -74,6 +74,8 @@ fn spawn_server(dir: PathBuf, extra: &[&std::ffi::OsStr]) -> Server {
     )
     .unwrap();
     let port = free_port();
+    // The server's warnings, kept for a failing test to show.
+    let log = std::fs::File::create(dir.join("server.log")).expect("server log");
     let child = Command::new(bin())
         .arg("serve")
         .arg("--tls-cert-file")
@@ -85,8 +87,8 @@ fn spawn_server(dir: PathBuf, extra: &[&std::ffi::OsStr]) -> Server {
         .args(extra)
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(log.try_clone().expect("server log"))
+        .stderr(log)
         .spawn()
         .expect("spawn server");
     Server { child, dir, port }
@@ -227,7 +229,13 @@ fn replaced_certificates_are_picked_up() {
     while with_new_ca(&s) != "200" {
         assert!(
             Instant::now() < deadline,
-            "new certificate not served within 10s"
+            "new certificate not served within 10s; the server said of it:\n{}",
+            std::fs::read_to_string(s.dir.join("server.log"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("certificate"))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
         std::thread::sleep(Duration::from_millis(200));
     }
