@@ -29,10 +29,14 @@
 //!   Deployment with template `app=shop, role=api`): no PDB of ours is created
 //!   whose selector covers pods another PDB protects (`SelectorOverlap`,
 //!   Degraded and an Event), and ours steps aside when a PDB we do not own
-//!   comes to protect pods it covers. Two PDBs of ours over one Deployment's
-//!   pods (made before this rule) are left as they are: deleting either would
-//!   make the other's Deployment re-create it, a loop; the eviction webhook
-//!   reports it.
+//!   comes to protect pods it covers, or one of ours for the other
+//!   Deployment does (two admission requests racing). PDBs planned in one
+//!   pass are checked against each other the same way (`one_per_pod`): the
+//!   narrower is made first. Two of ours that select each other's pods (the
+//!   same selector): the one for the name that sorts first stays
+//!   (`mutual_pdb`). Neither rule re-creates what it deleted: the Deployment
+//!   left without a PDB of its own is in `SelectorOverlap` or protected by
+//!   the one that stayed.
 //!
 //! The caller applies the actions in order; a failed action is retried with
 //! per-object backoff (`reconcile::backoff`); `Action::object` names the
@@ -47,6 +51,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::budget::Selector;
 use crate::cache::owned_by_us;
 use crate::crd::EvictionAutoScaler;
 use crate::names;
@@ -210,24 +215,30 @@ pub fn once_ours(p: &PodDisruptionBudget, eas: &[Arc<EvictionAutoScaler>]) -> bo
 
 /// The writes that keep our PDB for `dep` in line, or hand it over.
 /// `overlap`: a PDB over another Deployment's pods that our selector covers too.
+/// `mutual`: our PDB for another Deployment that selects these pods while
+/// ours for `dep` selects that Deployment's pods too (see [`mutual_pdb`]).
 #[allow(clippy::too_many_arguments)]
 fn plan_matching(
     dep: &Deployment,
     dep_name: &str,
     matching: &[&Arc<PodDisruptionBudget>],
     overlap: Option<&Arc<PodDisruptionBudget>>,
+    mutual: Option<&Arc<PodDisruptionBudget>>,
     floor: i32,
     opted_out: bool,
     eas: &[Arc<EvictionAutoScaler>],
     out: &mut Vec<Action>,
 ) {
-    // The first PDB we do not own that selects these pods, or pods our
-    // selector covers: ours steps aside for it.
+    // The first PDB we do not own that selects these pods, or any PDB over
+    // pods of another Deployment that our selector covers too (ours is the
+    // broader, and another budget already protects those pods), or one of
+    // ours over the same pods (`mutual`): ours steps aside for it.
     let theirs = matching
         .iter()
         .copied()
-        .chain(overlap)
         .find(|p| !owned_by_us(&p.metadata))
+        .or(overlap)
+        .or(mutual)
         .and_then(|p| p.metadata.name.clone());
     for p in matching {
         let pdb_name = p.metadata.name.clone().unwrap_or_default();
@@ -291,6 +302,64 @@ fn plan_matching(
     }
 }
 
+/// Our PDB for another Deployment that selects `dep`'s pods while ours for
+/// `dep` selects that Deployment's pods too (the same or mutually covering
+/// selectors): two budgets over both Deployments' pods. The PDB of the
+/// Deployment whose name sorts first stays, so both passes agree on which
+/// one goes. None unless `dep` has its own PDB among `matching`.
+fn mutual_pdb<'a>(
+    dep: &Deployment,
+    dep_name: &str,
+    matching: &[&'a Arc<PodDisruptionBudget>],
+    deployments: &[Arc<Deployment>],
+    compiled: &pdb::CompiledPdbs<'a>,
+) -> Option<&'a Arc<PodDisruptionBudget>> {
+    let own = matching.iter().find(|p| ours_for(p, dep_name))?;
+    matching.iter().copied().find(|p| {
+        let Some(other) = target_of(p).filter(|t| owned_by_us(&p.metadata) && *t < dep_name) else {
+            return false;
+        };
+        deployments
+            .iter()
+            .filter(|d| d.metadata.namespace == dep.metadata.namespace)
+            .find(|d| d.metadata.name.as_deref() == Some(other))
+            .is_some_and(|d| compiled.matching(d).iter().any(|q| Arc::ptr_eq(q, own)))
+    })
+}
+
+/// The PDBs planned in one pass, less any whose selector covers the pods of
+/// another Deployment planned a PDB in the same pass (overlapping selectors):
+/// both made at once would put two budgets over those pods, which
+/// `overlapping` cannot see before either exists. The narrower one is made;
+/// the next pass sees it and plans `SelectorOverlap` for the broader. Of two
+/// that cover each other, the one for the name that sorts first is made.
+fn one_per_pod(planned: Vec<(&Arc<Deployment>, PodDisruptionBudget)>) -> Vec<PodDisruptionBudget> {
+    let selectors: Vec<_> = planned
+        .iter()
+        .map(|(d, _)| Selector::compile(d.spec.as_ref().map(|s| &s.selector)).ok())
+        .collect();
+    let templates: Vec<_> = planned
+        .iter()
+        .map(|(d, _)| pdb::template_labels(d))
+        .collect();
+    let covers = |a: usize, b: usize| {
+        selectors[a]
+            .as_ref()
+            .is_some_and(|s| s.selects_for_eviction(&templates[b]))
+    };
+    let name = |a: usize| planned[a].0.metadata.name.as_deref();
+    let n = planned.len();
+    let dropped: Vec<bool> = (0..n)
+        .map(|a| (0..n).any(|b| b != a && covers(a, b) && (!covers(b, a) || name(b) < name(a))))
+        .collect();
+    planned
+        .into_iter()
+        .zip(dropped)
+        .filter(|(_, d)| !d)
+        .map(|((_, p), _)| p)
+        .collect()
+}
+
 pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut out = Vec::new();
     if !s.in_scope {
@@ -314,6 +383,8 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut wanted_eas: BTreeMap<String, (String, Option<OwnerReference>, Option<String>)> =
         BTreeMap::new();
     let compiled = pdb::CompiledPdbs::new(s.pdbs);
+    // PDBs to create, kept apart until the pass has seen every Deployment.
+    let mut planned = Vec::new();
     for dep in s.deployments {
         let Some(dep_name) = dep.metadata.name.clone() else {
             continue;
@@ -323,18 +394,28 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         let floor = floor_for(dep, s);
         let overlap = pdb::overlapping(dep, s.deployments, &compiled);
         let overlap_pdb = overlap.map(|(p, _)| p);
+        let mutual = mutual_pdb(dep, &dep_name, &matching, s.deployments, &compiled);
 
         plan_matching(
             dep,
             &dep_name,
             &matching,
             overlap_pdb,
+            mutual,
             floor,
             opted_out,
             s.eas,
             &mut out,
         );
-        // What protects the pods once the step-aside is done.
+        // What protects the pods once the step-aside is done. Ours stepping
+        // aside for ours of another Deployment: that one's own pass plans
+        // its EvictionAutoScaler.
+        if mutual.is_some()
+            || overlap_pdb.is_some_and(|p| owned_by_us(&p.metadata))
+                && matching.iter().any(|p| ours_for(p, &dep_name))
+        {
+            continue;
+        }
         let steps_aside = matching
             .iter()
             .copied()
@@ -388,10 +469,15 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
                         .or_insert_with(|| (dep_name.clone(), owner_reference(dep), None));
                 }
                 Some(_) => {}
-                None => out.push(Action::CreatePdb(Box::new(owned_pdb(dep, floor)))),
+                None => planned.push((dep, owned_pdb(dep, floor))),
             }
         }
     }
+    out.extend(
+        one_per_pod(planned)
+            .into_iter()
+            .map(|p| Action::CreatePdb(Box::new(p))),
+    );
 
     // Admission-time PDBs whose Deployment never appeared.
     for p in s.pdbs.iter().filter(|p| owned_by_us(&p.metadata)) {
@@ -597,6 +683,109 @@ mod tests {
         w.pdbs = vec![];
         let a = w.plan();
         assert!(creates(&a, "api") && creates(&a, "other"), "{a:?}");
+    }
+
+    /// Never two PDBs of ours over one pod: PDBs planned in the same pass
+    /// (a fresh install, a chart applied at once) and pairs of ours that
+    /// exist already (two admission webhooks racing, or made before the rule).
+    #[test]
+    fn overlapping_deployments_get_one_pdb_of_ours_over_each_pod() {
+        use crate::pdb::tests::labelled;
+        let api_l: &[(&str, &str)] = &[("app", "shop"), ("role", "api")];
+        let api = with_uid(labelled("api", api_l, api_l));
+        let shop = with_uid(labelled(
+            "shop",
+            &[("app", "shop")],
+            &[("app", "shop"), ("role", "web")],
+        ));
+        let created = |a: &[Action]| -> Vec<String> {
+            a.iter()
+                .filter_map(|x| match x {
+                    Action::CreatePdb(p) => p.metadata.name.clone(),
+                    _ => None,
+                })
+                .collect()
+        };
+        let stepped_aside = |a: &[Action]| -> Vec<(String, String)> {
+            a.iter()
+                .filter_map(|x| match x {
+                    Action::StepAside { pdb, by, .. } => Some((pdb.clone(), by.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let pdb_of = |d: &Deployment| {
+            let mut p = (*ours(d, 3)).clone();
+            p.metadata.uid = Some(format!(
+                "pdb-{}",
+                d.metadata.name.clone().unwrap_or_default()
+            ));
+            Arc::new(p)
+        };
+
+        // Neither has a PDB yet, in either store order: the narrower one is
+        // made, the broader waits (next pass: SelectorOverlap, as above).
+        let mut w = World::new();
+        for deps in [
+            vec![api.clone(), shop.clone()],
+            vec![shop.clone(), api.clone()],
+        ] {
+            w.deps = deps;
+            let a = w.plan();
+            assert_eq!(created(&a), ["api"], "{a:?}");
+        }
+
+        // Both of ours exist already: the broader (shop's, over api's pods
+        // too) steps aside for api's; api's stays, and nothing is re-made.
+        w.pdbs = vec![pdb_of(&api), pdb_of(&shop)];
+        let a = w.plan();
+        assert_eq!(stepped_aside(&a), [("shop".into(), "api".into())], "{a:?}");
+        assert!(created(&a).is_empty(), "{a:?}");
+        w.pdbs = vec![pdb_of(&api)];
+        let a = w.plan();
+        assert!(
+            created(&a).is_empty() && stepped_aside(&a).is_empty(),
+            "{a:?}"
+        );
+        assert!(
+            a.iter().any(
+                |x| matches!(x, Action::SelectorOverlap { deployment, .. } if deployment == "shop")
+            ),
+            "{a:?}"
+        );
+
+        // Two Deployments with the same selector and template: each PDB
+        // selects both's pods. One is made; of two existing, the one for the
+        // name that sorts first stays, whatever the store order.
+        let same: &[(&str, &str)] = &[("app", "twin")];
+        let a1 = with_uid(labelled("twin-a", same, same));
+        let b1 = with_uid(labelled("twin-b", same, same));
+        w.pdbs = vec![];
+        for deps in [vec![a1.clone(), b1.clone()], vec![b1.clone(), a1.clone()]] {
+            w.deps = deps;
+            let a = w.plan();
+            assert_eq!(created(&a), ["twin-a"], "{a:?}");
+            w.pdbs = vec![pdb_of(&b1), pdb_of(&a1)];
+            let a = w.plan();
+            assert_eq!(
+                stepped_aside(&a),
+                [("twin-b".into(), "twin-a".into())],
+                "{a:?}"
+            );
+            // Ours stepping aside for ours: no EvictionAutoScaler named
+            // after the other's PDB is planned for the wrong target.
+            assert!(
+                !a.iter().any(|x| matches!(x, Action::CreateEas { name, target, .. } if name == "twin-a" && target == "twin-b")),
+                "{a:?}"
+            );
+            w.pdbs = vec![pdb_of(&a1)];
+            let a = w.plan();
+            assert!(
+                created(&a).is_empty() && stepped_aside(&a).is_empty(),
+                "{a:?}"
+            );
+            w.pdbs = vec![];
+        }
     }
 
     #[test]
