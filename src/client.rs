@@ -59,6 +59,10 @@ pub fn from_config(config: Config, count: Option<CountRequests>) -> Result<Clien
     // Count the read timeout from the request, not from when a pooled
     // connection went idle.
     api.reset_reader_on_write = true;
+    // No retry inside a call: kube-client's (429/503/504, up to 15 attempts
+    // with backoff to minutes) would outlast every caller's bound; each
+    // caller retries with its own per-object backoff instead.
+    api.default_retry = false;
     let mut watch = config;
     watch.connect_timeout = Some(CONNECT_TIMEOUT);
     // The watcher backs off and retries by itself; kube-client's own retry of

@@ -48,6 +48,36 @@ const MIN_PASS_INTERVAL: Duration = Duration::from_millis(500);
 const RESYNC: Duration = Duration::from_secs(30);
 /// Namespaces planned and written at once.
 const CONCURRENCY: usize = 8;
+/// Bound on one write of a pass (with the Events it sends). The client's
+/// read timeout counts per attempt and per read; a hung admission webhook
+/// on PDBs or a throttled apiserver must not hold a pass for longer.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on one Event: an Event is never worth holding a pass for.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `call` within `limit`, else an error that `settle` books like any other
+/// failure (backoff, `reconcile_errors`).
+async fn bounded<T>(
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(r) => r,
+        Err(_) => Err(kube::Error::Service(
+            format!("no answer within {limit:?}").into(),
+        )),
+    }
+}
+
+/// A failure that says the apiserver (or a webhook it calls) is slow, not
+/// that this object is wrong: the rest of the namespace waits for a later
+/// pass rather than for one timeout after another.
+fn slow(result: &Result<(), kube::Error>) -> bool {
+    matches!(
+        result,
+        Err(kube::Error::Service(_) | kube::Error::HyperError(_))
+    )
+}
 
 /// Why a Deployment cannot be served, shown as the Degraded condition.
 /// Written by the reconciler and the surge worker, read when writing status.
@@ -432,19 +462,23 @@ impl Reconciler {
                 self.degraded.clear_reason(&name, dn, "PDBSelectorOverlap");
             }
         }
+        // After a write that timed out, the namespace's other writes wait
+        // for the pass that its backoff brings (that object is skipped then).
+        let mut slowed = false;
         for action in actions {
             if !*leader.borrow() {
                 return planned; // stepped down: not one more write
             }
             let key = format!("{name}/{}", action.object());
             planned.insert(key.clone());
-            if !self.due(&key) {
+            if slowed || !self.due(&key) {
                 continue;
             }
-            let result = self.apply(&name, &deployments, action).await;
+            let result = bounded(WRITE_TIMEOUT, self.apply(&name, &deployments, action)).await;
+            slowed = slow(&result);
             self.settle(&key, "pdb", result);
         }
-        if sc.enabled {
+        if sc.enabled && !slowed {
             self.write_statuses(&name, &deployments, &pdbs, &eas, leader, &mut planned)
                 .await;
         }
@@ -472,7 +506,7 @@ impl Reconciler {
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, obj).await {
+        if let Err(e) = bounded(EVENT_TIMEOUT, self.recorder.publish(&ev, obj)).await {
             tracing::debug!(error = %e, "event not recorded");
         }
     }
@@ -767,11 +801,17 @@ impl Reconciler {
             if !self.due(&key) {
                 continue;
             }
-            let result = api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(|_| ());
+            let result = bounded(
+                WRITE_TIMEOUT,
+                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await
+            .map(|_| ());
+            let slowed = slow(&result);
             self.settle(&key, "status", result);
+            if slowed {
+                return;
+            }
         }
     }
 }

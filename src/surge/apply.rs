@@ -4,11 +4,14 @@
 //! the same [`Core`] runs against both.
 //!
 //! - Every call is bounded by [`CALL_TIMEOUT`] (on top of the client's own).
-//! - Deployments are stepped concurrently, at most [`CONCURRENCY`] at once:
-//!   one slow object never holds back the others.
+//! - Deployments are stepped concurrently, at most [`CONCURRENCY`] at once.
+//! - A Deployment whose step is still running (a write waiting for its
+//!   timeout) is left out of other passes, which the worker runs beside the
+//!   slow one: one slow object never holds back the others.
 //! - A Deployment whose write failed is not stepped again until its backoff
-//!   has passed (doubling from [`BACKOFF_MIN`] to [`BACKOFF_MAX`]; a value
-//!   someone else changed retries sooner), and is reset by a success.
+//!   has passed, counted from when the failure came (doubling from
+//!   [`BACKOFF_MIN`] to [`BACKOFF_MAX`]; a value someone else changed
+//!   retries sooner), and is reset by a success.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -187,6 +190,24 @@ pub struct Core<A> {
     adoptions: Mutex<HashMap<Key, ObjKey>>,
     /// Node → the Deployments whose pods it held at the last pass.
     last_nodes: Mutex<HashMap<String, std::collections::BTreeSet<Key>>>,
+    /// Deployments whose step is running, with the surge replicas it keeps
+    /// in place (metrics of passes that leave it out).
+    in_flight: std::sync::Arc<Mutex<HashMap<Key, Option<i64>>>>,
+}
+
+/// A step's place in [`Core::in_flight`], given back when the step ends or
+/// is dropped (a pass abandoned when the lead is lost).
+struct InFlight {
+    set: std::sync::Arc<Mutex<HashMap<Key, Option<i64>>>>,
+    key: Key,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.set.lock() {
+            s.remove(&self.key);
+        }
+    }
 }
 
 impl<A: SurgeApi> Core<A> {
@@ -208,7 +229,46 @@ impl<A: SurgeApi> Core<A> {
             backoff: Mutex::new(HashMap::new()),
             adoptions: Mutex::new(HashMap::new()),
             last_nodes: Mutex::new(HashMap::new()),
+            in_flight: Default::default(),
         }
+    }
+
+    /// Active surges and their replicas among the steps still running that
+    /// `outcomes` does not include.
+    pub fn in_flight_surges(&self, outcomes: &[Outcome]) -> (i64, i64) {
+        let Ok(s) = self.in_flight.lock() else {
+            return (0, 0);
+        };
+        s.iter()
+            .filter(|(k, _)| {
+                !outcomes
+                    .iter()
+                    .any(|o| o.step.namespace == k.0 && o.step.deployment == k.1)
+            })
+            .filter_map(|(_, r)| *r)
+            .fold((0, 0), |(n, r), x| (n + 1, r + x))
+    }
+
+    pub(crate) fn in_flight(&self, ns: &str, dep: &str) -> bool {
+        self.in_flight
+            .lock()
+            .is_ok_and(|s| s.contains_key(&(ns.to_string(), dep.to_string())))
+    }
+
+    fn take_slot(&self, s: &Step) -> Option<InFlight> {
+        let key = (s.namespace.clone(), s.deployment.clone());
+        let surge = s
+            .active
+            .map(|m| i64::from((m.surged_to - m.baseline).max(0)));
+        let mut set = self.in_flight.lock().ok()?;
+        if set.contains_key(&key) {
+            return None;
+        }
+        set.insert(key.clone(), surge);
+        Some(InFlight {
+            set: self.in_flight.clone(),
+            key,
+        })
     }
 
     /// Plans every candidate Deployment and carries out the writes.
@@ -235,7 +295,7 @@ impl<A: SurgeApi> Core<A> {
             let sig = signalled.get(ns).unwrap_or(&empty);
             let durable = idx.wall_now.map(|t| (t, window));
             for name in objs.candidates(&idx.draining, sig, durable) {
-                if self.backing_off(ns, &name, now) {
+                if self.backing_off(ns, &name, now) || self.in_flight(ns, &name) {
                     continue;
                 }
                 let (since_signal, denied) = self.book.get(ns, &name, cooldown, now);
@@ -267,25 +327,35 @@ impl<A: SurgeApi> Core<A> {
             }
         }
         let idx = &idx;
+        let started = Instant::now();
+        // Each step holds its Deployment's slot while it runs, so a pass
+        // run beside this one leaves it out.
+        let steps: Vec<_> = steps
+            .into_iter()
+            .filter_map(|(s, facts)| Some((self.take_slot(&s)?, s, facts)))
+            .collect();
         let outcomes: Vec<Outcome> = futures::stream::iter(steps)
-            .map(|(s, facts)| async move {
+            .map(|(slot, s, facts)| async move {
                 let first = self.execute(s).await;
-                if !matches!(first.error, Some(ApiError::Conflict(_))) {
-                    return first;
-                }
-                // The value changed under us: re-plan once from fresh reads,
-                // so a user's change seen mid-write is adopted at once.
-                match idx.namespaces.get(&first.step.namespace) {
-                    Some(objs) => self.replan(objs, idx, first, &facts).await,
-                    None => first,
-                }
+                let outcome = if !matches!(first.error, Some(ApiError::Conflict(_))) {
+                    first
+                } else {
+                    // The value changed under us: re-plan once from fresh
+                    // reads, so a user's change seen mid-write is adopted at once.
+                    match idx.namespaces.get(&first.step.namespace) {
+                        Some(objs) => self.replan(objs, idx, first, &facts).await,
+                        None => first,
+                    }
+                };
+                // The backoff counts from the failure, not from the pass's
+                // start: a write that timed out waits its turn like any other.
+                self.record(&outcome, now + started.elapsed());
+                drop(slot);
+                outcome
             })
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
-        for o in &outcomes {
-            self.record(o, now);
-        }
         if let Ok(mut last) = self.last_nodes.lock() {
             last.clear();
             for o in &outcomes {

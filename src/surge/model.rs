@@ -1196,3 +1196,122 @@ fn regression_histories() {
         }
     }
 }
+
+/// The model's apiserver with one Deployment's writes slow: each write to
+/// `slow` waits until `release` is notified (or `delay`, when set) and then
+/// fails as a timeout would.
+#[derive(Clone)]
+struct SlowOne {
+    model: Model,
+    slow: &'static str,
+    delay: Option<Duration>,
+    release: Arc<tokio::sync::Notify>,
+    slow_writes: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SurgeApi for SlowOne {
+    async fn get(&self, target: &ObjKey) -> Result<Option<Value>, ApiError> {
+        self.model.get(target).await
+    }
+
+    async fn patch(&self, target: &ObjKey, ops: &[Value]) -> Result<(), ApiError> {
+        if target.name != self.slow {
+            return self.model.patch(target, ops).await;
+        }
+        self.slow_writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        match self.delay {
+            Some(d) => tokio::time::sleep(d).await,
+            None => self.release.notified().await,
+        }
+        Err(ApiError::Timeout(self.delay.unwrap_or_default()))
+    }
+}
+
+/// Both Deployments with pods on a drained node, signalled: each needs a surge.
+fn slow_one(delay: Option<Duration>) -> (Run, SlowOne, ClusterView) {
+    let mut run = Run::new(3, 3, "100%");
+    run.apply(&Op::Scope(true));
+    for i in 0..NODES.len() {
+        run.apply(&Op::Drain(i));
+    }
+    run.with(State::settle);
+    let api = SlowOne {
+        model: run.model.clone(),
+        slow: "web",
+        delay,
+        release: Arc::new(tokio::sync::Notify::new()),
+        slow_writes: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    };
+    let view = run.with(|s| s.view());
+    (run, api, view)
+}
+
+/// A step whose write hangs keeps its Deployment out of a pass run beside
+/// it, and that pass ends without waiting for it (promise 5: one slow object
+/// never holds back the others).
+#[tokio::test]
+async fn a_hanging_write_does_not_hold_a_pass_run_beside_it() {
+    let (run, api, view) = slow_one(None);
+    let core = Core::new(api.clone(), run.book.clone(), run.now, COOLDOWN, None);
+    let first = core.pass(view.clone(), run.now);
+    tokio::pin!(first);
+    // The first pass writes api's surge and hangs on web's.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), &mut first)
+            .await
+            .is_err(),
+        "the first pass should wait for web's write"
+    );
+    assert_eq!(api.slow_writes.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let api_surged = run.with(|s| {
+        s.object(&ObjKey {
+            kind: ObjKind::Deployment,
+            namespace: NS.into(),
+            name: "api".into(),
+        })
+        .and_then(|o| markers_of(&o))
+    });
+    assert!(api_surged.is_some(), "api's surge is written meanwhile");
+    // A pass beside it ends at once and leaves web alone.
+    let second = tokio::time::timeout(
+        Duration::from_secs(5),
+        core.pass(view, run.now + Duration::from_secs(1)),
+    )
+    .await
+    .expect("a pass beside a hanging one ends");
+    assert!(
+        second.iter().all(|o| o.step.deployment != "web"),
+        "{second:?}"
+    );
+    assert_eq!(api.slow_writes.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The metrics of that pass count web's surge, running but not reported.
+    assert_eq!(core.in_flight_surges(&second).0, 1);
+    api.release.notify_one();
+    let outcomes = first.await;
+    assert!(outcomes
+        .iter()
+        .any(|o| o.step.deployment == "web" && o.error.is_some()));
+    // Its slot is given back: the next pass may step web again (after backoff).
+    assert!(!core.in_flight("shop", "web"));
+}
+
+/// The backoff after a failed write counts from when the failure came: a
+/// write that took its time out is not tried again at once.
+#[tokio::test]
+async fn the_backoff_counts_from_the_failure_not_the_pass_start() {
+    let (run, api, view) = slow_one(Some(Duration::from_millis(400)));
+    let core = Core::new(api.clone(), run.book.clone(), run.now, COOLDOWN, None);
+    let first = core.pass(view.clone(), run.now).await;
+    assert!(first
+        .iter()
+        .any(|o| o.step.deployment == "web" && o.error.is_some()));
+    // BACKOFF_MIN (500 ms) after the pass started, but not after the failure
+    // (400 ms later): web waits.
+    let second = core.pass(view, run.now + Duration::from_millis(600)).await;
+    assert!(
+        second.iter().all(|o| o.step.deployment != "web"),
+        "{second:?}"
+    );
+    assert_eq!(api.slow_writes.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
 use kube::Client;
@@ -22,6 +24,12 @@ use crate::surge::signals::SignalBook;
 use crate::surge::view::ClusterView;
 
 pub use crate::surge::view::{node_draining, DRAIN_TAINTS};
+
+/// Passes run at once: one waiting on slow writes, others beside it.
+const MAX_PASSES: usize = 4;
+/// A pass running this long (a write waiting for its timeout) has the next
+/// one run beside it.
+const SLOW_PASS: Duration = Duration::from_secs(2);
 
 pub struct Worker {
     pub cache: Cache,
@@ -60,7 +68,14 @@ impl Worker {
         // A new Core each time this replica becomes leader: memory (signals
         // aside) and backoff start afresh, and the cooldown of a surge found
         // in place counts from now.
-        let mut core: Option<Core<KubeApi>> = None;
+        let mut core: Option<Arc<Core<KubeApi>>> = None;
+        // Passes still running. A pass waits for its slowest write (up to
+        // the call timeout); the next ones run beside it and leave that
+        // Deployment out, so one slow object never holds back the others.
+        let mut passes: FuturesUnordered<BoxFuture<'static, Vec<Outcome>>> =
+            FuturesUnordered::new();
+        let mut last_start = Instant::now();
+        let mut pending = false;
         // Whether the last pass had anything to look at (see below).
         let mut was_busy = true;
         loop {
@@ -71,22 +86,24 @@ impl Worker {
             // are guarded anyway. The EvictionAutoScaler store is not one of
             // them: its CRD deleted under a surge must not strand it.
             if !leading {
+                // A replica that loses the lead stops writing at once: its
+                // passes are dropped (their writes are guarded, so a cut one
+                // is re-planned by the next leader), and no gauge is set after.
                 core = None;
+                passes = FuturesUnordered::new();
                 was_busy = true;
             } else if self.cache.ready_for(Reader::SurgeWorker) {
-                let c = core.get_or_insert_with(|| {
-                    Core::new(
-                        KubeApi(self.client.clone()),
-                        self.signals.clone(),
-                        Instant::now(),
-                        self.cache.behaviour.cooldown,
-                        self.cache.behaviour.zero_surge_override,
-                    )
-                });
-                // A replica that loses the lead stops writing at once: the
-                // pass is dropped (its writes are guarded, so a cut one is
-                // re-planned by the next leader), and no gauge is set after.
-                let mut lost = leader.clone();
+                let c = core
+                    .get_or_insert_with(|| {
+                        Arc::new(Core::new(
+                            KubeApi(self.client.clone()),
+                            self.signals.clone(),
+                            Instant::now(),
+                            self.cache.behaviour.cooldown,
+                            self.cache.behaviour.zero_surge_override,
+                        ))
+                    })
+                    .clone();
                 let (view, busy) = self.view();
                 // Nothing marked, signalled or draining: a pass has no
                 // candidate and would only index every object again (the
@@ -94,28 +111,45 @@ impl Worker {
                 // idle pass still runs after activity, to report it ended.
                 let idle = !busy && !was_busy;
                 was_busy = busy;
-                if !idle {
-                    tokio::select! {
-                        outcomes = c.pass(view, Instant::now()) => {
-                            let still = *leader.borrow();
-                            if still {
-                                self.report(&outcomes).await;
-                            }
+                // Beside a pass only once it is slow: passes one after
+                // another see each other's writes in the caches.
+                let beside = passes.is_empty()
+                    || passes.len() < MAX_PASSES && last_start.elapsed() >= SLOW_PASS;
+                if !idle && beside {
+                    last_start = Instant::now();
+                    passes.push(Box::pin(async move { c.pass(view, Instant::now()).await }));
+                }
+                // A look that found work but left it to the running pass:
+                // look again as soon as that pass ends.
+                pending = !idle && !beside;
+            }
+            // Until the next look, the passes run and each is reported as it
+            // ends. Waking on every watch event would mean a pass per pod
+            // update; 200 ms batches them while keeping the drain fast.
+            let next_look = async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                tokio::select! {
+                    _ = changed.changed() => {},
+                    _ = wake.notified() => {},
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {},
+                }
+            };
+            tokio::pin!(next_look);
+            loop {
+                tokio::select! {
+                    Some(outcomes) = passes.next() => {
+                        let still = *leader.borrow();
+                        let running = core.as_ref().filter(|_| still).map(|c| c.in_flight_surges(&outcomes));
+                        if let Some(running) = running {
+                            self.report(&outcomes, running).await;
                         }
-                        _ = async { lost.wait_for(|l| !*l).await.is_ok() } => {
-                            core = None;
+                        if pending && passes.is_empty() {
+                            break;
                         }
                     }
+                    _ = leader.changed() => break,
+                    _ = &mut next_look => break,
                 }
-            }
-            // Waking on every watch event would mean a pass per pod update;
-            // 200 ms batches them while keeping the drain fast.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            tokio::select! {
-                _ = changed.changed() => {},
-                _ = wake.notified() => {},
-                _ = leader.changed() => {},
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {},
             }
         }
     }
@@ -152,9 +186,10 @@ impl Worker {
         (v, busy)
     }
 
-    async fn report(&self, outcomes: &[Outcome]) {
-        let mut active = 0i64;
-        let mut surge_replicas = 0i64;
+    /// `running`: active surges and their replicas among the steps of
+    /// other passes still running (their outcome is reported then).
+    async fn report(&self, outcomes: &[Outcome], running: (i64, i64)) {
+        let (mut active, mut surge_replicas) = running;
         for o in outcomes {
             let s = &o.step;
             if let Some(m) = s.active {
