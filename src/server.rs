@@ -50,13 +50,16 @@ pub struct Limits {
     pub max_headers: usize,
 }
 
+/// [`Limits::max_in_flight`] by default.
+pub const MAX_IN_FLIGHT: usize = 128;
+
 impl Default for Limits {
     /// The apiserver sends small heads and, per replica, a few hundred
     /// reviews a second at most; these leave it ample room.
     fn default() -> Self {
         Limits {
             max_connections: 1024,
-            max_in_flight: 128,
+            max_in_flight: MAX_IN_FLIGHT,
             max_body_bytes_in_flight: 64 * 1024 * 1024,
             // Go's HTTP/2 client (the apiserver's) assumes 100 until it
             // reads our SETTINGS: fewer would refuse its first burst.

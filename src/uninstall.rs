@@ -49,15 +49,19 @@ fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
 }
 
 /// Reverting an autoscaler minimum at `path`: back to the persisted baseline
-/// and markers removed; markers that do not parse are only removed. None
-/// when the object carries no marker.
+/// if it is still the surged value (a value someone else set stays, as on a
+/// Deployment), and markers removed; markers that do not parse are only
+/// removed. None when the object carries no marker.
 fn autoscaler_revert_ops(
     annotations: Option<&std::collections::BTreeMap<String, String>>,
     path: &str,
     current: Option<Value>,
 ) -> Option<Vec<Value>> {
     let mut ops = match Markers::from_annotations(annotations) {
-        Some(m) => guarded_set(path, current, json!(m.baseline.max(0))),
+        Some(m) if current.as_ref().and_then(Value::as_i64) == Some(i64::from(m.surged_to)) => {
+            guarded_set(path, current, json!(m.baseline.max(0)))
+        }
+        Some(_) => Vec::new(),
         None if Markers::any_present(annotations) => Vec::new(),
         None => return None,
     };
@@ -267,5 +271,16 @@ mod tests {
             json!({"op": "replace", "path": "/spec/minReplicas", "value": 2})
         );
         assert!(autoscaler_revert_ops(None, "/spec/minReplicas", Some(json!(6))).is_none());
+        // The user set the minimum to 4 during the surge (markers 2 -> 6):
+        // their value stays, only the markers go; so does a minimum removed.
+        for user in [Some(json!(4)), None] {
+            let ops =
+                autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", user.clone()).expect("ops");
+            assert!(
+                ops.iter().all(|o| o["path"] != "/spec/minReplicas"),
+                "{user:?}: {ops:?}"
+            );
+            assert_eq!(ops.len(), 2, "{ops:?}");
+        }
     }
 }

@@ -256,8 +256,11 @@ pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
         return allow(AllowReason::TooManyDisruptedPods);
     }
     if status.disruptions_allowed > 0 {
-        if let Some(r) = recount_pending(view, &pod, &pdb, status) {
-            return Decision::Recount(r);
+        // Out of scope, the webhook is invisible: no hold there.
+        if view.namespace_in_scope(ns) {
+            if let Some(r) = recount_pending(view, &pod, &pdb, status) {
+                return Decision::Recount(r);
+            }
         }
         return allow(AllowReason::BudgetAllows);
     }
@@ -393,6 +396,10 @@ pub struct StatusCatchUp {
     /// Index of the `DisruptionAllowed` condition, set to False when no
     /// disruption is left (as the disruption controller does).
     pub condition: Option<usize>,
+    /// The status's `desiredHealthy`, and the index of a `DisruptionAllowed`
+    /// condition not False yet (for [`StatusCatchUp::confirmed`]).
+    pub desired_healthy: i32,
+    pub allowed_condition: Option<usize>,
 }
 
 /// [`StatusCatchUp`] for the PDB `pdb` of `ns`, when it is ours (never
@@ -414,11 +421,12 @@ pub fn status_catch_up(view: &impl EvictionView, ns: &str, pdb: &str) -> Option<
     if healthy >= status.current_healthy || status.disruptions_allowed <= allowed {
         return None;
     }
+    let allowed_condition = status.conditions.as_ref().and_then(|c| {
+        c.iter()
+            .position(|c| c.type_ == "DisruptionAllowed" && c.status != "False")
+    });
     let condition = if allowed == 0 {
-        status.conditions.as_ref().and_then(|c| {
-            c.iter()
-                .position(|c| c.type_ == "DisruptionAllowed" && c.status != "False")
-        })
+        allowed_condition
     } else {
         None
     };
@@ -430,10 +438,64 @@ pub fn status_catch_up(view: &impl EvictionView, ns: &str, pdb: &str) -> Option<
         current_healthy: healthy,
         disruptions_allowed: allowed,
         condition,
+        desired_healthy: status.desired_healthy,
+        allowed_condition,
     })
 }
 
+/// The PDB's healthy pods among `pods` (a live list of its namespace),
+/// counted as the disruption controller counts them and as
+/// [`count_healthy`] counts the cached ones.
+pub fn live_healthy(
+    pods: &[k8s_openapi::api::core::v1::Pod],
+    pdb: &PodDisruptionBudget,
+    now: Timestamp,
+) -> Option<i32> {
+    let selector = Selector::compile(pdb.spec.as_ref().and_then(|s| s.selector.as_ref())).ok()?;
+    let disrupted = pdb.status.as_ref().and_then(|s| s.disrupted_pods.as_ref());
+    let healthy = pods
+        .iter()
+        .filter(|p| {
+            let labels = p.metadata.labels.clone().unwrap_or_default();
+            let name = p.metadata.name.as_deref().unwrap_or_default();
+            let leaving = disrupted
+                .and_then(|d| d.get(name))
+                .is_some_and(|t| t.0 + DISRUPTED_POD_TIMEOUT > now);
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            selector.selects_for_eviction(&labels)
+                && p.metadata.deletion_timestamp.is_none()
+                && !leaving
+                && ready
+        })
+        .count();
+    i32::try_from(healthy).ok()
+}
+
 impl StatusCatchUp {
+    /// The write again, with the healthy pods counted from a live list: the
+    /// pod cache may lag the PDB's (a Ready it has not seen, a relist in
+    /// progress), and the status must never be written below the truth, or
+    /// the apiserver would refuse evictions it allows. None when the live
+    /// count leaves the room the status says.
+    pub fn confirmed(mut self, live_healthy: i32) -> Option<StatusCatchUp> {
+        let allowed = (live_healthy - self.desired_healthy).max(0);
+        if live_healthy >= self.was_healthy || self.was_allowed <= allowed {
+            return None;
+        }
+        self.current_healthy = live_healthy;
+        self.disruptions_allowed = allowed;
+        self.condition = if allowed == 0 {
+            self.allowed_condition
+        } else {
+            None
+        };
+        Some(self)
+    }
+
     /// The JSON patch of the status subresource: the resourceVersion tested
     /// first, so a status anyone wrote since (the controller's recount)
     /// fails it and stays.
@@ -540,6 +602,9 @@ pub enum SurgeState {
     Active { from: i32, to: i32 },
     /// The signal was recorded; the worker will size the surge.
     Requested,
+    /// A dry run: a real eviction would have asked for a surge; this one
+    /// asked for nothing.
+    WouldRequest,
     /// No surge can let the pod go.
     Impossible(String),
 }
@@ -566,6 +631,10 @@ pub fn blocked_message(b: &Blocked, surge: &SurgeState) -> String {
         ),
         SurgeState::Requested => format!(
             "eviction-autoscaler has asked for a surge of Deployment {}; retry shortly.",
+            b.deployment
+        ),
+        SurgeState::WouldRequest => format!(
+            "eviction-autoscaler would ask for a surge of Deployment {} (dry run: nothing was asked).",
             b.deployment
         ),
         SurgeState::Impossible(why) => format!(
@@ -927,6 +996,8 @@ pub(crate) mod tests {
         let m = blocked_message(&b, &SurgeState::Active { from: 3, to: 6 });
         assert!(m.starts_with(names::APISERVER_PDB_MESSAGE));
         assert!(m.contains("web-pdb") && m.contains("Deployment web") && m.contains("from 3 to 6"));
+        let m = blocked_message(&b, &SurgeState::WouldRequest);
+        assert!(m.contains("dry run: nothing was asked"), "{m}");
         let m = blocked_message(&b, &SurgeState::Impossible("maxUnavailable is 0".into()));
         assert!(m.contains("cannot surge") && m.contains("maxUnavailable is 0"));
     }
@@ -1150,6 +1221,11 @@ pub(crate) mod tests {
                 Err(BudgetAllows),
             ),
             (
+                "out of scope: the webhook is invisible there (no hold, no write)",
+                |f| f.in_scope = false,
+                Err(BudgetAllows),
+            ),
+            (
                 "steady: the Deployment wants the 4 the status counts",
                 |f| {
                     for v in f.deployment_of.values_mut() {
@@ -1312,6 +1388,90 @@ pub(crate) mod tests {
             }
         }
         assert_eq!(status_catch_up(&scaled_down(), "ns", "nope"), None);
+    }
+
+    /// The write is confirmed by a live list of the PDB's pods: the pod
+    /// cache may lag (a Ready not seen yet, a relist in progress), and the
+    /// status is never written below what the pods read now leave.
+    #[test]
+    fn the_status_write_counts_the_pods_read_live() {
+        use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+        let live = |name: &str, ready: bool| Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                labels: Some(labels()),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        };
+        // The cache shows 3 Ready pods of 4 (one unready there), the status
+        // 4 healthy, 1 allowed, minimum 3: a write of 3/0 is proposed.
+        let mut f = scaled_down();
+        f.pods[3] = pod("s", "Running", false);
+        let mut p = owned(pdb("web", 1, 3, 4));
+        p.status.as_mut().unwrap().conditions = Some(vec![condition("DisruptionAllowed", "True")]);
+        f.pdbs = vec![p.clone()];
+        let proposed = status_catch_up(&f, "ns", "web").expect("the caches propose a write");
+        assert_eq!(
+            (proposed.current_healthy, proposed.disruptions_allowed),
+            (3, 0)
+        );
+        let now = Timestamp::from_second(1_000_000).unwrap();
+        let all_ready: Vec<Pod> = ["p", "q", "r", "s"].iter().map(|n| live(n, true)).collect();
+        // Read now, s is Ready: the status is right, nothing is written.
+        let healthy = live_healthy(&all_ready, &p, now).unwrap();
+        assert_eq!(healthy, 4);
+        assert_eq!(proposed.clone().confirmed(healthy), None);
+        // Read now, s is unready too: written as proposed, condition and all.
+        let mut pods = all_ready.clone();
+        pods[3] = live("s", false);
+        let c = proposed
+            .clone()
+            .confirmed(live_healthy(&pods, &p, now).unwrap())
+            .expect("the live count agrees");
+        assert_eq!(
+            (c.current_healthy, c.disruptions_allowed, c.condition),
+            (3, 0, Some(0))
+        );
+        // Terminating, in disruptedPods (for less than 2 minutes) or not
+        // selected: not healthy, as the disruption controller counts.
+        let mut pods = all_ready.clone();
+        pods[0].metadata.deletion_timestamp = Some(Time(now));
+        pods[1].metadata.labels = Some([("app".to_string(), "other".to_string())].into());
+        let mut leaving = p.clone();
+        leaving.status.as_mut().unwrap().disrupted_pods =
+            Some([("r".to_string(), Time(now - SignedDuration::from_secs(60)))].into());
+        assert_eq!(live_healthy(&pods, &leaving, now), Some(1));
+        // An old entry no longer counts the pod as leaving.
+        leaving.status.as_mut().unwrap().disrupted_pods =
+            Some([("r".to_string(), Time(now - SignedDuration::from_secs(180)))].into());
+        assert_eq!(live_healthy(&pods, &leaving, now), Some(2));
+        // Under a minimum of 1 (status 4 healthy, 3 allowed): 3 read now
+        // leave 2 disruptions, and the condition stays.
+        let mut low_minimum = proposed.clone();
+        low_minimum.desired_healthy = 1;
+        low_minimum.was_allowed = 3;
+        let c = low_minimum
+            .clone()
+            .confirmed(3)
+            .expect("fewer than the status");
+        assert_eq!(
+            (c.current_healthy, c.disruptions_allowed, c.condition),
+            (3, 2, None)
+        );
+        // Fewer than the caches counted: the live count is what is written.
+        let c = low_minimum.confirmed(1).expect("fewer than the status");
+        assert_eq!((c.current_healthy, c.disruptions_allowed), (1, 0));
     }
 
     #[test]

@@ -44,9 +44,12 @@ use super::live::{self, LiveReader};
 
 /// Requests held at once, across all PDBs. A drain evicts every pod of a node
 /// at once (110 by default per node); a managed upgrade drains a few nodes
-/// together. Each held request is one idle future here and one open
-/// request in the apiserver.
-pub const MAX_HELD: usize = 256;
+/// together. Each held request is one idle future here, one of the server's
+/// request slots and one open request in the apiserver. Fewer than the
+/// slots ([`crate::server::MAX_IN_FLIGHT`]), so that requests that are not
+/// held (evictions with room, the Deployment webhook) always find one.
+pub const MAX_HELD: usize = 96;
+const _: () = assert!(MAX_HELD + 32 <= crate::server::MAX_IN_FLIGHT);
 
 /// Whether a Block may be held.
 pub fn should_hold(

@@ -315,6 +315,9 @@ impl Webhooks {
             // The leader may have started the surge meanwhile.
             surge = self.surge_state(ns, &b);
         }
+        if dry_run && surge == SurgeState::Requested {
+            surge = SurgeState::WouldRequest;
+        }
         tracing::info!(namespace = ns, pod = %b.pod, pdb = %b.pdb, deployment = %b.deployment,
             dry_run, "eviction blocked by budget; answered 429");
         Answer {
@@ -330,6 +333,10 @@ impl Webhooks {
     /// the status as it is, as it would without us.
     async fn catch_up_status(&self, ns: &str, pdb: &str) {
         let Some(c) = eviction::status_catch_up(&self.cache, ns, pdb) else {
+            return;
+        };
+        // The caches said so; the pods read now must say so too.
+        let Some(c) = self.live_catch_up(ns, c).await else {
             return;
         };
         let api: kube::Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
@@ -359,6 +366,44 @@ impl Webhooks {
             Err(e) => tracing::info!(namespace = ns, pdb, error = %e,
                 "the PDB's status was not brought up to date"),
         }
+    }
+
+    /// `c` with the healthy pods counted from a live list of the PDB's pods
+    /// (within the live-read timeout); None when that list fails or leaves
+    /// the room the status says: no write then.
+    async fn live_catch_up(
+        &self,
+        ns: &str,
+        c: eviction::StatusCatchUp,
+    ) -> Option<eviction::StatusCatchUp> {
+        use eviction::EvictionView;
+        let pdb = self.cache.pdb_named(ns, &c.pdb)?;
+        let selector = pdb.spec.as_ref().and_then(|s| s.selector.clone())?;
+        let selector = kube::core::Selector::try_from(selector).ok()?;
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.live.client.clone(), ns);
+        let lp = kube::api::ListParams::default().labels_from(&selector);
+        let listed = match tokio::time::timeout(self.live_timeout, pods.list(&lp)).await {
+            Ok(Ok(l)) => l.items,
+            Ok(Err(e)) => {
+                tracing::info!(namespace = ns, pdb = %c.pdb, error = %e, "the PDB's pods could not be read; its status is left as it is");
+                return None;
+            }
+            Err(_) => {
+                tracing::info!(namespace = ns, pdb = %c.pdb, "the PDB's pods were not read in time; its status is left as it is");
+                return None;
+            }
+        };
+        let healthy = eviction::live_healthy(&listed, &pdb, k8s_openapi::jiff::Timestamp::now())?;
+        let confirmed = c.confirmed(healthy);
+        if confirmed.is_none() {
+            tracing::debug!(
+                namespace = ns,
+                healthy,
+                "the pods read now leave the room the PDB's status says: no write"
+            );
+        }
+        confirmed
     }
 
     /// Holds an eviction (namespace, pod, PDB) until the caches show room
@@ -569,7 +614,13 @@ impl Webhooks {
             Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
                 // Ours from an earlier attempt (retried admission) is fine.
                 let name = want.metadata.name.as_deref().unwrap_or_default();
-                let existing = api.get(name).await?;
+                let existing = tokio::time::timeout(self.write_timeout, api.get(name))
+                    .await
+                    .map_err(|_| {
+                        kube::Error::Service(
+                            format!("PDB read timed out after {:?}", self.write_timeout).into(),
+                        )
+                    })??;
                 if pdb::is_ours_for(&existing, dep) {
                     Ok(())
                 } else {
