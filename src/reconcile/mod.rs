@@ -184,6 +184,14 @@ pub fn classify(e: &kube::Error) -> Refusal {
     match e {
         kube::Error::Api(s) if s.code == 404 && resource_type_missing(s) => Refusal::Error,
         kube::Error::Api(s) if matches!(s.code, 404 | 409) => Refusal::Expected,
+        // A JSON patch `test` that failed: the object changed since it was
+        // read (a user's edit, ownership handed over); the next pass re-plans.
+        // A 422 with causes is a value refused, an error.
+        kube::Error::Api(s)
+            if s.code == 422 && s.details.as_ref().is_none_or(|d| d.causes.is_empty()) =>
+        {
+            Refusal::Expected
+        }
         kube::Error::Api(s) if s.code == 403 && namespace_terminating(s) => Refusal::Expected,
         _ => Refusal::Error,
     }
@@ -557,18 +565,20 @@ impl Reconciler {
                 }
             }
             Action::SetMinAvailable { pdb, min } => {
-                let patch = json!({"spec": {"minAvailable": min}});
-                pdbs.patch(&pdb, &pp, &Patch::Merge(&patch)).await?;
+                let Some(cached) = self.cached_pdb(ns, &pdb) else {
+                    return Ok(()); // gone from the cache: re-planned
+                };
+                pdbs.patch(&pdb, &pp, &json_patch(set_min_available_ops(&cached, min))?)
+                    .await?;
                 tracing::info!(namespace = ns, %pdb, min, "PDB minAvailable updated");
             }
             Action::SetOwner { pdb, owner } => {
                 // Guard the one field we change, not the whole object: the
                 // disruption controller writes the PDB's status all the time.
-                let current = self
-                    .cache
-                    .pdbs
-                    .get(&kube::runtime::reflector::ObjectRef::new(&pdb).within(ns))
-                    .and_then(|p| p.metadata.owner_references.clone());
+                let Some(cached) = self.cached_pdb(ns, &pdb) else {
+                    return Ok(());
+                };
+                let current = cached.metadata.owner_references.clone();
                 let mut refs: Vec<_> = current
                     .clone()
                     .unwrap_or_default()
@@ -576,11 +586,12 @@ impl Reconciler {
                     .filter(|o| !(o.kind == "Deployment" && o.name == owner.name))
                     .collect();
                 refs.push(owner);
-                let ops = guarded_set(
+                let mut ops = ours_guard(&cached);
+                ops.extend(guarded_set(
                     "/metadata/ownerReferences",
                     current.map(|c| json!(c)),
                     json!(refs),
-                );
+                ));
                 pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
                 tracing::info!(namespace = ns, %pdb, "owner reference set");
             }
@@ -708,6 +719,12 @@ impl Reconciler {
         Ok(())
     }
 
+    fn cached_pdb(&self, ns: &str, name: &str) -> Option<Arc<PodDisruptionBudget>> {
+        self.cache
+            .pdbs
+            .get(&kube::runtime::reflector::ObjectRef::new(name).within(ns))
+    }
+
     /// Creates our EvictionAutoScaler for a PDB; for a PDB of ours, records
     /// its UID in the status at once (the evidence `plan::once_ours` reads).
     async fn create_eas(
@@ -814,6 +831,40 @@ impl Reconciler {
             }
         }
     }
+}
+
+/// `test` ops that the PDB is still the one the plan read, and still ours:
+/// its UID (not a PDB of the user's re-created under the name) and its
+/// `ownedBy` annotation (not handed over meanwhile). A patch that starts
+/// with them fails as a whole otherwise, and the next pass re-plans.
+fn ours_guard(p: &PodDisruptionBudget) -> Vec<serde_json::Value> {
+    let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": p.metadata.uid})];
+    ops.push(json!({
+        "op": "test",
+        "path": format!("/metadata/annotations/{}", crate::patch::escape(names::OWNED_BY)),
+        "value": names::OWNED_BY_VALUE,
+    }));
+    ops
+}
+
+/// Our PDB's `minAvailable` set to `min`, guarded by [`ours_guard`] and the
+/// value read. A `maxUnavailable` someone put beside it is removed: the
+/// apiserver refuses a PDB with both, and this PDB is ours to keep in line
+/// (a user who wants their own budget removes `ownedBy`).
+fn set_min_available_ops(p: &PodDisruptionBudget, min: i32) -> Vec<serde_json::Value> {
+    let spec = p.spec.as_ref();
+    let mut ops = ours_guard(p);
+    if let Some(max) = spec.and_then(|s| s.max_unavailable.as_ref()) {
+        ops.push(json!({"op": "test", "path": "/spec/maxUnavailable", "value": max}));
+        ops.push(json!({"op": "remove", "path": "/spec/maxUnavailable"}));
+    }
+    ops.extend(guarded_set(
+        "/spec/minAvailable",
+        spec.and_then(|s| s.min_available.as_ref())
+            .map(|v| json!(v)),
+        json!(min),
+    ));
+    ops
 }
 
 /// The merge patch that turns `current` into `want`, or None when they are
@@ -1141,6 +1192,57 @@ mod tests {
         }))
     }
 
+    /// The minAvailable write lands only on the PDB the plan read, while it
+    /// is ours: a user's PDB re-created under the name, or ours handed over
+    /// meanwhile, fails the patch as a whole and is left as it is.
+    #[test]
+    fn the_min_available_write_is_guarded_by_uid_and_ownership() {
+        let dep = crate::pdb::tests::dep("web", 3);
+        let mut ours = crate::pdb::owned_pdb(&dep, 2);
+        ours.metadata.uid = Some("u1".into());
+        let ops = set_min_available_ops(&ours, 3);
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::Value::Array(ops)).unwrap();
+        let apply = |p: &PodDisruptionBudget| {
+            let mut doc = serde_json::to_value(p).unwrap();
+            json_patch::patch(&mut doc, &patch).map(|_| doc)
+        };
+        let after: PodDisruptionBudget =
+            serde_json::from_value(apply(&ours).expect("ours, as read")).unwrap();
+        assert_eq!(
+            after.spec.unwrap().min_available,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(3))
+        );
+        let mut users = ours.clone();
+        users.metadata.uid = Some("u2".into());
+        users.metadata.annotations = None;
+        assert!(apply(&users).is_err(), "a user's PDB of that name");
+        let mut handed = ours.clone();
+        handed.metadata.annotations = Some([(names::TARGET.to_string(), "web".to_string())].into());
+        assert!(apply(&handed).is_err(), "ownedBy removed meanwhile");
+        let mut edited = ours.clone();
+        edited.spec.as_mut().unwrap().min_available =
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(5));
+        assert!(apply(&edited).is_err(), "minAvailable changed meanwhile");
+        // maxUnavailable put beside it: removed, or the apiserver refuses both.
+        let mut with_max = ours.clone();
+        with_max.spec.as_mut().unwrap().max_unavailable =
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1));
+        with_max.spec.as_mut().unwrap().min_available = None;
+        let ops = set_min_available_ops(&with_max, 3);
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::Value::Array(ops)).unwrap();
+        let mut doc = serde_json::to_value(&with_max).unwrap();
+        json_patch::patch(&mut doc, &patch).expect("applies");
+        let after: PodDisruptionBudget = serde_json::from_value(doc).unwrap();
+        let spec = after.spec.unwrap();
+        assert_eq!(spec.max_unavailable, None);
+        assert_eq!(
+            spec.min_available,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(3))
+        );
+    }
+
     #[test]
     fn namespace_deletion_answers_are_expected_other_failures_are_errors() {
         let terminating = api_error(
@@ -1172,8 +1274,18 @@ mod tests {
             Refusal::Error
         );
         assert_eq!(
-            classify(&api_error(422, "Invalid", "bad", None)),
+            classify(&api_error(422, "Invalid", "bad", Some("FieldValueInvalid"))),
             Refusal::Error
+        );
+        // What the apiserver answers a JSON patch whose `test` failed.
+        assert_eq!(
+            classify(&api_error(
+                422,
+                "Invalid",
+                "the server rejected our request due to an error in our request",
+                None
+            )),
+            Refusal::Expected
         );
         let no_crd = api_error(
             404,
