@@ -845,6 +845,11 @@ impl Cache {
             .unwrap_or_default()
     }
 
+    /// Whether the namespace cache holds `ns` (its annotations are known).
+    pub fn namespace_known(&self, ns: &str) -> bool {
+        self.namespaces.get(&ObjectRef::new(ns)).is_some()
+    }
+
     pub fn namespace_in_scope(&self, ns: &str) -> bool {
         let nso = self.namespaces.get(&ObjectRef::new(ns));
         let ann = nso.as_ref().and_then(|n| n.metadata.annotations.as_ref());

@@ -536,6 +536,12 @@ impl Webhooks {
             // one pod make every eviction of it fail.
             return skip("cache_stale", None);
         }
+        if !self.cache.namespace_known(&ns) {
+            // Created in the same apply and not in the cache yet: its
+            // opt-out annotation is unknown, and out of scope means no
+            // writes. The reconciler decides once it has the namespace.
+            return skip("namespace_not_cached", None);
+        }
         let hpas = self.cache.hpas.state();
         let deployments = self.cache.deployments.state();
         let in_scope = self.cache.namespace_in_scope(&ns);
