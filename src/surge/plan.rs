@@ -306,6 +306,12 @@ fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -
     if s.adopted_displaced.is_some_and(|n| displaced <= n) {
         return Action::Wait(Wait::Draining { displaced });
     }
+    // Someone scaled the Deployment to 0 (adopted as the baseline): its pods
+    // are going anyway, as in `plan_idle`; a top-up would make it 1, and a
+    // Deployment is never reverted to 0 by us.
+    if s.applier == Applier::Deployment && m.baseline <= 0 {
+        return Action::Wait(Wait::Draining { displaced });
+    }
     match size(s, spec, m.baseline, Some(m.surged_to), displaced) {
         Err(reason) => Action::Impossible { reason },
         // Never shrink mid-drain: only a larger target is written.
@@ -1388,6 +1394,18 @@ mod tests {
                     new_baseline: 0,
                     displaced: 0,
                 }),
+            ),
+            row(
+                "scaled to 0 (adopted), then more pods displaced: no top-up to 1",
+                min_available(int(0)),
+                |s| {
+                    active(s, 0, 0);
+                    s.replicas = 0;
+                    s.adopted_displaced = Some(0);
+                    s.max_surge = Some(int(1));
+                    drain(s, "n0");
+                },
+                Want::Is(Action::Wait(Wait::Draining { displaced: 1 })),
             ),
             row(
                 "HPA minimum changed",
