@@ -621,6 +621,16 @@ impl CacheHealth {
     }
 
     /// The stores not synced yet or stale.
+    /// The store named `name` has listed and has not failed past the bound.
+    pub fn store_ready(&self, name: &str) -> bool {
+        self.stores.iter().filter(|s| s.name == name).all(|s| {
+            matches!(
+                s.state(self.stale_after),
+                StoreState::Fresh | StoreState::Failing(_)
+            )
+        })
+    }
+
     pub fn unready(&self) -> Vec<Unready> {
         self.stores
             .iter()
@@ -797,6 +807,13 @@ impl Cache {
     pub fn ready_for(&self, reader: Reader) -> bool {
         matches!(self.keda_state(), KedaState::Absent | KedaState::Synced)
             && self.health.ready_for(reader)
+    }
+
+    /// The pods of `ns`, while the pod store is current; None otherwise.
+    pub fn pods_if_ready(&self, ns: &str) -> Option<Vec<Arc<SlimPod>>> {
+        self.health
+            .store_ready(&PodWire::plural(&()))
+            .then(|| self.pods.pods_in(ns))
     }
 
     pub fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {

@@ -50,6 +50,20 @@ impl<'a> CompiledPdbs<'a> {
         )
     }
 
+    /// The PDBs of `ns` whose selector selects these labels (a pod's).
+    pub fn selecting<L: crate::budget::LabelSet + ?Sized>(
+        &self,
+        ns: &str,
+        labels: &L,
+    ) -> Vec<&'a Arc<PodDisruptionBudget>> {
+        self.0
+            .iter()
+            .filter(|(p, _)| p.metadata.namespace.as_deref() == Some(ns))
+            .filter(|(_, s)| s.as_ref().is_some_and(|s| s.selects_for_eviction(labels)))
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
     /// [`matching_pdbs`] over the compiled selectors.
     pub fn matching(&self, dep: &Deployment) -> Vec<&'a Arc<PodDisruptionBudget>> {
         let empty = BTreeMap::new();
@@ -156,6 +170,7 @@ pub fn plan_for_new_deployment(
     pdbs: &[Arc<PodDisruptionBudget>],
     deployments: &[Arc<Deployment>],
     hpas: &[Arc<HorizontalPodAutoscaler>],
+    pods: &[Arc<crate::cache::SlimPod>],
 ) -> CreatePlan {
     if !pdb_create {
         return CreatePlan::Skip("PDB_CREATE is off");
@@ -183,7 +198,10 @@ pub fn plan_for_new_deployment(
     if !compiled.matching(dep).is_empty() {
         return CreatePlan::Skip("a PDB already selects its pods");
     }
-    if overlapping(dep, deployments, &compiled).is_some() {
+    let ns = dep.metadata.namespace.as_deref().unwrap_or_default();
+    if overlapping(dep, deployments, &compiled).is_some()
+        || pod_overlap(dep, &protected_pods(&compiled, ns, pods), &[]).is_some()
+    {
         return CreatePlan::Skip("its selector covers pods another PDB protects");
     }
     let min = min_available_for(dep, hpa_for(dep, hpas).map(|h| h.as_ref()));
@@ -215,6 +233,42 @@ pub fn overlapping<'a>(
                 .into_iter()
                 .find(|p| !own.iter().any(|o| Arc::ptr_eq(o, p)))
                 .map(|p| (p, d))
+        })
+}
+
+/// The pods of `ns` that some PDB protects, each with those PDBs (what
+/// [`pod_overlap`] reads). Terminating pods are leaving and left out.
+pub fn protected_pods<'a>(
+    compiled: &CompiledPdbs<'a>,
+    ns: &str,
+    pods: &'a [Arc<crate::cache::SlimPod>],
+) -> Vec<(&'a crate::cache::SlimPod, Vec<&'a Arc<PodDisruptionBudget>>)> {
+    pods.iter()
+        .filter(|p| !p.is_terminating())
+        .map(|p| (p.as_ref(), compiled.selecting(ns, p.labels())))
+        .filter(|(_, pdbs)| !pdbs.is_empty())
+        .collect()
+}
+
+/// A running pod that `dep`'s selector selects and that a PDB protects
+/// which does not select `dep`'s pod template: a PDB made for `dep` would be
+/// a second budget over that pod. Overlapping Deployment templates are
+/// [`overlapping`]'s; this covers every other pod: a StatefulSet's or a bare
+/// pod's under the user's PDB, or labels a pod set on itself at run time.
+/// `pods`: the namespace's pods with the PDBs selecting each (those that no
+/// PDB selects left out). Returns that PDB and the pod's name.
+pub fn pod_overlap<'a>(
+    dep: &Deployment,
+    pods: &[(&'a crate::cache::SlimPod, Vec<&'a Arc<PodDisruptionBudget>>)],
+    own: &[&'a Arc<PodDisruptionBudget>],
+) -> Option<(&'a Arc<PodDisruptionBudget>, String)> {
+    let ours = Selector::compile(dep.spec.as_ref().map(|s| &s.selector)).ok()?;
+    pods.iter()
+        .filter(|(pod, _)| ours.selects_for_eviction(pod.labels()))
+        .find_map(|(pod, pdbs)| {
+            pdbs.iter()
+                .find(|p| !own.iter().any(|o| Arc::ptr_eq(o, p)))
+                .map(|p| (*p, pod.name().to_string()))
         })
 }
 
@@ -338,18 +392,18 @@ pub(crate) mod tests {
         let none: Vec<Arc<PodDisruptionBudget>> = vec![];
         let no_hpa: Vec<Arc<HorizontalPodAutoscaler>> = vec![];
         assert_eq!(
-            plan_for_new_deployment(&d, false, true, &none, &[], &no_hpa),
+            plan_for_new_deployment(&d, false, true, &none, &[], &no_hpa, &[]),
             CreatePlan::Skip("PDB_CREATE is off")
         );
         assert_eq!(
-            plan_for_new_deployment(&d, true, false, &none, &[], &no_hpa),
+            plan_for_new_deployment(&d, true, false, &none, &[], &no_hpa, &[]),
             CreatePlan::Skip("namespace not in scope")
         );
         let mut opted = d.clone();
         opted.metadata.annotations =
             Some([(names::PDB_CREATE.to_string(), "false".to_string())].into());
         assert_eq!(
-            plan_for_new_deployment(&opted, true, true, &none, &[], &no_hpa),
+            plan_for_new_deployment(&opted, true, true, &none, &[], &no_hpa, &[]),
             CreatePlan::Skip("deployment opted out")
         );
         // Found by fuzz/mutate_handler: a Deployment the apiserver will
@@ -367,23 +421,23 @@ pub(crate) mod tests {
                 spec.selector = selector;
             }
             assert_eq!(
-                plan_for_new_deployment(&invalid, true, true, &none, &[], &no_hpa),
+                plan_for_new_deployment(&invalid, true, true, &none, &[], &no_hpa, &[]),
                 CreatePlan::Skip("selector does not select the pod template")
             );
         }
         let existing = vec![Arc::new(owned_pdb(&d, 1))];
         assert_eq!(
-            plan_for_new_deployment(&d, true, true, &existing, &[], &no_hpa),
+            plan_for_new_deployment(&d, true, true, &existing, &[], &no_hpa, &[]),
             CreatePlan::Skip("a PDB already selects its pods")
         );
-        match plan_for_new_deployment(&d, true, true, &none, &[], &no_hpa) {
+        match plan_for_new_deployment(&d, true, true, &none, &[], &no_hpa, &[]) {
             CreatePlan::Create(p) => {
                 assert_eq!(p.spec.unwrap().min_available, Some(IntOrString::Int(3)))
             }
             other => panic!("{other:?}"),
         }
         let hpas = vec![Arc::new(hpa("web", 2))];
-        match plan_for_new_deployment(&d, true, true, &none, &[], &hpas) {
+        match plan_for_new_deployment(&d, true, true, &none, &[], &hpas, &[]) {
             CreatePlan::Create(p) => {
                 assert_eq!(p.spec.unwrap().min_available, Some(IntOrString::Int(2)))
             }
@@ -414,7 +468,7 @@ pub(crate) mod tests {
         ];
         let no_hpa: Vec<Arc<HorizontalPodAutoscaler>> = vec![];
         assert_eq!(
-            plan_for_new_deployment(&shop, true, true, &api_pdb, &deps, &no_hpa),
+            plan_for_new_deployment(&shop, true, true, &api_pdb, &deps, &no_hpa, &[]),
             CreatePlan::Skip("its selector covers pods another PDB protects")
         );
         let compiled = CompiledPdbs::new(&api_pdb);
@@ -426,12 +480,12 @@ pub(crate) mod tests {
         // api's own PDB is not an overlap for api; `other` selects nothing of api's.
         assert!(overlapping(&api, &deps, &compiled).is_none());
         assert!(matches!(
-            plan_for_new_deployment(&other, true, true, &api_pdb, &deps, &no_hpa),
+            plan_for_new_deployment(&other, true, true, &api_pdb, &deps, &no_hpa, &[]),
             CreatePlan::Create(_)
         ));
         // Without a PDB over api's pods, shop gets one (api then finds it).
         assert!(matches!(
-            plan_for_new_deployment(&shop, true, true, &[], &deps, &no_hpa),
+            plan_for_new_deployment(&shop, true, true, &[], &deps, &no_hpa, &[]),
             CreatePlan::Create(_)
         ));
     }

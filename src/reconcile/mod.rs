@@ -442,6 +442,7 @@ impl Reconciler {
                 .map(|t| (k8s_openapi::jiff::Timestamp::now() - t.0).get_seconds())
                 .unwrap_or(i64::MAX)
         };
+        let pods = self.cache.pods_if_ready(&name);
         let snapshot = NamespaceSnapshot {
             name: &name,
             in_scope: sc.enabled,
@@ -451,6 +452,7 @@ impl Reconciler {
             hpas: &hpas,
             keda_min: &keda_min,
             eas: &eas,
+            pods: pods.as_deref(),
             pdb_age_secs: &age,
             orphan_grace_secs: self.orphan_grace.as_secs() as i64,
         };
@@ -645,10 +647,10 @@ impl Reconciler {
                 other,
             } => {
                 let note = format!(
-                    "the selector of Deployment {deployment} also selects the pods of Deployment \
-                     {other}, which PodDisruptionBudget {pdb} protects; no PDB created, since two \
-                     budgets over one pod make every eviction of it fail. Give the Deployments \
-                     selectors that do not overlap, or a PDB of your own."
+                    "the selector of Deployment {deployment} also selects {other}, which \
+                     PodDisruptionBudget {pdb} protects; no PDB created, since two budgets over \
+                     one pod make every eviction of it fail. Give the Deployment a selector that \
+                     selects its own pods only, or a PDB of your own."
                 );
                 self.degraded
                     .set(ns, &deployment, "PDBSelectorOverlap", &note);

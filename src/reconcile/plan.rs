@@ -52,7 +52,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::budget::Selector;
-use crate::cache::owned_by_us;
+use crate::cache::{owned_by_us, SlimPod};
 use crate::crd::EvictionAutoScaler;
 use crate::names;
 use crate::pdb::{self, hpa_for, min_available_for, owned_pdb, owner_reference};
@@ -69,6 +69,9 @@ pub struct NamespaceSnapshot<'a> {
     /// Deployment name → the KEDA ScaledObject minimum (its persisted baseline while surged).
     pub keda_min: &'a BTreeMap<String, i32>,
     pub eas: &'a [Arc<EvictionAutoScaler>],
+    /// The namespace's pods; None while the pod cache is not ready, and then
+    /// no PDB is created (one over a pod another PDB protects could be).
+    pub pods: Option<&'a [Arc<SlimPod>]>,
     /// Seconds since each PDB was created, for the orphan grace period.
     pub pdb_age_secs: &'a (dyn Fn(&PodDisruptionBudget) -> i64 + Sync),
     pub orphan_grace_secs: i64,
@@ -107,6 +110,7 @@ pub enum Action {
     SelectorOverlap {
         deployment: String,
         pdb: String,
+        /// What else it covers: `Deployment api` or `Pod db-0`.
         other: String,
     },
     /// Planned before the PDB writes of the same pass, so the evidence of a
@@ -383,6 +387,8 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut wanted_eas: BTreeMap<String, (String, Option<OwnerReference>, Option<String>)> =
         BTreeMap::new();
     let compiled = pdb::CompiledPdbs::new(s.pdbs);
+    // Each pod some PDB protects, with those PDBs (for `pod_overlap`).
+    let protected = pdb::protected_pods(&compiled, s.name, s.pods.unwrap_or_default());
     // PDBs to create, kept apart until the pass has seen every Deployment.
     let mut planned = Vec::new();
     for dep in s.deployments {
@@ -392,8 +398,16 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         let opted_out = deployment_opted_out(dep.metadata.annotations.as_ref());
         let matching = compiled.matching(dep);
         let floor = floor_for(dep, s);
-        let overlap = pdb::overlapping(dep, s.deployments, &compiled);
-        let overlap_pdb = overlap.map(|(p, _)| p);
+        let overlap = pdb::overlapping(dep, s.deployments, &compiled)
+            .map(|(p, d)| {
+                let name = d.metadata.name.as_deref().unwrap_or_default();
+                (p, format!("Deployment {name}"))
+            })
+            .or_else(|| {
+                pdb::pod_overlap(dep, &protected, &matching)
+                    .map(|(p, pod)| (p, format!("Pod {pod}")))
+            });
+        let overlap_pdb = overlap.as_ref().map(|(p, _)| *p);
         let mutual = mutual_pdb(dep, &dep_name, &matching, s.deployments, &compiled);
 
         plan_matching(
@@ -445,7 +459,7 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
                 out.push(Action::SelectorOverlap {
                     deployment: dep_name.clone(),
                     pdb: p.metadata.name.clone().unwrap_or_default(),
-                    other: other.metadata.name.clone().unwrap_or_default(),
+                    other,
                 });
                 // Its EvictionAutoScaler carries the Degraded condition.
                 wanted_eas
@@ -469,6 +483,8 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
                         .or_insert_with(|| (dep_name.clone(), owner_reference(dep), None));
                 }
                 Some(_) => {}
+                // Pods unknown: a PDB now might cover one another protects.
+                None if s.pods.is_none() => {}
                 None => planned.push((dep, owned_pdb(dep, floor))),
             }
         }
@@ -557,6 +573,7 @@ mod tests {
         hpas: Vec<Arc<HorizontalPodAutoscaler>>,
         keda: BTreeMap<String, i32>,
         eas: Vec<Arc<EvictionAutoScaler>>,
+        pods: Option<Vec<Arc<SlimPod>>>,
         age: i64,
     }
 
@@ -570,6 +587,7 @@ mod tests {
                 hpas: vec![],
                 keda: BTreeMap::new(),
                 eas: vec![],
+                pods: Some(vec![]),
                 age: 0,
             }
         }
@@ -585,6 +603,7 @@ mod tests {
                 hpas: &self.hpas,
                 keda_min: &self.keda,
                 eas: &self.eas,
+                pods: self.pods.as_deref(),
                 pdb_age_secs: &f,
                 orphan_grace_secs: 60,
             })
@@ -625,7 +644,7 @@ mod tests {
         assert!(a.contains(&Action::SelectorOverlap {
             deployment: "shop".into(),
             pdb: "api".into(),
-            other: "api".into(),
+            other: "Deployment api".into(),
         }));
         assert!(a
             .iter()
@@ -786,6 +805,100 @@ mod tests {
             );
             w.pdbs = vec![];
         }
+    }
+
+    fn running_pod(name: &str, labels: &[(&str, &str)]) -> Arc<SlimPod> {
+        let wire: crate::cache::PodWire = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns",
+                "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>()},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .expect("a pod");
+        Arc::new(SlimPod::from(&wire))
+    }
+
+    /// A Deployment whose selector is broader than its template also
+    /// selects pods that are not its own (a StatefulSet's of the same chart,
+    /// labels a pod sets at run time). When a PDB protects such a pod, ours
+    /// would be a second budget over it: never made, and one made before
+    /// steps aside. While the pods are not known, no PDB is made at all.
+    #[test]
+    fn a_pod_another_pdb_protects_is_never_under_a_second_one() {
+        use crate::pdb::tests::labelled;
+        let web = with_uid(labelled(
+            "web",
+            &[("app", "web")],
+            &[("app", "web"), ("tier", "fe")],
+        ));
+        let mut db_pdb = (*user_pdb("db", "x")).clone();
+        db_pdb.spec.as_mut().unwrap().selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([("tier".to_string(), "db".to_string())].into()),
+                match_expressions: None,
+            },
+        );
+        let db_pdb = Arc::new(db_pdb);
+        let mut w = World::new();
+        w.deps = vec![web.clone()];
+        w.pdbs = vec![db_pdb.clone()];
+        w.pods = Some(vec![
+            running_pod("web-1", &[("app", "web"), ("tier", "fe")]),
+            running_pod("db-0", &[("app", "web"), ("tier", "db")]),
+        ]);
+        let a = w.plan();
+        assert!(
+            !a.iter().any(|x| matches!(x, Action::CreatePdb(_))),
+            "{a:?}"
+        );
+        assert!(
+            a.contains(&Action::SelectorOverlap {
+                deployment: "web".into(),
+                pdb: "db".into(),
+                other: "Pod db-0".into(),
+            }),
+            "{a:?}"
+        );
+        // Ours made before the db pods came: it steps aside.
+        let mut ours_web = (*ours(&web, 1)).clone();
+        ours_web.metadata.uid = Some("pdb-web".into());
+        w.pdbs = vec![Arc::new(ours_web), db_pdb.clone()];
+        let a = w.plan();
+        assert!(
+            a.contains(&Action::StepAside {
+                pdb: "web".into(),
+                uid: Some("pdb-web".into()),
+                deployment: "web".into(),
+                by: "db".into(),
+            }),
+            "{a:?}"
+        );
+        // A terminating db pod is leaving: no overlap with it.
+        w.pdbs = vec![db_pdb.clone()];
+        let mut wire: crate::cache::PodWire = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-0", "namespace": "ns",
+                "labels": {"app": "web", "tier": "db"},
+                "deletionTimestamp": "2026-12-01T00:00:00Z"},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        wire.metadata.namespace = Some("ns".into());
+        w.pods = Some(vec![Arc::new(SlimPod::from(&wire))]);
+        let a = w.plan();
+        assert!(a.iter().any(|x| matches!(x, Action::CreatePdb(_))), "{a:?}");
+        // Pods not known yet (pod cache not ready): nothing is created.
+        w.pods = None;
+        let a = w.plan();
+        assert!(
+            !a.iter().any(|x| matches!(x, Action::CreatePdb(_))),
+            "{a:?}"
+        );
+        // The admission webhook checks the same.
+        let pods = vec![running_pod("db-0", &[("app", "web"), ("tier", "db")])];
+        assert!(matches!(
+            pdb::plan_for_new_deployment(&web, true, true, &[db_pdb], &[], &[], &pods),
+            pdb::CreatePlan::Skip(_)
+        ));
     }
 
     #[test]

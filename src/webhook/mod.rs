@@ -545,6 +545,8 @@ impl Webhooks {
         let hpas = self.cache.hpas.state();
         let deployments = self.cache.deployments.state();
         let in_scope = self.cache.namespace_in_scope(&ns);
+        // Synced and not stale (above): the namespace's pods are current.
+        let pods = self.cache.pods.pods_in(&ns);
         let plan = |pdbs: &[Arc<PodDisruptionBudget>]| {
             pdb::plan_for_new_deployment(
                 &dep,
@@ -553,6 +555,7 @@ impl Webhooks {
                 pdbs,
                 &deployments,
                 &hpas,
+                &pods,
             )
         };
         // The cache first: no API call for a Deployment that gets no PDB.
