@@ -385,6 +385,7 @@ impl PodStore {
         PodWriter {
             store: self.clone(),
             buffer: None,
+            dirty: None,
         }
     }
 }
@@ -399,6 +400,10 @@ fn insert(map: &mut PodMap, pod: SlimPod) {
 pub struct PodWriter {
     store: PodStore,
     buffer: Option<PodMap>,
+    /// Marked with a pod's namespace when a pod comes, goes or changes its
+    /// labels (which PDBs select it: the reconciler's one-PDB-per-pod rule),
+    /// not on status updates.
+    dirty: Option<Arc<Dirty>>,
 }
 
 impl PodWriter {
@@ -428,6 +433,16 @@ impl PodWriter {
             *self.store.write() = b;
         }
         self.store.ready.send_replace(true);
+        if let Some(d) = &self.dirty {
+            d.mark_all();
+        }
+    }
+
+    /// Marks `dirty` with each pod's namespace as it comes, goes or
+    /// changes its labels.
+    pub fn marking(mut self, dirty: Arc<Dirty>) -> PodWriter {
+        self.dirty = Some(dirty);
+        self
     }
 
     pub fn apply(&mut self, event: &Event<PodWire>) {
@@ -438,11 +453,27 @@ impl PodWriter {
                 None => self.apply_pod(SlimPod::from(p)),
             },
             Event::InitDone => self.init_done(),
-            Event::Apply(p) => insert(&mut self.store.write(), SlimPod::from(p)),
-            Event::Delete(p) => self.delete(
-                p.metadata.namespace.as_deref().unwrap_or_default(),
-                p.metadata.name.as_deref().unwrap_or_default(),
-            ),
+            Event::Apply(p) => {
+                let pod = SlimPod::from(p);
+                let mut map = self.store.write();
+                let relabelled = map
+                    .get(&*pod.namespace)
+                    .and_then(|s| s.get(pod.name()))
+                    .is_none_or(|old| old.0.labels() != pod.labels());
+                let ns = pod.namespace.clone();
+                insert(&mut map, pod);
+                drop(map);
+                if let (true, Some(d)) = (relabelled, &self.dirty) {
+                    d.mark(&ns);
+                }
+            }
+            Event::Delete(p) => {
+                let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+                self.delete(ns, p.metadata.name.as_deref().unwrap_or_default());
+                if let Some(d) = &self.dirty {
+                    d.mark(ns);
+                }
+            }
         }
     }
 }
@@ -1025,8 +1056,8 @@ pub fn start(
         stale_after,
         health: &mut stores,
     };
-    let pods = r.reflect_pods();
     r.dirty = Some(ns_dirty.clone());
+    let pods = r.reflect_pods();
     let (pdb_tx, pdb_changed) = watch::channel(0u64);
     let pdb_index = Arc::new(PdbIndex::default());
     let index = pdb_index.clone();
@@ -1223,7 +1254,10 @@ impl Reflectors<'_> {
         let health = Arc::new(StoreHealth::new(PodWire::plural(&()), self.base));
         self.health.push(health.clone());
         let store = PodStore::default();
-        let mut writer = store.writer();
+        let mut writer = match &self.dirty {
+            Some(d) => store.writer().marking(d.clone()),
+            None => store.writer(),
+        };
         let api: Api<PodWire> = Api::all(observed_client(self.client, health.clone()));
         let stream = watcher(api, self.cfg.clone())
             .backoff(watch_backoff())

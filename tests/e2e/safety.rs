@@ -673,3 +673,121 @@ async fn overlapping_selectors_never_make_a_second_pdb() {
         "ours is not made again"
     );
 }
+
+/// A bare pod (no Deployment) with these labels, run by kwok like any other.
+fn bare_pod(name: &str, labels: &[(&str, &str)]) -> k8s_openapi::api::core::v1::Pod {
+    let mut template = deployment("x", 1, None).spec.expect("spec").template;
+    if let Some(m) = template.metadata.as_mut() {
+        m.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        m.name = Some(name.into());
+    }
+    k8s_openapi::api::core::v1::Pod {
+        metadata: template.metadata.unwrap_or_default(),
+        spec: template.spec,
+        status: None,
+    }
+}
+
+/// A Deployment whose selector (`app=web`) is broader than its template
+/// also selects pods that are not its own: here a bare pod `app=web,
+/// tier=db` (a StatefulSet's of the same chart would do the same) under the
+/// user's PDB `db`. No PDB of ours is made over that pod (two budgets over
+/// one pod make every eviction of it fail); when the pod goes, ours is made;
+/// when such a pod comes back, ours steps aside.
+#[tokio::test]
+async fn a_pod_another_pdb_protects_never_gets_a_second_pdb() {
+    let ns = TestNs::new("e2e-podov").await;
+    let deps: Api<Deployment> = ns.api();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    let db: &[(&str, &str)] = &[("app", "web"), ("tier", "db")];
+    let mut theirs = user_pdb("db", "db", Some(IntOrString::Int(1)), None);
+    if let Some(spec) = theirs.spec.as_mut() {
+        spec.selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([("tier".to_string(), "db".to_string())].into()),
+                match_expressions: None,
+            },
+        );
+    }
+    pdbs.create(&PostParams::default(), &theirs)
+        .await
+        .expect("user PDB");
+    pods.create(&PostParams::default(), &bare_pod("db-0", db))
+        .await
+        .expect("db pod");
+    let running = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get_opt(name).await.ok().flatten()?;
+            (p.status?.phase.as_deref() == Some("Running")).then_some(())
+        }
+    };
+    wait_for("db-0 running", Duration::from_secs(60), || running("db-0")).await;
+    deps.create(
+        &PostParams::default(),
+        &labelled("web", &[("app", "web")], &[("app", "web"), ("tier", "fe")]),
+    )
+    .await
+    .expect("create web");
+    let eas_yaml = || {
+        let out = kubectl(&[
+            "get",
+            "evictionautoscalers",
+            "web",
+            "-n",
+            &ns.name,
+            "-o",
+            "yaml",
+        ]);
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    wait_for(
+        "Degraded PDBSelectorOverlap on web, naming the pod",
+        Duration::from_secs(60),
+        || async {
+            let y = eas_yaml();
+            (y.contains("PDBSelectorOverlap") && y.contains("Pod db-0")).then_some(())
+        },
+    )
+    .await;
+    let names = || async {
+        let l = pdbs.list(&Default::default()).await.expect("list").items;
+        let mut n: Vec<String> = l.into_iter().filter_map(|p| p.metadata.name).collect();
+        n.sort();
+        n
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        names().await,
+        vec!["db".to_string()],
+        "no second PDB over db-0"
+    );
+
+    // The pod goes: nothing else of ours would overlap, so web gets its PDB.
+    pods.delete("db-0", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete db-0");
+    wait_owned_pdb(&ns, "web").await;
+
+    // Such a pod comes again: ours steps aside, theirs stays.
+    pods.create(&PostParams::default(), &bare_pod("db-1", db))
+        .await
+        .expect("db pod again");
+    wait_for(
+        "ours steps aside for the PDB over db-1",
+        Duration::from_secs(60),
+        || async { (names().await == vec!["db".to_string()]).then_some(()) },
+    )
+    .await;
+    assert!(
+        event_count(&ns.name, "PDBSteppedAside") >= 1,
+        "{}",
+        event_log(&ns.name)
+    );
+}
