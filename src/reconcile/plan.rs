@@ -472,6 +472,26 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
                 .iter()
                 .find(|p| p.metadata.name.as_deref() == Some(&dep_name))
             {
+                // Ours for an earlier Deployment of this name (re-created
+                // with another selector after `--cascade=orphan`, which
+                // strips owner references): stale, not a conflict. Deleted
+                // (UID precondition); the next pass makes the right one.
+                Some(p)
+                    if ours_for(p, &dep_name)
+                        && !pdb::is_ours_for(p, dep)
+                        && !p
+                            .metadata
+                            .owner_references
+                            .iter()
+                            .flatten()
+                            .any(|o| Some(&o.uid) == dep.metadata.uid.as_ref()) =>
+                {
+                    out.push(Action::DeletePdb {
+                        pdb: dep_name.clone(),
+                        uid: p.metadata.uid.clone(),
+                        why: "made for an earlier Deployment of this name, with another selector",
+                    });
+                }
                 Some(p) if !pdb::is_ours_for(p, dep) => {
                     out.push(Action::NameConflict {
                         deployment: dep_name.clone(),
@@ -1041,6 +1061,57 @@ mod tests {
             deployment: "web".into(),
             pdb: "web".into()
         }));
+    }
+
+    /// Ours, made for an earlier `web` with selector app=web-v1 (deleted
+    /// with --cascade=orphan, which strips owner references): stale, not a
+    /// conflict for the new `web`. Deleted with its UID as precondition;
+    /// then the right one is made. One still owned by this very Deployment
+    /// is left alone (never delete what the Deployment's own pods need).
+    #[test]
+    fn a_stale_pdb_of_ours_from_an_earlier_deployment_is_replaced() {
+        let mut w = World::new();
+        let old = with_uid(dep("web-v1", 3));
+        let mut stale = owned_pdb(&old, 3);
+        stale.metadata.name = Some("web".into());
+        stale.metadata.annotations = Some(
+            [
+                (
+                    names::OWNED_BY.to_string(),
+                    names::OWNED_BY_VALUE.to_string(),
+                ),
+                (names::TARGET.to_string(), "web".to_string()),
+            ]
+            .into(),
+        );
+        stale.metadata.owner_references = None;
+        stale.metadata.uid = Some("pdb-stale".into());
+        w.pdbs = vec![Arc::new(stale.clone())];
+        let a = w.plan();
+        assert!(
+            a.contains(&Action::DeletePdb {
+                pdb: "web".into(),
+                uid: Some("pdb-stale".into()),
+                why: "made for an earlier Deployment of this name, with another selector",
+            }),
+            "{a:?}"
+        );
+        assert!(
+            !a.iter().any(|x| matches!(x, Action::NameConflict { .. })),
+            "{a:?}"
+        );
+        w.pdbs = vec![];
+        assert!(w.plan().iter().any(
+            |x| matches!(x, Action::CreatePdb(p) if p.metadata.name.as_deref() == Some("web"))
+        ));
+        // Owned by this Deployment (its UID): not stale, a conflict as before.
+        stale.metadata.owner_references = crate::pdb::owner_reference(&w.deps[0]).map(|o| vec![o]);
+        w.pdbs = vec![Arc::new(stale)];
+        let a = w.plan();
+        assert!(
+            !a.iter().any(|x| matches!(x, Action::DeletePdb { .. })),
+            "{a:?}"
+        );
     }
 
     #[test]
