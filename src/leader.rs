@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch;
@@ -107,28 +107,6 @@ pub struct Election {
     pub name: String,
     pub identity: String,
     pub timing: Timing,
-    /// The Lease's resourceVersion when this replica last saw it change, and
-    /// when (this replica's monotonic clock): another holder's lease expires
-    /// after `lease_duration` without a change, timed here (see [`can_hold`]).
-    pub observed: Arc<std::sync::Mutex<Observed>>,
-}
-
-/// The Lease's resourceVersion as last seen to change, and when.
-#[derive(Debug, Default)]
-pub struct Observed(Option<(String, std::time::Instant)>);
-
-impl Observed {
-    /// How long the Lease has been at `version`, as of `now`; a new
-    /// version starts the count again.
-    pub fn unchanged_for(&mut self, version: &str, now: std::time::Instant) -> Duration {
-        match &self.0 {
-            Some((v, at)) if v == version => now.saturating_duration_since(*at),
-            _ => {
-                self.0 = Some((version.to_string(), now));
-                Duration::ZERO
-            }
-        }
-    }
 }
 
 /// This replica's name in the Lease: POD_NAME (the downward API), else the
@@ -194,23 +172,18 @@ pub fn publish(tx: &watch::Sender<bool>, metrics: &Metrics, identity: &str, lead
     let _ = tx.send(leading);
 }
 
-/// The pure part: may `me` take or keep this lease, which this replica has
-/// seen unchanged for `unchanged_for`? Another holder's lease expires after
-/// its duration without a change, timed on this replica's own monotonic
-/// clock from when it saw the last change, as client-go does. Never by
-/// comparing the holder's `renewTime` with this replica's wall clock: with
-/// clocks more than the margin apart (lease 15 s, step-down after 10 s) a
-/// replica whose clock runs ahead would take the lease from a leader that
-/// still leads.
-pub fn can_hold(spec: &LeaseSpec, me: &str, unchanged_for: Duration) -> bool {
+/// The pure part: may `me` take or keep this lease at `now`?
+pub fn can_hold(spec: &LeaseSpec, me: &str, now: Timestamp) -> bool {
     match spec.holder_identity.as_deref() {
         None | Some("") => true,
         Some(h) if h == me => true,
-        // A lease never renewed is free.
-        Some(_) if spec.renew_time.is_none() && spec.acquire_time.is_none() => true,
         Some(_) => {
-            let secs = spec.lease_duration_seconds.unwrap_or(15).max(0);
-            unchanged_for > Duration::from_secs(u64::try_from(secs).unwrap_or(15))
+            let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
+            match spec.renew_time.as_ref().or(spec.acquire_time.as_ref()) {
+                // A lease never renewed is free.
+                None => true,
+                Some(MicroTime(t)) => *t + SignedDuration::from_secs(duration) < now,
+            }
         }
     }
 }
@@ -237,14 +210,6 @@ impl Election {
             }),
             ..Default::default()
         }
-    }
-
-    /// How long the Lease has been at `version` as this replica saw it.
-    fn unchanged_for(&self, version: &str) -> Duration {
-        self.observed
-            .lock()
-            .map(|mut o| o.unchanged_for(version, std::time::Instant::now()))
-            .unwrap_or(Duration::ZERO)
     }
 
     /// One Lease request, bounded by the call timeout.
@@ -282,8 +247,7 @@ impl Election {
             }
             Some(mut lease) => {
                 let spec = lease.spec.clone().unwrap_or_default();
-                let version = lease.metadata.resource_version.clone().unwrap_or_default();
-                if !can_hold(&spec, &self.identity, self.unchanged_for(&version)) {
+                if !can_hold(&spec, &self.identity, now) {
                     return Ok(false);
                 }
                 lease.spec = Some(self.spec(Some(&spec), now));
@@ -386,44 +350,25 @@ mod tests {
         LeaseSpec {
             holder_identity: holder.map(str::to_string),
             lease_duration_seconds: Some(15),
-            renew_time: renewed_secs_ago
-                .map(|s| MicroTime(now - k8s_openapi::jiff::SignedDuration::from_secs(s))),
+            renew_time: renewed_secs_ago.map(|s| MicroTime(now - SignedDuration::from_secs(s))),
             ..Default::default()
         }
     }
 
     #[test]
     fn who_may_hold() {
-        let s = Duration::from_secs;
-        assert!(can_hold(&spec(None, None), "a", s(0)));
-        assert!(can_hold(&spec(Some("a"), Some(1)), "a", s(0)));
+        let now = Timestamp::now();
+        assert!(can_hold(&spec(None, None), "a", now));
+        assert!(can_hold(&spec(Some("a"), Some(1)), "a", now));
         assert!(
-            !can_hold(&spec(Some("b"), Some(1)), "a", s(1)),
+            !can_hold(&spec(Some("b"), Some(1)), "a", now),
             "b's lease is fresh"
         );
         assert!(
-            can_hold(&spec(Some("b"), Some(30)), "a", s(16)),
-            "b's lease expired: unchanged for more than its 15 s"
+            can_hold(&spec(Some("b"), Some(30)), "a", now),
+            "b's lease expired"
         );
-        // b renewed 30 s ago by our wall clock, but our clock may run ahead
-        // of b's: only the time we have seen it unchanged counts.
-        assert!(
-            !can_hold(&spec(Some("b"), Some(30)), "a", s(0)),
-            "just seen: not expired whatever renewTime says"
-        );
-        assert!(!can_hold(&spec(Some("b"), Some(-30)), "a", s(14)));
-        assert!(can_hold(&spec(Some("b"), None), "a", s(0)));
-    }
-
-    #[test]
-    fn the_lease_is_timed_from_its_last_change_as_seen_here() {
-        let t0 = std::time::Instant::now();
-        let mut o = Observed::default();
-        assert_eq!(o.unchanged_for("7", t0), Duration::ZERO);
-        assert_eq!(o.unchanged_for("7", t0 + secs(5)), secs(5));
-        // Renewed (a new resourceVersion): the count starts again.
-        assert_eq!(o.unchanged_for("8", t0 + secs(6)), Duration::ZERO);
-        assert_eq!(o.unchanged_for("8", t0 + secs(22)), secs(16));
+        assert!(can_hold(&spec(Some("b"), None), "a", now));
     }
 
     fn secs(n: u64) -> Duration {
