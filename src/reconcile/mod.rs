@@ -712,11 +712,22 @@ impl Reconciler {
                 self.event(&ours, EventType::Normal, "PDBSteppedAside", note)
                     .await;
             }
-            Action::DeleteEas { name } => match eas.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e),
-            },
+            Action::DeleteEas { name, uid } => {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid,
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                match eas.delete(&name, &dp).await {
+                    Ok(_) => {}
+                    // Gone, or replaced under the name (UID precondition):
+                    // nothing of ours to delete.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(e) => return Err(e),
+                }
+            }
         }
         Ok(())
     }

@@ -123,8 +123,11 @@ pub enum Action {
         /// The PDB's UID when the PDB is ours: recorded as `status.pdbUID`.
         pdb_uid: Option<String>,
     },
+    /// With the UID read as precondition: an EvictionAutoScaler that
+    /// replaced ours under the name meanwhile is not deleted.
     DeleteEas {
         name: String,
+        uid: Option<String>,
     },
     /// Another PDB (not ours) selects the pods of `deployment`: delete ours
     /// (UID precondition), with an Event naming the PDB that took over.
@@ -152,7 +155,9 @@ impl Action {
             | Action::SelectorOverlap { deployment, .. } => {
                 format!("deployment/{deployment}")
             }
-            Action::CreateEas { name, .. } | Action::DeleteEas { name } => format!("eas/{name}"),
+            Action::CreateEas { name, .. } | Action::DeleteEas { name, .. } => {
+                format!("eas/{name}")
+            }
         }
     }
 }
@@ -378,6 +383,7 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         for e in s.eas.iter().filter(|e| owned_by_us(&e.metadata)) {
             out.push(Action::DeleteEas {
                 name: e.metadata.name.clone().unwrap_or_default(),
+                uid: e.metadata.uid.clone(),
             });
         }
         return out;
@@ -557,7 +563,10 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     for e in s.eas.iter().filter(|e| owned_by_us(&e.metadata)) {
         let name = e.metadata.name.clone().unwrap_or_default();
         if !wanted_eas.contains_key(&name) {
-            out.push(Action::DeleteEas { name });
+            out.push(Action::DeleteEas {
+                name,
+                uid: e.metadata.uid.clone(),
+            });
         }
     }
     out
@@ -1137,6 +1146,18 @@ mod tests {
         let a = w.plan();
         assert_eq!(a.len(), 1, "only ours goes: {a:?}");
         assert!(matches!(&a[0], Action::DeletePdb { pdb, .. } if pdb == "web"));
+        // Our EvictionAutoScaler goes too, with its UID as precondition.
+        let mut e = (*eas_with_pdb_uid("web", None)).clone();
+        e.metadata.uid = Some("eas-uid".into());
+        w.eas = vec![Arc::new(e)];
+        let a = w.plan();
+        assert!(
+            a.contains(&Action::DeleteEas {
+                name: "web".into(),
+                uid: Some("eas-uid".into()),
+            }),
+            "{a:?}"
+        );
     }
 
     #[test]

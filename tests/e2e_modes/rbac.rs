@@ -96,7 +96,7 @@ const USES: &[Use] = &[
     u("eviction-autoscaler.azure.com", "evictionautoscalers", "create", RECONCILE, "match api.create(&pp, &obj).await"),
     // spec.lastEviction, the durable signal (behaviour.md 4).
     u("eviction-autoscaler.azure.com", "evictionautoscalers", "patch", "src/surge/signals.rs", ".patch(&s.pdb, &PatchParams::default(), &Patch::Merge(&patch))"),
-    u("eviction-autoscaler.azure.com", "evictionautoscalers", "delete", RECONCILE, "eas.delete(&name, &DeleteParams::default())"),
+    u("eviction-autoscaler.azure.com", "evictionautoscalers", "delete", RECONCILE, "eas.delete(&name, &dp)"),
     u("eviction-autoscaler.azure.com", "evictionautoscalers/status", "patch", RECONCILE, ".patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))"),
     // kube-runtime's Recorder: creates events.k8s.io/v1 Events, patches a repeat's series.
     u("events.k8s.io", "events", "create", RECONCILE, "Recorder::new("),
