@@ -206,6 +206,19 @@ fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Delete only this object, not a successor of the same name (UID
+/// precondition; the apiserver answers 409 when the name holds another).
+pub fn delete_only(uid: Option<String>, dry_run: bool) -> kube::api::DeleteParams {
+    kube::api::DeleteParams {
+        dry_run,
+        preconditions: Some(kube::api::Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

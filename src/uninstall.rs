@@ -11,7 +11,7 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, ListParams, PatchParams, Preconditions};
+use kube::api::{ListParams, PatchParams};
 use kube::core::DynamicObject;
 use kube::{Api, Client};
 use serde_json::{json, Value};
@@ -67,18 +67,6 @@ fn autoscaler_revert_ops(
     };
     ops.extend(annotation_ops(annotations, &CLEAR));
     Some(ops)
-}
-
-/// Delete only this object (not a successor of the same name).
-fn delete_params(uid: Option<String>, dry_run: bool) -> DeleteParams {
-    DeleteParams {
-        dry_run,
-        preconditions: Some(Preconditions {
-            uid,
-            resource_version: None,
-        }),
-        ..Default::default()
-    }
 }
 
 /// The PDBs and EvictionAutoScalers uninstall deletes: ours only.
@@ -177,7 +165,7 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
     for p in ours(pdbs.list(&ListParams::default()).await?.items) {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
-        let dp = delete_params(p.metadata.uid.clone(), dry_run);
+        let dp = crate::client::delete_only(p.metadata.uid.clone(), dry_run);
         ignore_gone(
             api.delete(p.metadata.name.as_deref().unwrap_or_default(), &dp)
                 .await,
@@ -192,7 +180,7 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
             for e in ours(list.items) {
                 let ns = e.metadata.namespace.clone().unwrap_or_default();
                 let api: Api<EvictionAutoScaler> = Api::namespaced(client.clone(), &ns);
-                let dp = delete_params(e.metadata.uid.clone(), dry_run);
+                let dp = crate::client::delete_only(e.metadata.uid.clone(), dry_run);
                 // Those owned by a PDB may already be gone with it.
                 ignore_gone(
                     api.delete(e.metadata.name.as_deref().unwrap_or_default(), &dp)

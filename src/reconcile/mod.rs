@@ -23,7 +23,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::Status;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource};
@@ -612,13 +612,7 @@ impl Reconciler {
                 tracing::info!(namespace = ns, %pdb, "PDB handed to its user: owner reference dropped");
             }
             Action::DeletePdb { pdb, uid, why } => {
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid,
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
+                let dp = crate::client::delete_only(uid, false);
                 match pdbs.delete(&pdb, &dp).await {
                     Ok(_) => tracing::info!(namespace = ns, %pdb, why, "deleted our PDB"),
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -679,13 +673,7 @@ impl Reconciler {
                 deployment,
                 by,
             } => {
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: uid.clone(),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
+                let dp = crate::client::delete_only(uid.clone(), false);
                 match pdbs.delete(&pdb, &dp).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
@@ -713,13 +701,7 @@ impl Reconciler {
                     .await;
             }
             Action::DeleteEas { name, uid } => {
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid,
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
+                let dp = crate::client::delete_only(uid, false);
                 match eas.delete(&name, &dp).await {
                     Ok(_) => {}
                     // Gone, or replaced under the name (UID precondition):
