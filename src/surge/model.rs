@@ -1315,3 +1315,33 @@ async fn the_backoff_counts_from_the_failure_not_the_pass_start() {
     );
     assert_eq!(api.slow_writes.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// The lead lost while a write hangs: the pass is dropped (the worker drops
+/// every running pass), its Deployment's slot is given back, and a later
+/// pass steps it again (its writes are guarded, so a cut one is re-planned).
+#[tokio::test]
+async fn a_pass_dropped_mid_write_gives_its_slots_back() {
+    let (run, api, view) = slow_one(None);
+    let core = Core::new(api.clone(), run.book.clone(), run.now, COOLDOWN, None);
+    {
+        let first = core.pass(view.clone(), run.now);
+        tokio::pin!(first);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), &mut first)
+                .await
+                .is_err(),
+            "the pass waits for web's write"
+        );
+        assert!(core.in_flight("shop", "web"));
+    }
+    assert!(!core.in_flight("shop", "web"), "slot given back on drop");
+    // Not stepped again while its write hangs again, but not left out either.
+    let second = core.pass(view, run.now + Duration::from_secs(1));
+    tokio::pin!(second);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), &mut second)
+            .await
+            .is_err()
+    );
+    assert_eq!(api.slow_writes.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
