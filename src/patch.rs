@@ -47,6 +47,17 @@ pub fn annotation_ops(
     ops
 }
 
+/// A `test` of the object's resourceVersion, for writes whose guard is an
+/// absence: JSON Patch cannot test that a member is absent, and an `add` of
+/// what the cache showed absent replaces whatever is there now (a user's
+/// annotations, a value just set). Such writes are rare (most objects carry
+/// annotations and the value), so failing them on any change costs little.
+/// None when the object was read without a version.
+pub fn version_guard(resource_version: Option<&str>) -> Option<Value> {
+    resource_version
+        .map(|rv| json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}))
+}
+
 /// `test` that `path` still holds `expected` (absent when None), then set it to `value`.
 pub fn guarded_set(path: &str, expected: Option<Value>, value: Value) -> Vec<Value> {
     match expected {

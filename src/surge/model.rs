@@ -146,6 +146,10 @@ struct State {
     next_pod: u64,
     wall: Timestamp,
     rv: u64,
+    /// Each object when last stamped, version left out ([`State::restamp`]).
+    seen_deployments: BTreeMap<String, Option<Deployment>>,
+    seen_hpa: Option<HorizontalPodAutoscaler>,
+    seen_so: Option<DynamicObject>,
 }
 
 /// The in-memory apiserver the worker writes to.
@@ -285,6 +289,9 @@ impl State {
             next_pod: 0,
             wall: Timestamp::UNIX_EPOCH,
             rv: 0,
+            seen_deployments: BTreeMap::new(),
+            seen_hpa: None,
+            seen_so: None,
         };
         for (name, r) in [("web", web_replicas), ("api", api_replicas)] {
             s.deployments
@@ -292,6 +299,7 @@ impl State {
             s.user.insert((ObjKind::Deployment, name.into()), r);
         }
         s.settle();
+        s.restamp();
         s
     }
 
@@ -636,6 +644,39 @@ impl State {
         }
     }
 
+    /// A new resourceVersion for every object whose content changed since
+    /// the last call, as the apiserver gives one on every write (the surge's
+    /// version guard tests it). Compared as typed values, version left out.
+    fn restamp(&mut self) {
+        fn stamp<T: Clone + PartialEq>(
+            next: &mut u64,
+            prev: &mut Option<T>,
+            obj: &mut T,
+            meta: fn(&mut T) -> &mut ObjectMeta,
+        ) {
+            let rv = meta(obj).resource_version.take();
+            if rv.is_none() || prev.as_ref() != Some(&*obj) {
+                *next += 1;
+                *prev = Some(obj.clone());
+                meta(obj).resource_version = Some(next.to_string());
+            } else {
+                meta(obj).resource_version = rv;
+            }
+        }
+        let mut next = self.rv;
+        for (n, d) in self.deployments.iter_mut() {
+            let prev = self.seen_deployments.entry(n.clone()).or_default();
+            stamp(&mut next, prev, d, |d| &mut d.metadata);
+        }
+        if let Some(h) = self.hpa.as_mut() {
+            stamp(&mut next, &mut self.seen_hpa, h, |h| &mut h.metadata);
+        }
+        if let Some(so) = self.so.as_mut() {
+            stamp(&mut next, &mut self.seen_so, so, |so| &mut so.metadata);
+        }
+        self.rv = next;
+    }
+
     fn store(&mut self, key: &ObjKey, v: Value) -> Result<(), String> {
         self.rv += 1;
         match key.kind {
@@ -735,6 +776,7 @@ impl SurgeApi for Model {
                 .map(|m| m.surged_to);
             let v = if ours == Some(v) { v + 1 } else { v };
             s.set_by_user(target.kind, &target.name, v);
+            s.restamp();
         }
         let Some(before) = s.object(target) else {
             return Err(ApiError::NotFound);
@@ -744,6 +786,7 @@ impl SurgeApi for Model {
         let mut after = before.clone();
         json_patch::patch(&mut after, &patch).map_err(|e| ApiError::Conflict(e.to_string()))?;
         s.store(target, after.clone()).map_err(ApiError::Other)?;
+        s.restamp();
         s.audits.push(Audit {
             key: target.clone(),
             before,
@@ -817,7 +860,9 @@ impl Run {
 
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         let mut g = self.model.0.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut g)
+        let out = f(&mut g);
+        g.restamp();
+        out
     }
 
     fn advance(&mut self, secs: u64) {

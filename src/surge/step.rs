@@ -41,7 +41,7 @@ use serde_json::{json, Value};
 
 use crate::budget::{pdb_selects, IntOrPercent};
 use crate::markers::{self, Markers};
-use crate::patch::{annotation_ops, escape, guarded_set};
+use crate::patch::{annotation_ops, escape, guarded_set, version_guard};
 use crate::pdb::matching_pdbs;
 use crate::surge::plan::{self, Action, Applier, PodState, Snapshot};
 use crate::surge::view::{hpa_carrier, hpa_is_kedas, scaled_object_carrier, NsObjects};
@@ -126,6 +126,8 @@ struct Surgeable<'a> {
     /// The most the value may be (an autoscaler's maximum).
     ceiling: Option<i32>,
     annotations: Option<&'a BTreeMap<String, String>>,
+    /// As read: guards the writes that rest on an absence.
+    resource_version: Option<&'a str>,
 }
 
 impl Surgeable<'_> {
@@ -144,7 +146,12 @@ impl Surgeable<'_> {
 
     /// Value and markers in one patch, guarded on the value read.
     fn surge(&self, baseline: i32, to: i32) -> Option<Write> {
-        let mut ops = guarded_set(self.path, self.raw.map(|v| json!(v)), json!(to));
+        let mut ops = self.absence_guard(self.raw.is_none());
+        ops.extend(guarded_set(
+            self.path,
+            self.raw.map(|v| json!(v)),
+            json!(to),
+        ));
         let m = Markers {
             baseline,
             surged_to: to,
@@ -159,7 +166,8 @@ impl Surgeable<'_> {
 
     /// Their value stays: both markers record it, with the displaced count.
     fn adopt(&self, new_baseline: i32, displaced: i32) -> Option<Write> {
-        let mut ops = self.test_value();
+        let mut ops = self.absence_guard(false);
+        ops.extend(self.test_value());
         let m = Markers {
             baseline: new_baseline,
             surged_to: new_baseline,
@@ -198,6 +206,16 @@ impl Surgeable<'_> {
         self.write(annotation_ops(self.annotations, &Markers::CLEAR))
     }
 
+    /// The version test when this write rests on an absence: the value
+    /// (`value_absent`) or the annotation map (markers are added as a new map).
+    fn absence_guard(&self, value_absent: bool) -> Vec<Value> {
+        if value_absent || self.annotations.is_none() {
+            version_guard(self.resource_version).into_iter().collect()
+        } else {
+            Vec::new()
+        }
+    }
+
     fn test_value(&self) -> Vec<Value> {
         self.raw
             .map(|v| vec![json!({"op": "test", "path": self.path, "value": v})])
@@ -221,6 +239,7 @@ fn of_deployment<'a>(ns: &str, d: &'a Deployment) -> Surgeable<'a> {
         default: 1,
         ceiling: None,
         annotations: d.metadata.annotations.as_ref(),
+        resource_version: d.metadata.resource_version.as_deref(),
     }
 }
 
@@ -232,6 +251,7 @@ fn of_hpa<'a>(ns: &str, h: &'a HorizontalPodAutoscaler) -> Surgeable<'a> {
         default: 1,
         ceiling: h.spec.as_ref().map(|s| s.max_replicas),
         annotations: h.metadata.annotations.as_ref(),
+        resource_version: h.metadata.resource_version.as_deref(),
     }
 }
 
@@ -251,6 +271,7 @@ fn of_scaled_object<'a>(ns: &str, so: &'a DynamicObject) -> Surgeable<'a> {
                 .unwrap_or(100),
         ),
         annotations: so.metadata.annotations.as_ref(),
+        resource_version: so.metadata.resource_version.as_deref(),
     }
 }
 
@@ -889,6 +910,55 @@ mod tests {
         // The Deployment's own step no longer sees the HPA.
         let s = run(&objs, &[], &quiet());
         assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
+    }
+
+    #[test]
+    fn a_surge_resting_on_an_absent_map_tests_the_version_read() {
+        // No annotations in the cache: the markers go in as a new map, which
+        // would replace annotations a user added since; the resourceVersion
+        // read guards that. With a map, only the value is tested.
+        let plan = |annotations: Option<BTreeMap<String, String>>| {
+            let mut d = (*dep(3, None)).clone();
+            d.metadata.resource_version = Some("7".into());
+            d.metadata.annotations = annotations;
+            let objs = NsObjects {
+                deployments: vec![Arc::new(d.clone())],
+                pods: pods(3, "n1"),
+                pdbs: vec![blocking_pdb(3)],
+                in_scope: true,
+                ..Default::default()
+            };
+            (d, run(&objs, &["n1"], &quiet()))
+        };
+        let (d, s) = plan(None);
+        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
+        assert_eq!(
+            op_value(&s.writes[0], "test", "/metadata/resourceVersion"),
+            Some(json!("7"))
+        );
+        let apply = |doc: &Deployment| {
+            let mut v = serde_json::to_value(doc).unwrap_or_default();
+            let p: json_patch::Patch =
+                serde_json::from_value(Value::Array(s.writes[0].ops.clone())).expect("patch");
+            json_patch::patch(&mut v, &p).map(|_| v)
+        };
+        let surged = apply(&d).expect("applies to the object read");
+        assert_eq!(surged["spec"]["replicas"], json!(4));
+        // A user's annotation came in between: the write fails, theirs stays.
+        let mut theirs = d.clone();
+        theirs.metadata.resource_version = Some("8".into());
+        theirs.metadata.annotations = Some([("team".to_string(), "a".to_string())].into());
+        assert!(apply(&theirs).is_err());
+
+        let (_, s) = plan(Some([("team".to_string(), "a".to_string())].into()));
+        assert_eq!(
+            op_value(&s.writes[0], "test", "/metadata/resourceVersion"),
+            None
+        );
+        assert_eq!(
+            op_value(&s.writes[0], "test", "/spec/replicas"),
+            Some(json!(3))
+        );
     }
 
     #[test]

@@ -317,6 +317,8 @@ async fn convergence(info: &WebhookInfo) {
 #[derive(Default)]
 struct DrainFigures {
     took: Vec<f64>,
+    /// Pods on each node when its drain started.
+    pods: Vec<usize>,
     extra_replica_seconds: f64,
     min_ready: usize,
 }
@@ -584,6 +586,7 @@ async fn drains(with_product: bool) -> DrainFigures {
     }
     let sampler = Sampler::start(ns, 3);
     let mut took = Vec::new();
+    let mut pods_before = Vec::new();
     // A managed upgrade: each node drained, then back (upgraded).
     // Evictions held until a PDB status counted a scale-down, by outcome.
     let recounts = |info: &WebhookInfo| -> Vec<f64> {
@@ -596,6 +599,27 @@ async fn drains(with_product: bool) -> DrainFigures {
             .collect()
     };
     for n in &NODES[..3] {
+        // Where the pods are when the drain starts: a drain's time follows
+        // the count on its node (kubectl's rate limit), and the two sides'
+        // placements differ after the first drain (surge pods, scale-downs).
+        if let Ok(list) = pods.list(&ListParams::default()).await {
+            let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+            for p in list
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+            {
+                let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                *per_node
+                    .entry(node.unwrap_or_else(|| "-".into()))
+                    .or_default() += 1;
+            }
+            let on_it = per_node.get(*n).copied().unwrap_or(0);
+            say(format!(
+                "  before the drain of {n}: {on_it} pods on it, per node {per_node:?}"
+            ));
+            pods_before.push(on_it);
+        }
         let seats = SeatSampler::start(product.clone());
         let before = product.as_ref().map(recounts);
         let run = drain_node(n, "app", &["--timeout=900s"]).await;
@@ -614,6 +638,21 @@ async fn drains(with_product: bool) -> DrainFigures {
         }
         assert!(run.ok, "drain of {n} failed: {}", run.output);
         took.push(run.took.as_secs_f64());
+        // Why each 429 came (the apiserver's message, pod names left out):
+        // a budget that never blocks can still answer 429 while its status
+        // lags its generation.
+        let mut why: BTreeMap<String, usize> = BTreeMap::new();
+        for line in run
+            .output
+            .lines()
+            .filter(|l| l.contains("will retry after 5s"))
+        {
+            let msg = line.rsplit("): ").next().unwrap_or(line);
+            *why.entry(msg.chars().take(160).collect()).or_default() += 1;
+        }
+        if !why.is_empty() {
+            say(format!("  drain of {n}: 429s by message {why:?}"));
+        }
         // kubectl waits 5 s after each 429 before it asks again.
         say(format!(
             "  drain of {n} ({}): {:.1}s, {} evictions answered 429 (kubectl retried after 5 s)",
@@ -640,6 +679,7 @@ async fn drains(with_product: bool) -> DrainFigures {
     }
     DrainFigures {
         took,
+        pods: pods_before,
         extra_replica_seconds,
         min_ready,
     }
@@ -754,6 +794,25 @@ async fn main() {
             off.min_ready,
             sum(&on.took) / sum(&off.took).max(0.001)
         ));
+        // Per drain: the difference, and the time per pod of each side (the
+        // product's surge pods still in place when the next drain starts are
+        // pods that drain has to move too).
+        for (i, n) in NODES[..3].iter().enumerate() {
+            let (Some(a), Some(b)) = (on.took.get(i), off.took.get(i)) else {
+                continue;
+            };
+            let (pa, pb) = (
+                on.pods.get(i).copied().unwrap_or(0),
+                off.pods.get(i).copied().unwrap_or(0),
+            );
+            say(format!(
+                "  {n}: product {a:.1}s for {pa} pods ({:.3} s/pod), off {b:.1}s for {pb} pods \
+                 ({:.3} s/pod); difference {:+.1}s",
+                a / pa.max(1) as f64,
+                b / pb.max(1) as f64,
+                a - b
+            ));
+        }
         let _ = restart_server(&[]);
     }
     for n in NODES {
