@@ -13,7 +13,8 @@
 //!    Ready pods of any Deployment (its PDB's minimum is 3). BENCH_HOLD sets
 //!    EVICTION_HOLD; BENCH_MAX_SURGE the Deployments' maxSurge (default 25%:
 //!    one extra pod for 3 replicas, so a Deployment's 3 pods leave one at a
-//!    time).
+//!    time); BENCH_DRAIN_PAUSE the seconds between drains (default 0: the
+//!    next drain starts while the last one's surges are still in place).
 //!
 //! 2. Memory (`memory`): BENCH_PODS (10000,50000,100000) pods created
 //!    directly on the bench nodes (nodeName set, no scheduler, no owner), the
@@ -30,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStrategy, RollingUpdateDeployment};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -509,8 +510,27 @@ async fn drains(with_product: bool) -> DrainFigures {
     for n in NODES {
         kubectl(&["uncordon", n]);
     }
-    let _namespace = bench_namespace(ns, with_product).await;
+    // The other side's namespace is deleted when its drains end, and its
+    // pods go with it only later: until they are gone they are on the
+    // nodes this side drains (kubectl drain takes every namespace), and
+    // their evictions fail with 429 (namespace terminating). Wait them out.
     let c = client().await;
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    wait_for(
+        "the other side's namespace gone",
+        Duration::from_secs(600),
+        || async {
+            let mut gone = true;
+            for other in ["bench-drain-on", "bench-drain-off"] {
+                if other != ns && namespaces.get_opt(other).await.ok()?.is_some() {
+                    gone = false;
+                }
+            }
+            gone.then_some(())
+        },
+    )
+    .await;
+    let _namespace = bench_namespace(ns, with_product).await;
     let deps: Api<Deployment> = Api::namespaced(c.clone(), ns);
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), ns);
     // Every pod on bench-node-0 first: cordon the others while creating.
@@ -661,6 +681,12 @@ async fn drains(with_product: bool) -> DrainFigures {
             run.output.matches("will retry after 5s").count()
         ));
         kubectl(&["uncordon", n]);
+        // BENCH_DRAIN_PAUSE (seconds, default 0): time between drains, as a
+        // managed upgrade spends re-imaging a node before the next drain.
+        let pause = env_usize("BENCH_DRAIN_PAUSE", 0);
+        if pause > 0 && Some(n) != NODES[..3].last() {
+            tokio::time::sleep(Duration::from_secs(pause as u64)).await;
+        }
     }
     if with_product {
         // Scale back after the cooldown, inside the sampled window.
