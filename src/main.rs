@@ -112,13 +112,25 @@ fn main() -> ExitCode {
                     for x in r.deleted_pdbs.iter().chain(&r.deleted_eas) {
                         println!("deleted{how}: {x}");
                     }
+                    for x in &r.failed {
+                        eprintln!("failed{how}: {x}");
+                    }
                     println!(
                         "{} surges reverted, {} PDBs and {} EvictionAutoScalers deleted{how}",
                         r.reverted.len(),
                         r.deleted_pdbs.len(),
                         r.deleted_eas.len()
                     );
-                    ExitCode::SUCCESS
+                    if r.failed.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        eprintln!(
+                            "error: {} objects could not be changed (listed above); \
+                             the others were, and uninstall can be run again",
+                            r.failed.len()
+                        );
+                        ExitCode::FAILURE
+                    }
                 }
                 Err(e) => {
                     eprintln!("error: {e}");

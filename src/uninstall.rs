@@ -26,6 +26,26 @@ pub struct Report {
     pub reverted: Vec<String>,
     pub deleted_pdbs: Vec<String>,
     pub deleted_eas: Vec<String>,
+    /// Objects whose write failed (`key: error`). Uninstall goes on past
+    /// them, so one object never leaves the others' surges in place; the
+    /// command exits non-zero and can be run again.
+    pub failed: Vec<String>,
+}
+
+/// Files one object's write under `done`, or under the failures. Gone (404)
+/// is nothing left to do, and so is a UID precondition that failed (409): an
+/// object of that name that is not the one we listed is not ours.
+fn record(
+    done: &mut Vec<String>,
+    failed: &mut Vec<String>,
+    key: String,
+    r: Result<(), kube::Error>,
+) {
+    match r {
+        Ok(()) => done.push(key),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        Err(e) => failed.push(format!("{key}: {e}")),
+    }
 }
 
 fn key(ns: Option<&str>, kind: &str, name: Option<&str>) -> String {
@@ -37,16 +57,6 @@ fn key(ns: Option<&str>, kind: &str, name: Option<&str>) -> String {
 }
 
 const CLEAR: [(&str, Option<String>); 3] = Markers::CLEAR;
-
-/// Gone already, or replaced by another object of that name (UID
-/// precondition failed): nothing of ours to delete.
-fn ignore_gone<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
 
 /// Reverting an autoscaler minimum at `path`: back to the persisted baseline
 /// if it is still the surged value (a value someone else set stays, as on a
@@ -101,15 +111,13 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
         };
         let ns = h.metadata.namespace.clone().unwrap_or_default();
         let api: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), &ns);
-        api.patch(
-            h.metadata.name.as_deref().unwrap_or_default(),
-            &pp,
-            &json_patch(ops)?,
-        )
-        .await?;
-        report
-            .reverted
-            .push(key(Some(&ns), "hpa", h.metadata.name.as_deref()));
+        let name = h.metadata.name.as_deref().unwrap_or_default();
+        let r = match json_patch(ops) {
+            Ok(patch) => api.patch(name, &pp, &patch).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        let k = key(Some(&ns), "hpa", Some(name));
+        record(&mut report.reverted, &mut report.failed, k, r);
     }
     let keda_present = client
         .list_api_group_resources(&format!("{KEDA_GROUP}/{KEDA_VERSION}"))
@@ -129,15 +137,13 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
             let ns = so.metadata.namespace.clone().unwrap_or_default();
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), &ns, &keda_resource());
-            api.patch(
-                so.metadata.name.as_deref().unwrap_or_default(),
-                &pp,
-                &json_patch(ops)?,
-            )
-            .await?;
-            report
-                .reverted
-                .push(key(Some(&ns), "scaledobject", so.metadata.name.as_deref()));
+            let name = so.metadata.name.as_deref().unwrap_or_default();
+            let r = match json_patch(ops) {
+                Ok(patch) => api.patch(name, &pp, &patch).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            let k = key(Some(&ns), "scaledobject", Some(name));
+            record(&mut report.reverted, &mut report.failed, k, r);
         }
     }
     let deps: Api<Deployment> = Api::all(client.clone());
@@ -150,15 +156,13 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
         };
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-        api.patch(
-            d.metadata.name.as_deref().unwrap_or_default(),
-            &pp,
-            &json_patch(ops)?,
-        )
-        .await?;
-        report
-            .reverted
-            .push(key(Some(&ns), "deployment", d.metadata.name.as_deref()));
+        let name = d.metadata.name.as_deref().unwrap_or_default();
+        let r = match json_patch(ops) {
+            Ok(patch) => api.patch(name, &pp, &patch).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        let k = key(Some(&ns), "deployment", Some(name));
+        record(&mut report.reverted, &mut report.failed, k, r);
     }
 
     let pdbs: Api<PodDisruptionBudget> = Api::all(client.clone());
@@ -166,13 +170,10 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
         let dp = crate::client::delete_only(p.metadata.uid.clone(), dry_run);
-        ignore_gone(
-            api.delete(p.metadata.name.as_deref().unwrap_or_default(), &dp)
-                .await,
-        )?;
-        report
-            .deleted_pdbs
-            .push(key(Some(&ns), "pdb", p.metadata.name.as_deref()));
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        let r = api.delete(name, &dp).await.map(|_| ());
+        let k = key(Some(&ns), "pdb", Some(name));
+        record(&mut report.deleted_pdbs, &mut report.failed, k, r);
     }
     let eas: Api<EvictionAutoScaler> = Api::all(client.clone());
     match eas.list(&ListParams::default()).await {
@@ -182,15 +183,10 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
                 let api: Api<EvictionAutoScaler> = Api::namespaced(client.clone(), &ns);
                 let dp = crate::client::delete_only(e.metadata.uid.clone(), dry_run);
                 // Those owned by a PDB may already be gone with it.
-                ignore_gone(
-                    api.delete(e.metadata.name.as_deref().unwrap_or_default(), &dp)
-                        .await,
-                )?;
-                report.deleted_eas.push(key(
-                    Some(&ns),
-                    "evictionautoscaler",
-                    e.metadata.name.as_deref(),
-                ));
+                let name = e.metadata.name.as_deref().unwrap_or_default();
+                let r = api.delete(name, &dp).await.map(|_| ());
+                let k = key(Some(&ns), "evictionautoscaler", Some(name));
+                record(&mut report.deleted_eas, &mut report.failed, k, r);
             }
         }
         // The CRD is already gone: nothing of ours is left there.
@@ -205,6 +201,27 @@ mod tests {
     use super::*;
     use crate::names;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn one_failed_object_is_listed_and_the_others_still_count() {
+        let api = |code: u16| {
+            Err(kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                message: format!("code {code}"),
+                ..Default::default()
+            })))
+        };
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
+        record(&mut done, &mut failed, "ns/hpa/a".into(), Ok(()));
+        record(&mut done, &mut failed, "ns/hpa/b".into(), api(500));
+        // Gone, or another object of that name: nothing left to do.
+        record(&mut done, &mut failed, "ns/hpa/c".into(), api(404));
+        record(&mut done, &mut failed, "ns/pdb/d".into(), api(409));
+        record(&mut done, &mut failed, "ns/hpa/e".into(), Ok(()));
+        assert_eq!(done, vec!["ns/hpa/a", "ns/hpa/e"]);
+        assert_eq!(failed.len(), 1);
+        assert!(failed[0].starts_with("ns/hpa/b: "), "{failed:?}");
+    }
 
     fn eas(name: &str, owned: bool) -> EvictionAutoScaler {
         EvictionAutoScaler {
