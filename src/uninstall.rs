@@ -87,6 +87,19 @@ pub fn ours<K: kube::Resource>(items: Vec<K>) -> Vec<K> {
         .collect()
 }
 
+/// One JSON patch of `ops` to the object `name`.
+async fn patch_ops<K>(
+    api: &Api<K>,
+    name: &str,
+    pp: &PatchParams,
+    ops: Vec<Value>,
+) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, pp, &json_patch(ops)?).await.map(|_| ())
+}
+
 pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
     let mut report = Report::default();
     let pp = PatchParams {
@@ -112,10 +125,7 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
         let ns = h.metadata.namespace.clone().unwrap_or_default();
         let api: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), &ns);
         let name = h.metadata.name.as_deref().unwrap_or_default();
-        let r = match json_patch(ops) {
-            Ok(patch) => api.patch(name, &pp, &patch).await.map(|_| ()),
-            Err(e) => Err(e),
-        };
+        let r = patch_ops(&api, name, &pp, ops).await;
         let k = key(Some(&ns), "hpa", Some(name));
         record(&mut report.reverted, &mut report.failed, k, r);
     }
@@ -138,10 +148,7 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), &ns, &keda_resource());
             let name = so.metadata.name.as_deref().unwrap_or_default();
-            let r = match json_patch(ops) {
-                Ok(patch) => api.patch(name, &pp, &patch).await.map(|_| ()),
-                Err(e) => Err(e),
-            };
+            let r = patch_ops(&api, name, &pp, ops).await;
             let k = key(Some(&ns), "scaledobject", Some(name));
             record(&mut report.reverted, &mut report.failed, k, r);
         }
@@ -157,10 +164,7 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
         let name = d.metadata.name.as_deref().unwrap_or_default();
-        let r = match json_patch(ops) {
-            Ok(patch) => api.patch(name, &pp, &patch).await.map(|_| ()),
-            Err(e) => Err(e),
-        };
+        let r = patch_ops(&api, name, &pp, ops).await;
         let k = key(Some(&ns), "deployment", Some(name));
         record(&mut report.reverted, &mut report.failed, k, r);
     }
