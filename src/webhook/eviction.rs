@@ -200,6 +200,28 @@ fn allow(reason: AllowReason) -> Decision {
 }
 
 pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
+    decide_inner(view, ns, pod_name, &mut None)
+}
+
+/// [`decide`], and for an in-scope [`AllowReason::BudgetAllows`] the PDB
+/// whose room the eviction takes (shared out by the caller, see
+/// [`RoomLedger`](super::hold::RoomLedger)).
+pub fn decide_room(
+    view: &impl EvictionView,
+    ns: &str,
+    pod_name: &str,
+) -> (Decision, Option<Arc<PodDisruptionBudget>>) {
+    let mut room = None;
+    let d = decide_inner(view, ns, pod_name, &mut room);
+    (d, room)
+}
+
+fn decide_inner(
+    view: &impl EvictionView,
+    ns: &str,
+    pod_name: &str,
+    room: &mut Option<Arc<PodDisruptionBudget>>,
+) -> Decision {
     match view.freshness() {
         Freshness::NotSynced => return allow(AllowReason::NotSynced),
         Freshness::Stale => return allow(AllowReason::CacheStale),
@@ -261,6 +283,7 @@ pub fn decide(view: &impl EvictionView, ns: &str, pod_name: &str) -> Decision {
             if let Some(r) = recount_pending(view, &pod, &pdb, status) {
                 return Decision::Recount(r);
             }
+            *room = Some(pdb.clone());
         }
         return allow(AllowReason::BudgetAllows);
     }

@@ -26,11 +26,14 @@
 //! left). When the hold ends first it is allowed: the apiserver would allow
 //! it, and only it may refuse on that status.
 //!
-//! Room is shared out: when a PDB's status (one resourceVersion) allows k
-//! disruptions, at most k of the evictions held under it are allowed
-//! ([`RoomLedger`]); the others wait for the next status. Allowing them all
-//! would make the apiserver answer its own 429 to all but k, and kubectl
-//! would wait its full 5 s retry for those (seen in the e2e drains).
+//! Room is shared out ([`RoomLedger`]): when a PDB's status allows k
+//! disruptions, at most k evictions are let through on it until the status
+//! shows them; the others are held ([`HoldFor::Taken`], or wait on in their
+//! hold) for the next room. Letting them all through would make the
+//! apiserver answer its own 429 to all but k, and kubectl would wait its
+//! full 5 s retry for those (seen in the e2e drains and the drain bench).
+//! Such a hold ends as any other: allowed on room, or at the deadline on
+//! the facts read again (the 429 only if they block).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -39,7 +42,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::eviction::{decide, AllowReason, Decision, EvictionView, Freshness, SurgeState};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use super::eviction::{decide_room, AllowReason, Decision, EvictionView, Freshness, SurgeState};
 use super::live::{self, LiveReader};
 
 /// Requests held at once, across all PDBs. A drain evicts every pod of a node
@@ -72,6 +77,9 @@ pub enum HoldFor {
     /// A [`Recount`](super::eviction::Recount): the PDB's status to count
     /// the Deployment's scale-down; any other decision ends it.
     Recount,
+    /// An eviction the PDB's status allows, whose room evictions let through
+    /// already took ([`RoomLedger`]): the next room, as for [`HoldFor::Room`].
+    Taken,
 }
 
 impl HoldFor {
@@ -80,6 +88,7 @@ impl HoldFor {
         match self {
             HoldFor::Room => "room",
             HoldFor::Recount => "recount",
+            HoldFor::Taken => "taken",
         }
     }
 }
@@ -117,38 +126,117 @@ impl HoldOutcome {
 /// the pod store has no notifier.
 const RECHECK_EVERY: Duration = Duration::from_millis(250);
 
-/// The disruptions each PDB's current status allows that held evictions
-/// have not taken yet, keyed by namespace and PDB name.
+/// How long an eviction let through on a PDB's room is counted against that
+/// room while the PDB's status does not show it yet. The apiserver writes
+/// `status.disruptedPods` right after the webhook's answer (milliseconds);
+/// an eviction still not there after this did not happen (another
+/// admission refused it, or the apiserver's own 429).
+pub const IN_FLIGHT_FOR: Duration = Duration::from_secs(2);
+
+/// Forget expired entries every this many takes, so PDBs that are never
+/// evicted again do not keep theirs.
+const PRUNE_EVERY: u32 = 256;
+
+/// The evictions this replica let through on a PDB's room that the PDB's
+/// status does not count yet, keyed by namespace and PDB name.
+///
+/// The apiserver lets an eviction through only while `disruptionsAllowed`
+/// is above 0, and takes one for it in the same status write that adds the
+/// pod to `disruptedPods`. Until that write reaches the PDB cache, the
+/// cached status still shows the room the eviction took; a second eviction
+/// let through on it gets the apiserver's own 429, and kubectl then waits
+/// its full 5 s retry (seen in the drain bench: up to 8 per drain). So the
+/// room left is the status's `disruptionsAllowed` less the evictions let
+/// through whose pod the status does not list in `disruptedPods` and that
+/// is still there and not terminating (once it is, the disruption
+/// controller's recount no longer counts it healthy).
 #[derive(Debug, Default)]
 pub struct RoomLedger {
-    room: HashMap<(String, String), (String, i32)>,
+    sent: HashMap<String, HashMap<String, Vec<(String, Instant)>>>,
+    takes: u32,
 }
 
 impl RoomLedger {
-    /// Takes one of the `allowed` disruptions of the PDB status at
-    /// `resource_version`; false when held evictions took them all already.
-    /// A new status (another resourceVersion) starts a new count: the
-    /// apiserver's own evictions and the disruption controller both write
-    /// the status, so it always says what is left.
-    pub fn take(&mut self, ns: &str, pdb: &str, resource_version: &str, allowed: i32) -> bool {
-        let entry = self
-            .room
-            .entry((ns.to_string(), pdb.to_string()))
-            .or_insert_with(|| (resource_version.to_string(), allowed));
-        if entry.0 != resource_version {
-            *entry = (resource_version.to_string(), allowed);
+    /// Takes one disruption of `pdb` (in `ns`, status as cached) for `pod`;
+    /// false when evictions let through already took all it allows.
+    /// `counted(p)`: pod `p` is still there and not terminating.
+    pub fn take(
+        &mut self,
+        ns: &str,
+        pdb: &PodDisruptionBudget,
+        pod: &str,
+        counted: impl Fn(&str) -> bool,
+        now: Instant,
+    ) -> bool {
+        self.takes = self.takes.wrapping_add(1);
+        if self.takes % PRUNE_EVERY == 0 {
+            self.prune(now);
         }
-        if entry.1 > 0 {
-            entry.1 -= 1;
+        let Some(name) = pdb.metadata.name.as_deref() else {
+            return true;
+        };
+        let status = pdb.status.as_ref();
+        let allowed = status.map_or(0, |s| s.disruptions_allowed);
+        let disrupted = status.and_then(|s| s.disrupted_pods.as_ref());
+        if !self.sent.contains_key(ns) {
+            self.sent.insert(ns.to_string(), HashMap::new());
+        }
+        let Some(by_pdb) = self.sent.get_mut(ns) else {
+            return true;
+        };
+        if !by_pdb.contains_key(name) {
+            by_pdb.insert(name.to_string(), Vec::new());
+        }
+        let Some(sent) = by_pdb.get_mut(name) else {
+            return true;
+        };
+        // A retry of the same pod replaces its own entry.
+        sent.retain(|(p, at)| {
+            p != pod
+                && now.saturating_duration_since(*at) < IN_FLIGHT_FOR
+                && !disrupted.is_some_and(|d| d.contains_key(p))
+                && counted(p)
+        });
+        let left = i64::from(allowed) - sent.len() as i64;
+        if left > 0 {
+            sent.push((pod.to_string(), now));
             true
         } else {
             false
         }
     }
 
-    /// Forgets every PDB (nothing held any more).
-    pub fn clear(&mut self) {
-        self.room.clear();
+    /// Drops every entry older than [`IN_FLIGHT_FOR`].
+    fn prune(&mut self, now: Instant) {
+        for by_pdb in self.sent.values_mut() {
+            for sent in by_pdb.values_mut() {
+                sent.retain(|(_, at)| now.saturating_duration_since(*at) < IN_FLIGHT_FOR);
+            }
+            by_pdb.retain(|_, sent| !sent.is_empty());
+        }
+        self.sent.retain(|_, by_pdb| !by_pdb.is_empty());
+    }
+
+    /// PDBs with an entry (for tests).
+    #[cfg(test)]
+    fn pdbs(&self) -> usize {
+        self.sent.values().map(HashMap::len).sum()
+    }
+}
+
+/// Takes `pdb`'s room for evicting `pod` through `ledger`.
+pub fn take_room(
+    view: &impl EvictionView,
+    ledger: &Mutex<RoomLedger>,
+    ns: &str,
+    pdb: &PodDisruptionBudget,
+    pod: &str,
+) -> bool {
+    let counted = |p: &str| view.pod(ns, p).is_some_and(|p| !p.is_terminating());
+    let now = Instant::now();
+    match ledger.lock() {
+        Ok(mut l) => l.take(ns, pdb, pod, counted, now),
+        Err(poisoned) => poisoned.into_inner().take(ns, pdb, pod, counted, now),
     }
 }
 
@@ -158,21 +246,12 @@ fn share_room(
     view: &impl EvictionView,
     ledger: &Mutex<RoomLedger>,
     ns: &str,
-    pdb: &str,
-    reason: AllowReason,
+    pod: &str,
+    room: Option<&PodDisruptionBudget>,
 ) -> bool {
-    if reason != AllowReason::BudgetAllows {
-        return true;
-    }
-    let Some(p) = view.pdb_named(ns, pdb) else {
-        // The pod's PDB changed under us; the apiserver decides.
-        return true;
-    };
-    let rv = p.metadata.resource_version.as_deref().unwrap_or_default();
-    let allowed = p.status.as_ref().map_or(0, |s| s.disruptions_allowed);
-    match ledger.lock() {
-        Ok(mut l) => l.take(ns, pdb, rv, allowed),
-        Err(poisoned) => poisoned.into_inner().take(ns, pdb, rv, allowed),
+    match room {
+        Some(pdb) => take_room(view, ledger, ns, pdb, pod),
+        None => true,
     }
 }
 
@@ -185,24 +264,24 @@ pub async fn wait_for_room(
     view: &impl EvictionView,
     ledger: &Mutex<RoomLedger>,
     mut changes: watch::Receiver<u64>,
-    held: (&str, &str, &str),
+    held: (&str, &str),
     wait: HoldFor,
     deadline: Instant,
 ) -> HoldOutcome {
-    let (ns, pod, pdb) = held;
+    let (ns, pod) = held;
     // Mark the current version seen before deciding, so a change between
     // the decision and the wait still wakes us.
     changes.borrow_and_update();
     let mut notifier_alive = true;
     loop {
-        match decide(view, ns, pod) {
-            Decision::Allow { reason, warning } => {
-                if share_room(view, ledger, ns, pdb, reason) {
+        match decide_room(view, ns, pod) {
+            (Decision::Allow { reason, warning }, room) => {
+                if share_room(view, ledger, ns, pod, room.as_deref()) {
                     return HoldOutcome::Room { reason, warning };
                 }
             }
-            Decision::Block(_) if wait == HoldFor::Recount => return HoldOutcome::Blocked,
-            Decision::Block(_) | Decision::Recount(_) => {}
+            (Decision::Block(_), _) if wait == HoldFor::Recount => return HoldOutcome::Blocked,
+            (Decision::Block(_) | Decision::Recount(_), _) => {}
         }
         let recheck = (Instant::now() + RECHECK_EVERY).min(deadline);
         tokio::select! {
@@ -350,15 +429,7 @@ mod tests {
         let v = view.clone();
         let held = tokio::spawn(async move {
             let ledger = Mutex::new(RoomLedger::default());
-            wait_for_room(
-                &*v,
-                &ledger,
-                rx,
-                ("ns", "p", "web"),
-                HoldFor::Room,
-                deadline,
-            )
-            .await
+            wait_for_room(&*v, &ledger, rx, ("ns", "p"), HoldFor::Room, deadline).await
         });
         // A change that still blocks (another PDB field) keeps it waiting.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -393,7 +464,7 @@ mod tests {
             &view,
             &Mutex::new(RoomLedger::default()),
             rx,
-            ("ns", "p", "web"),
+            ("ns", "p"),
             HoldFor::Room,
             started + Duration::from_millis(300),
         )
@@ -413,7 +484,7 @@ mod tests {
             &f,
             &Mutex::new(RoomLedger::default()),
             rx,
-            ("ns", "p", "web"),
+            ("ns", "p"),
             HoldFor::Room,
             started + Duration::from_secs(20),
         )
@@ -434,7 +505,7 @@ mod tests {
             &view,
             &Mutex::new(RoomLedger::default()),
             rx,
-            ("ns", "p", "web"),
+            ("ns", "p"),
             HoldFor::Room,
             started + Duration::from_millis(300),
         )
@@ -448,19 +519,71 @@ mod tests {
         assert!(decisions <= most, "{decisions} decisions: the loop spun");
     }
 
+    /// `pdb("web", allowed, ..)` with these pods in `status.disruptedPods`.
+    fn with_disrupted(allowed: i32, disrupted: &[&str]) -> PodDisruptionBudget {
+        let mut p = pdb("web", allowed, 3, 4);
+        if let Some(s) = p.status.as_mut() {
+            s.disrupted_pods = Some(
+                disrupted
+                    .iter()
+                    .map(|n| {
+                        let t = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
+                        (
+                            n.to_string(),
+                            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t),
+                        )
+                    })
+                    .collect(),
+            );
+        }
+        p
+    }
+
     #[test]
-    fn room_is_shared_out_per_pdb_status() {
+    fn room_is_shared_out_until_the_status_shows_the_evictions() {
         let mut l = RoomLedger::default();
-        assert!(l.take("ns", "web", "10", 2));
-        assert!(l.take("ns", "web", "10", 2));
-        assert!(!l.take("ns", "web", "10", 2), "both taken");
-        assert!(l.take("ns", "api", "10", 1), "another PDB has its own room");
-        // The apiserver's eviction wrote a new status: it says what is left.
-        assert!(!l.take("ns", "web", "11", 0));
-        assert!(l.take("ns", "web", "12", 1));
-        assert!(!l.take("ns", "web", "12", 1));
-        l.clear();
-        assert!(l.take("ns", "web", "12", 1));
+        let t0 = Instant::now();
+        let all = |_: &str| true;
+        let two = with_disrupted(2, &[]);
+        assert!(l.take("ns", &two, "a", all, t0));
+        assert!(l.take("ns", &two, "b", all, t0));
+        assert!(!l.take("ns", &two, "c", all, t0), "both taken");
+        assert!(
+            l.take("ns", &two, "b", all, t0),
+            "a retry of b takes the room b took"
+        );
+        let mut api = pdb("api", 1, 3, 4);
+        api.metadata.name = Some("api".into());
+        assert!(
+            l.take("ns", &api, "x", all, t0),
+            "another PDB has its own room"
+        );
+        assert!(
+            l.take("other", &two, "c", all, t0),
+            "so has one of the same name in another namespace"
+        );
+        // The apiserver's write for a: one left, and b is still in flight.
+        let after_a = with_disrupted(1, &["a"]);
+        assert!(!l.take("ns", &after_a, "c", all, t0));
+        // Its write for b too: nothing left.
+        let after_b = with_disrupted(0, &["a", "b"]);
+        assert!(!l.take("ns", &after_b, "c", all, t0));
+        // The disruption controller recounts once a and b are terminating
+        // (no longer in disruptedPods) and a replacement is Ready.
+        let gone = |p: &str| p != "a" && p != "b";
+        let recount = with_disrupted(1, &[]);
+        assert!(l.take("ns", &recount, "c", gone, t0));
+        assert!(!l.take("ns", &recount, "d", gone, t0), "c took it");
+        // An eviction let through that never happened (another admission
+        // refused it) stops counting after IN_FLIGHT_FOR.
+        let later = t0 + IN_FLIGHT_FOR;
+        assert!(l.take("ns", &recount, "d", gone, later));
+        // Entries nobody asks about again are pruned.
+        let much_later = later + IN_FLIGHT_FOR;
+        for _ in 0..PRUNE_EVERY {
+            l.take("ns", &api, "x", all, much_later);
+        }
+        assert_eq!(l.pdbs(), 1, "only api's fresh entry is left");
     }
 
     /// Two evictions held under one PDB whose status makes room for one:
@@ -479,7 +602,7 @@ mod tests {
         let hold = |pod: &'static str| {
             let (v, l, rx) = (view.clone(), ledger.clone(), rx.clone());
             tokio::spawn(async move {
-                wait_for_room(&*v, &l, rx, ("ns", pod, "web"), HoldFor::Room, deadline).await
+                wait_for_room(&*v, &l, rx, ("ns", pod), HoldFor::Room, deadline).await
             })
         };
         let (hp, hq) = (hold("p"), hold("q"));
@@ -494,10 +617,16 @@ mod tests {
             1,
             "exactly one of the two is allowed"
         );
-        // The first eviction went through and a second new pod is Ready.
+        // The first eviction went through (its pod is terminating, so the
+        // recount no longer lists it) and a second new pod is Ready.
         let mut more = pdb("web", 1, 3, 4);
         more.metadata.resource_version = Some("3".into());
-        view.0.lock().unwrap().pdbs[0] = more;
+        {
+            let mut f = view.0.lock().unwrap();
+            let first = if hp.is_finished() { "p" } else { "q" };
+            f.pods.retain(|p| p.name() != first);
+            f.pdbs[0] = more;
+        }
         tx.send_modify(|n| *n += 1);
         for h in [hp, hq] {
             assert!(matches!(h.await.unwrap(), HoldOutcome::Room { .. }));
@@ -514,15 +643,7 @@ mod tests {
         let v = view.clone();
         let held = tokio::spawn(async move {
             let ledger = Mutex::new(RoomLedger::default());
-            wait_for_room(
-                &*v,
-                &ledger,
-                rx,
-                ("ns", "p", "web"),
-                HoldFor::Room,
-                deadline,
-            )
-            .await
+            wait_for_room(&*v, &ledger, rx, ("ns", "p"), HoldFor::Room, deadline).await
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         view.0.lock().unwrap().freshness = Freshness::Stale;
@@ -561,15 +682,7 @@ mod tests {
         let run = |view: Arc<Shared>, rx, ms: u64| async move {
             let deadline = Instant::now() + Duration::from_millis(ms);
             let ledger = Mutex::new(RoomLedger::default());
-            wait_for_room(
-                &*view,
-                &ledger,
-                rx,
-                ("ns", "p", "web"),
-                HoldFor::Recount,
-                deadline,
-            )
-            .await
+            wait_for_room(&*view, &ledger, rx, ("ns", "p"), HoldFor::Recount, deadline).await
         };
 
         // The disruption controller recounts: 3 healthy, none allowed.

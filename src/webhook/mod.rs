@@ -163,7 +163,22 @@ impl Webhooks {
         // (large futures) only for a blocked eviction or a lagging PDB
         // status, boxed so that the common answer does not carry them.
         let mut recounted = false;
-        let decision = match eviction::decide(&self.cache, ns, &req.name) {
+        let (decision, room) = eviction::decide_room(&self.cache, ns, &req.name);
+        let decision = match decision {
+            // Room shared out, so that the apiserver does not answer its
+            // own 429 to an eviction let through on room already taken.
+            Decision::Allow {
+                reason: AllowReason::BudgetAllows,
+                warning,
+            } if !req.dry_run => match room {
+                Some(pdb) if !hold::take_room(&self.cache, &self.room, ns, &pdb, &req.name) => {
+                    return Box::pin(self.taken(req, ns, &pdb, warning, started)).await;
+                }
+                _ => Decision::Allow {
+                    reason: AllowReason::BudgetAllows,
+                    warning,
+                },
+            },
             Decision::Block(_) => {
                 Box::pin(live::decide_confirmed(
                     &self.cache,
@@ -227,7 +242,7 @@ impl Webhooks {
             settled_healthy = r.settled_healthy, desired_healthy = r.desired_healthy,
             "the PDB's status has not counted the Deployment's scale-down yet; \
              holding the eviction until it does");
-        let held = (r.namespace.as_str(), r.pod.as_str(), r.pdb.as_str());
+        let held = (r.namespace.as_str(), r.pod.as_str());
         match self.hold_for(held, HoldFor::Recount, started).await {
             None => not_held,
             Some(HoldOutcome::Room { reason, warning }) => Decision::Allow { reason, warning },
@@ -247,6 +262,46 @@ impl Webhooks {
                     warning: None,
                 }
             }
+        }
+    }
+
+    /// The PDB's status allows the eviction, but evictions let through
+    /// already took its room ([`hold::RoomLedger`]): the apiserver would
+    /// answer its own 429. Held for the next room like a blocked eviction
+    /// during a surge; allowed at once when it may not wait (the apiserver
+    /// decides), and at the end of the hold decided again on facts read now.
+    async fn taken(
+        &self,
+        req: &EvictionRequest,
+        ns: &str,
+        pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget,
+        warning: Option<String>,
+        started: Instant,
+    ) -> Answer {
+        let allowed = |warning: Option<String>, label: &'static str| Answer {
+            review: req.allowed(warning),
+            decision: label,
+            code: 200,
+        };
+        let of_deployment = self
+            .cache
+            .pod(ns, &req.name)
+            .is_some_and(|p| self.cache.owning_deployment(&p).is_some());
+        if self.hold.is_zero() || !of_deployment {
+            return allowed(warning, AllowReason::BudgetAllows.as_str());
+        }
+        tracing::debug!(namespace = ns, pod = %req.name,
+            pdb = pdb.metadata.name.as_deref().unwrap_or_default(),
+            "the PDB's room is taken by evictions let through already; holding");
+        let at = (ns, req.name.as_str());
+        let Some(outcome) = self.hold_for(at, HoldFor::Taken, started).await else {
+            return allowed(warning, AllowReason::BudgetAllows.as_str());
+        };
+        match hold::after_hold(outcome, &self.cache, &self.live, at, self.live_timeout).await {
+            Decision::Allow { warning, .. } => allowed(warning, "allowed_after_hold"),
+            // The room never came, and the apiserver's own objects say so.
+            Decision::Block(b) => Box::pin(self.blocked(req, ns, b, started)).await,
+            Decision::Recount(_) => allowed(None, AllowReason::RecountNotHeld.as_str()),
         }
     }
 
@@ -280,7 +335,7 @@ impl Webhooks {
         if hold::should_hold(self.hold, dry_run, self.cache.freshness(), &surge)
             && started.elapsed() < self.hold
         {
-            let held = (b.namespace.as_str(), b.pod.as_str(), b.pdb.as_str());
+            let held = (b.namespace.as_str(), b.pod.as_str());
             if let Some(outcome) = self.hold_for(held, HoldFor::Room, started).await {
                 let at = (ns, req.name.as_str());
                 match hold::after_hold(outcome, &self.cache, &self.live, at, self.live_timeout)
@@ -406,12 +461,12 @@ impl Webhooks {
         confirmed
     }
 
-    /// Holds an eviction (namespace, pod, PDB) until the caches show room
+    /// Holds an eviction (namespace, pod) until the caches show room
     /// (or, for a recount, decide anything else) or the hold ends; None when
     /// no permit is left: answer at once.
     async fn hold_for(
         &self,
-        held: (&str, &str, &str),
+        held: (&str, &str),
         wait: HoldFor,
         started: Instant,
     ) -> Option<HoldOutcome> {
@@ -428,24 +483,15 @@ impl Webhooks {
             count("busy");
             return None;
         };
-        // Dropped on every exit, including the apiserver hanging up. The
-        // last one out forgets the room ledger, so it never grows.
-        struct Held<'a>(
-            &'a prometheus_client::metrics::gauge::Gauge,
-            &'a std::sync::Mutex<hold::RoomLedger>,
-        );
+        // Dropped on every exit, including the apiserver hanging up.
+        struct Held<'a>(&'a prometheus_client::metrics::gauge::Gauge);
         impl Drop for Held<'_> {
             fn drop(&mut self) {
-                if self.0.dec() == 1 {
-                    match self.1.lock() {
-                        Ok(mut l) => l.clear(),
-                        Err(poisoned) => poisoned.into_inner().clear(),
-                    }
-                }
+                self.0.dec();
             }
         }
         self.metrics.evictions_held.inc();
-        let _held = Held(&self.metrics.evictions_held, &self.room);
+        let _held = Held(&self.metrics.evictions_held);
         let deadline = tokio::time::Instant::from_std(started + self.hold);
         let outcome = hold::wait_for_room(
             &self.cache,

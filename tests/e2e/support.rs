@@ -132,6 +132,12 @@ impl WebhookInfo {
 }
 
 pub async fn client() -> Client {
+    client_retrying(true).await
+}
+
+/// A client that answers what the apiserver answered: kube's own client
+/// retries 429, 503 and 504 (`default_retry`), which kubectl does not.
+pub async fn client_retrying(retry: bool) -> Client {
     let _ = deployed();
     let path = cluster_dir().join("kubeconfig");
     let kc = Kubeconfig::read_from(&path)
@@ -142,6 +148,7 @@ pub async fn client() -> Client {
     // kube sets none: a request the apiserver never answers would hang the
     // test. Above the 290 s a watch lasts, so watches are not cut.
     cfg.read_timeout = Some(Duration::from_secs(300));
+    cfg.default_retry = retry;
     Client::try_from(cfg).expect("client")
 }
 
@@ -214,10 +221,14 @@ impl Drop for NodesGuard {
 }
 
 /// Every node schedulable and free of the drain taints tests set.
+/// A taint a test puts on a node for a while, to keep new pods off it.
+pub const LATER_TAINT: &str = "e2e.eviction-autoscaler.io/later";
+
 fn reset_nodes() {
     for n in NODE_NAMES {
         uncordon(n);
         let _ = kubectl(&["taint", "node", n, "karpenter.sh/disrupted:NoSchedule-"]);
+        let _ = kubectl(&["taint", "node", n, &format!("{LATER_TAINT}-")]);
     }
 }
 
