@@ -608,13 +608,18 @@ async fn drains(with_product: bool) -> DrainFigures {
     let mut took = Vec::new();
     let mut pods_before = Vec::new();
     // A managed upgrade: each node drained, then back (upgraded).
-    // Evictions held until a PDB status counted a scale-down, by outcome.
-    let recounts = |info: &WebhookInfo| -> Vec<f64> {
-        ["allowed", "blocked", "expired", "busy"]
+    // Evictions held, by what they waited for (room during a surge, a PDB
+    // recount after a scale-down, room already taken by evictions let
+    // through) and outcome.
+    const WAITS: [&str; 3] = ["room", "recount", "taken"];
+    const OUTCOMES: [&str; 4] = ["allowed", "blocked", "expired", "busy"];
+    let holds = |info: &WebhookInfo| -> Vec<f64> {
+        WAITS
             .iter()
-            .map(|o| {
-                let outcome = format!("outcome=\"{o}\"");
-                info.metric_sum(HOLDS, &["wait=\"recount\"", &outcome])
+            .flat_map(|w| OUTCOMES.iter().map(move |o| (w, o)))
+            .map(|(w, o)| {
+                let (wait, outcome) = (format!("wait=\"{w}\""), format!("outcome=\"{o}\""));
+                info.metric_sum(HOLDS, &[&wait, &outcome])
             })
             .collect()
     };
@@ -641,19 +646,30 @@ async fn drains(with_product: bool) -> DrainFigures {
             pods_before.push(on_it);
         }
         let seats = SeatSampler::start(product.clone());
-        let before = product.as_ref().map(recounts);
+        let before = product.as_ref().map(holds);
         let run = drain_node(n, "app", &["--timeout=900s"]).await;
         say(format!("  drain of {n}: {}", seats.finish()));
         if let (Some(info), Some(before)) = (product.as_ref(), before) {
-            let d: Vec<f64> = recounts(info)
+            let d: Vec<f64> = holds(info)
                 .iter()
                 .zip(&before)
                 .map(|(a, b)| a - b)
                 .collect();
+            let per_wait: Vec<String> = WAITS
+                .iter()
+                .zip(d.chunks(OUTCOMES.len()))
+                .map(|(w, c)| {
+                    let by: Vec<String> = OUTCOMES
+                        .iter()
+                        .zip(c)
+                        .map(|(o, v)| format!("{v} {o}"))
+                        .collect();
+                    format!("{w}: {}", by.join(", "))
+                })
+                .collect();
             say(format!(
-                "  drain of {n}: evictions held for a PDB recount after a scale-down: \
-                 {} then allowed, {} then blocked, {} expired (allowed), {} without a permit",
-                d[0], d[1], d[2], d[3]
+                "  drain of {n}: evictions held, by what for and how it ended: {}",
+                per_wait.join("; ")
             ));
         }
         assert!(run.ok, "drain of {n} failed: {}", run.output);
