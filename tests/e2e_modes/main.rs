@@ -369,6 +369,153 @@ async fn doctor_checks_the_installation() {
     );
 }
 
+/// An `uninstall` that cannot revert one surge (an admission policy denies
+/// updates of that Deployment) still reverts the others, names the one it
+/// could not (`failed: <key>: <error>`), exits 1 and leaves that surge's
+/// markers in place; run again once the write is possible, it reverts that
+/// one too. No surge is stranded by a write that fails halfway. ("denied"
+/// sorts before "free": a run that stopped at its first failure would leave
+/// both.)
+#[tokio::test]
+async fn uninstall_goes_on_past_a_surge_it_cannot_revert() {
+    let _g = nodes_lock().await;
+    let _ = restart_server(&[]);
+    let node = "kwok-node-1";
+    let ns = TestNs::new("e2e-uninst-fail").await;
+    let deps: Api<Deployment> = ns.api();
+    for name in ["free", "denied"] {
+        deps.create(&PostParams::default(), &deployment(name, 2, Some(node)))
+            .await
+            .unwrap();
+    }
+    for name in ["free", "denied"] {
+        let pods = wait_ready(&ns, name, 2).await;
+        assert!(
+            nodes_of(&pods).iter().any(|n| n == node),
+            "{name} on {node}"
+        );
+        wait_pdb(&ns, name, "blocked", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.current_healthy == 2 && s.disruptions_allowed == 0)
+        })
+        .await;
+    }
+    let state = |name: &'static str| {
+        let deps = deps.clone();
+        async move {
+            let d = deps.get(name).await.ok()?;
+            let marked = d
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("evictionSurgeReplicas"));
+            Some((d.spec.and_then(|s| s.replicas), marked))
+        }
+    };
+    kubectl_ok(&["cordon", node]);
+    for name in ["free", "denied"] {
+        wait_for("surge", Duration::from_secs(30), || async {
+            (state(name).await? == (Some(3), true)).then_some(())
+        })
+        .await;
+    }
+    stop_server();
+
+    // Updates of "denied" denied from now on.
+    let policy = format!("e2e-deny-denied-{}", ns.name);
+    let manifest = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": policy},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"],
+                      "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["deployments"]}]},
+                  "validations": [{"expression": "object.metadata.name != 'denied'",
+                                   "message": "e2e: updates of Deployment denied are denied"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": policy},
+         "spec": {"policyName": policy, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels":
+                      {"kubernetes.io/metadata.name": ns.name}}}}}]});
+    let file = std::env::temp_dir().join(format!("{policy}.json"));
+    std::fs::write(&file, manifest.to_string()).unwrap();
+    let file = file.to_string_lossy().to_string();
+    kubectl_ok(&["apply", "-f", &file]);
+    let probe = |denied: bool| {
+        let ns = ns.name.clone();
+        async move {
+            let out = kubectl(&[
+                "annotate",
+                "deployment",
+                "denied",
+                "-n",
+                &ns,
+                "e2e-probe=1",
+                "--overwrite",
+                "--dry-run=server",
+            ]);
+            (out.status.success() != denied).then_some(())
+        }
+    };
+    wait_for(
+        "the policy denies updates of denied",
+        Duration::from_secs(30),
+        || probe(true),
+    )
+    .await;
+
+    let uninstall = || {
+        Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+            .arg("uninstall")
+            .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
+            .output()
+            .unwrap()
+    };
+    let out = uninstall();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    let first = (state("free").await, state("denied").await);
+    kubectl_ok(&["delete", "-f", &file]);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!("failed: {}/deployment/denied: ", ns.name)),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!("reverted surge: {}/deployment/free", ns.name)),
+        "{stdout}"
+    );
+    assert_eq!(first.0, Some((Some(2), false)), "free reverted:\n{stdout}");
+    assert_eq!(
+        first.1,
+        Some((Some(3), true)),
+        "denied left surged with its markers, to be reverted later"
+    );
+
+    // The write is possible again: a second run reverts it.
+    wait_for("the policy is gone", Duration::from_secs(30), || {
+        probe(false)
+    })
+    .await;
+    let out = uninstall();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let again = state("denied").await;
+    uncordon(node);
+    let _ = restart_server(&[]);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("reverted surge: {}/deployment/denied", ns.name)),
+        "{stdout}"
+    );
+    assert_eq!(again, Some((Some(2), false)), "denied reverted:\n{stdout}");
+}
+
 /// `eviction-autoscaler uninstall` deletes only the EvictionAutoScalers we
 /// own: one a user created (no ownedBy) stays, like their PDBs.
 #[tokio::test]
