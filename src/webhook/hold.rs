@@ -10,7 +10,9 @@
 //! Contract for the caller (`Webhooks::evictions`):
 //! - hold only what [`should_hold`] accepts: a live-confirmed Block, not a
 //!   dry run, facts fresh, a surge active or requested (never when no surge
-//!   can help: the 429 says why at once);
+//!   can help: the 429 says why at once); or, without a surge, an allow
+//!   whose room is taken ([`HoldFor::Taken`], below), not a dry run, of a
+//!   Deployment's pod in scope: the evicted pods' replacements make room;
 //! - at most [`MAX_HELD`] requests at once (beyond, the 429 at once);
 //! - the deadline counts from the request's arrival, so the whole answer
 //!   stays within the hold plus one live read (1.5 s at most);
