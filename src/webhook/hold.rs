@@ -242,21 +242,6 @@ pub fn take_room(
     }
 }
 
-/// Whether this Allow may be answered: a budget that allows disruptions is
-/// shared out through `ledger`; any other reason to allow is answered.
-fn share_room(
-    view: &impl EvictionView,
-    ledger: &Mutex<RoomLedger>,
-    ns: &str,
-    pod: &str,
-    room: Option<&PodDisruptionBudget>,
-) -> bool {
-    match room {
-        Some(pdb) => take_room(view, ledger, ns, pdb, pod),
-        None => true,
-    }
-}
-
 /// Re-decides over `view` now, after every bump of `changes` (the PDB
 /// store's notifier) and every [`RECHECK_EVERY`], until the decision ends
 /// the hold or `deadline` passes. A PDB status update from the disruption
@@ -277,8 +262,10 @@ pub async fn wait_for_room(
     let mut notifier_alive = true;
     loop {
         match decide_room(view, ns, pod) {
+            // A budget that allows disruptions is shared out through the
+            // ledger; any other reason to allow is answered.
             (Decision::Allow { reason, warning }, room) => {
-                if share_room(view, ledger, ns, pod, room.as_deref()) {
+                if room.is_none_or(|pdb| take_room(view, ledger, ns, &pdb, pod)) {
                     return HoldOutcome::Room { reason, warning };
                 }
             }

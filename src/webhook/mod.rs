@@ -166,11 +166,13 @@ impl Webhooks {
         let (decision, room) = eviction::decide_room(&self.cache, ns, &req.name);
         let decision = match decision {
             // Room shared out, so that the apiserver does not answer its
-            // own 429 to an eviction let through on room already taken.
+            // own 429 to an eviction let through on room already taken. An
+            // eviction that may not be held (a dry run, EVICTION_HOLD 0)
+            // is allowed whatever the ledger says: nothing to count.
             Decision::Allow {
                 reason: AllowReason::BudgetAllows,
                 warning,
-            } if !req.dry_run => match room {
+            } if !req.dry_run && !self.hold.is_zero() => match room {
                 Some(pdb) if !hold::take_room(&self.cache, &self.room, ns, &pdb, &req.name) => {
                     return Box::pin(self.taken(req, ns, &pdb, warning, started)).await;
                 }
@@ -268,8 +270,10 @@ impl Webhooks {
     /// The PDB's status allows the eviction, but evictions let through
     /// already took its room ([`hold::RoomLedger`]): the apiserver would
     /// answer its own 429. Held for the next room like a blocked eviction
-    /// during a surge; allowed at once when it may not wait (the apiserver
-    /// decides), and at the end of the hold decided again on facts read now.
+    /// during a surge (the caller only asks with EVICTION_HOLD on); allowed
+    /// at once when it may not wait (not a Deployment's pod, no permit left:
+    /// the apiserver decides), and at the end of the hold decided again on
+    /// facts read now.
     async fn taken(
         &self,
         req: &EvictionRequest,
@@ -287,7 +291,7 @@ impl Webhooks {
             .cache
             .pod(ns, &req.name)
             .is_some_and(|p| self.cache.owning_deployment(&p).is_some());
-        if self.hold.is_zero() || !of_deployment {
+        if !of_deployment {
             return allowed(warning, AllowReason::BudgetAllows.as_str());
         }
         tracing::debug!(namespace = ns, pod = %req.name,
