@@ -575,6 +575,86 @@ mod tests {
         assert_eq!(l.pdbs(), 1, "only api's fresh entry is left");
     }
 
+    /// An eviction held because its PDB's one disruption was taken by
+    /// another let through a moment before (`q`, still in flight): edited
+    /// to allow two, the PDB gives it the second at once; deleted, the
+    /// eviction is allowed (no budget left to share); and the ledger's
+    /// entries are per replica process, so a restarted webhook starts with
+    /// none and lets the next eviction through on the status alone.
+    #[tokio::test]
+    async fn a_taken_room_hold_follows_the_pdb_edited_or_deleted() {
+        let setup = || {
+            let mut f = blocking();
+            f.pods.push(pod("q", "Running", true));
+            let dep = f.deployment_of["p"].clone();
+            f.deployment_of.insert("q".into(), dep);
+            f.pdbs[0] = pdb("web", 1, 3, 4);
+            let view = Arc::new(shared(f));
+            let ledger = Arc::new(Mutex::new(RoomLedger::default()));
+            let room = view.0.lock().unwrap().pdbs[0].clone();
+            assert!(
+                take_room(&*view, &ledger, "ns", &room, "q"),
+                "q let through"
+            );
+            assert!(
+                !take_room(&*view, &ledger, "ns", &room, "p"),
+                "p finds it taken"
+            );
+            (view, ledger)
+        };
+        let hold = |view: Arc<Shared>, ledger: Arc<Mutex<RoomLedger>>, rx| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            tokio::spawn(async move {
+                wait_for_room(&*view, &ledger, rx, ("ns", "p"), HoldFor::Taken, deadline).await
+            })
+        };
+
+        // Edited: maxUnavailable raised, the status allows 2.
+        let (view, ledger) = setup();
+        let (tx, rx) = watch::channel(0u64);
+        let held = hold(view.clone(), ledger.clone(), rx);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!held.is_finished(), "held while q has the only room");
+        view.0.lock().unwrap().pdbs[0] = pdb("web", 2, 2, 4);
+        let edited = Instant::now();
+        tx.send_modify(|n| *n += 1);
+        assert_eq!(
+            held.await.unwrap(),
+            HoldOutcome::Room {
+                reason: AllowReason::BudgetAllows,
+                warning: None
+            }
+        );
+        // On the edit, not because q's entry expired.
+        assert!(
+            edited.elapsed() < IN_FLIGHT_FOR / 2,
+            "{:?}",
+            edited.elapsed()
+        );
+
+        // Deleted: nothing selects the pod any more.
+        let (view, ledger) = setup();
+        let (tx, rx) = watch::channel(0u64);
+        let held = hold(view.clone(), ledger, rx);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!held.is_finished());
+        view.0.lock().unwrap().pdbs.clear();
+        tx.send_modify(|n| *n += 1);
+        assert!(matches!(
+            held.await.unwrap(),
+            HoldOutcome::Room {
+                reason: AllowReason::NoPdb,
+                ..
+            }
+        ));
+
+        // A restart: a new ledger has no entry for q.
+        let (view, _) = setup();
+        let room = view.0.lock().unwrap().pdbs[0].clone();
+        let fresh = Mutex::new(RoomLedger::default());
+        assert!(take_room(&*view, &fresh, "ns", &room, "p"));
+    }
+
     /// Two evictions held under one PDB whose status makes room for one:
     /// one is allowed, the other waits for the next status.
     #[tokio::test]
