@@ -247,6 +247,15 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Runs `eviction-autoscaler uninstall` against the local cluster.
+fn uninstall() -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+        .arg("uninstall")
+        .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
+        .output()
+        .expect("run uninstall")
+}
+
 /// `eviction-autoscaler uninstall` reverts an active surge to its baseline
 /// and deletes the PDBs and EvictionAutoScalers the product owns.
 #[tokio::test]
@@ -285,11 +294,7 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
     })
     .await;
     stop_server();
-    let out = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
-        .arg("uninstall")
-        .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
-        .output()
-        .unwrap();
+    let out = uninstall();
     assert!(
         out.status.success(),
         "{}",
@@ -401,24 +406,9 @@ async fn uninstall_goes_on_past_a_surge_it_cannot_revert() {
         })
         .await;
     }
-    let state = |name: &'static str| {
-        let deps = deps.clone();
-        async move {
-            let d = deps.get(name).await.ok()?;
-            let marked = d
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key("evictionSurgeReplicas"));
-            Some((d.spec.and_then(|s| s.replicas), marked))
-        }
-    };
     kubectl_ok(&["cordon", node]);
     for name in ["free", "denied"] {
-        wait_for("surge", Duration::from_secs(30), || async {
-            (state(name).await? == (Some(3), true)).then_some(())
-        })
-        .await;
+        wait_deployment(&ns, name, 3, true, Duration::from_secs(30)).await;
     }
     stop_server();
 
@@ -464,19 +454,15 @@ async fn uninstall_goes_on_past_a_surge_it_cannot_revert() {
     )
     .await;
 
-    let uninstall = || {
-        Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
-            .arg("uninstall")
-            .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
-            .output()
-            .unwrap()
-    };
     let out = uninstall();
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout).to_string(),
         String::from_utf8_lossy(&out.stderr).to_string(),
     );
-    let first = (state("free").await, state("denied").await);
+    let first = (
+        deployment_state(&ns, "free").await,
+        deployment_state(&ns, "denied").await,
+    );
     kubectl_ok(&["delete", "-f", &file]);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
@@ -487,10 +473,10 @@ async fn uninstall_goes_on_past_a_surge_it_cannot_revert() {
         stdout.contains(&format!("reverted surge: {}/deployment/free", ns.name)),
         "{stdout}"
     );
-    assert_eq!(first.0, Some((Some(2), false)), "free reverted:\n{stdout}");
+    assert_eq!(first.0, (2, Some(false)), "free reverted:\n{stdout}");
     assert_eq!(
         first.1,
-        Some((Some(3), true)),
+        (3, Some(true)),
         "denied left surged with its markers, to be reverted later"
     );
 
@@ -501,7 +487,7 @@ async fn uninstall_goes_on_past_a_surge_it_cannot_revert() {
     .await;
     let out = uninstall();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let again = state("denied").await;
+    let again = deployment_state(&ns, "denied").await;
     uncordon(node);
     let _ = restart_server(&[]);
     assert!(
@@ -513,7 +499,7 @@ async fn uninstall_goes_on_past_a_surge_it_cannot_revert() {
         stdout.contains(&format!("reverted surge: {}/deployment/denied", ns.name)),
         "{stdout}"
     );
-    assert_eq!(again, Some((Some(2), false)), "denied reverted:\n{stdout}");
+    assert_eq!(again, (2, Some(false)), "denied reverted:\n{stdout}");
 }
 
 /// `eviction-autoscaler uninstall` deletes only the EvictionAutoScalers we
@@ -548,11 +534,7 @@ async fn uninstall_leaves_user_evictionautoscalers_alone() {
     .unwrap();
     eas.create(&PostParams::default(), &by_hand).await.unwrap();
     stop_server();
-    let out = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
-        .arg("uninstall")
-        .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
-        .output()
-        .unwrap();
+    let out = uninstall();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let _ = restart_server(&[]);
     assert!(
