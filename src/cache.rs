@@ -22,6 +22,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use smallvec::SmallVec;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -860,7 +861,7 @@ impl Cache {
 
     /// The PDBs of `ns` whose selector protects pods with these labels, the
     /// way the eviction subresource decides.
-    pub fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
+    pub fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Selected {
         self.pdb_index
             .get(ns)
             .map(|v| v.selecting(labels))
@@ -868,16 +869,14 @@ impl Cache {
     }
 
     pub fn deployment(&self, ns: &str, name: &str) -> Option<Arc<Deployment>> {
-        self.deployments.get(&ObjectRef::new(name).within(ns))
+        lookup(&self.deployments, Some(ns), name)
     }
 
     /// Pod → ReplicaSet → Deployment, following controller references.
     pub fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>> {
         let ns = pod.namespace();
         let rs_ref = pod.controller().filter(|o| &*o.kind == "ReplicaSet")?;
-        let rs = self
-            .replicasets
-            .get(&ObjectRef::new(&rs_ref.name).within(ns))?;
+        let rs = lookup(&self.replicasets, Some(ns), &rs_ref.name)?;
         let dep_ref = controller_of(&rs.metadata).filter(|o| o.kind == "Deployment")?;
         let dep = self.deployment(ns, &dep_ref.name)?;
         (dep.metadata.uid.as_deref() == Some(dep_ref.uid.as_str())).then_some(dep)
@@ -895,15 +894,63 @@ impl Cache {
 
     /// Whether the namespace cache holds `ns` (its annotations are known).
     pub fn namespace_known(&self, ns: &str) -> bool {
-        self.namespaces.get(&ObjectRef::new(ns)).is_some()
+        lookup(&self.namespaces, None, ns).is_some()
     }
 
     pub fn namespace_in_scope(&self, ns: &str) -> bool {
-        let nso = self.namespaces.get(&ObjectRef::new(ns));
+        let nso = lookup(&self.namespaces, None, ns);
         let ann = nso.as_ref().and_then(|n| n.metadata.annotations.as_ref());
         scope::namespace_scope(ns, ann, &self.behaviour).enabled
     }
 }
+
+thread_local! {
+    /// The strings of [`lookup`]'s key, kept between calls.
+    static KEY: std::cell::RefCell<(String, String)> =
+        const { std::cell::RefCell::new((String::new(), String::new())) };
+}
+
+/// `store`'s object `name` in `ns` (None: cluster-scoped). kube's
+/// `ObjectRef` owns its strings, so a new key per lookup is two allocations,
+/// and an eviction makes up to three lookups; this key's strings are kept
+/// per thread instead.
+fn lookup<K>(store: &Store<K>, ns: Option<&str>, name: &str) -> Option<Arc<K>>
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    KEY.with(|cell| {
+        let Ok(mut bufs) = cell.try_borrow_mut() else {
+            // Not reached (a lookup runs no code that looks up), but never a panic.
+            let key = ObjectRef::<K>::new(name);
+            return store.get(&match ns {
+                Some(ns) => key.within(ns),
+                None => key,
+            });
+        };
+        let (n, s) = &mut *bufs;
+        n.clear();
+        n.push_str(name);
+        // An empty name allocates nothing.
+        let mut key = ObjectRef::<K>::new("");
+        key.name = std::mem::take(n);
+        if let Some(ns) = ns {
+            s.clear();
+            s.push_str(ns);
+            key.namespace = Some(std::mem::take(s));
+        }
+        let found = store.get(&key);
+        *n = key.name;
+        if let Some(v) = key.namespace {
+            *s = v;
+        }
+        found
+    })
+}
+
+/// The PDBs over one pod: one nearly always, more only for a warning. Kept
+/// inline, so the eviction path allocates nothing for them.
+pub type Selected = SmallVec<[Arc<PodDisruptionBudget>; 2]>;
 
 /// One PDB with its selector compiled (None: invalid, protects nothing).
 pub struct IndexedPdb {
@@ -961,14 +1008,14 @@ impl NsPdbs {
 
     /// The PDBs whose selector protects a pod with these labels (the
     /// eviction subresource's test), in the namespace's order.
-    pub fn selecting(&self, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
-        let mut hits: Vec<usize> = Vec::new();
+    pub fn selecting(&self, labels: &PodLabels) -> Selected {
+        let mut hits: SmallVec<[usize; 8]> = SmallVec::new();
         for (k, v) in labels.iter() {
             if let Some(found) = self.by_label.get(k).and_then(|vs| vs.get(v)) {
-                hits.extend(found);
+                hits.extend(found.iter().copied());
             }
         }
-        hits.extend(&self.others);
+        hits.extend(self.others.iter().copied());
         // Each PDB is under one label at most: no duplicates to remove.
         hits.sort_unstable();
         hits.into_iter()
@@ -1550,6 +1597,54 @@ mod tests {
     }
 
     #[test]
+    fn a_lookup_with_the_kept_key_finds_what_a_new_key_finds() {
+        let (deps, mut w) = reflector::store::<Deployment>();
+        let (nss, mut nw) = reflector::store::<Namespace>();
+        let meta = |ns: Option<&str>, name: &str| ObjectMeta {
+            name: Some(name.into()),
+            namespace: ns.map(Into::into),
+            ..Default::default()
+        };
+        for (ns, name) in [("a", "web"), ("b", "web"), ("a", "longer-name-than-before")] {
+            w.apply_watcher_event(&Event::Apply(Deployment {
+                metadata: meta(Some(ns), name),
+                ..Default::default()
+            }));
+        }
+        nw.apply_watcher_event(&Event::Apply(Namespace {
+            metadata: meta(None, "a"),
+            ..Default::default()
+        }));
+        // Interleaved, so that each key is filled over the one before.
+        let cases = [
+            (Some("a"), "longer-name-than-before"),
+            (Some("b"), "web"),
+            (Some("c"), "web"),
+            (Some("a"), "we"),
+            (None, "web"),
+            (Some("a"), "web"),
+        ];
+        for (ns, name) in cases {
+            let fresh = ObjectRef::<Deployment>::new(name);
+            let want = deps.get(&match ns {
+                Some(ns) => fresh.within(ns),
+                None => fresh,
+            });
+            let got = lookup(&deps, ns, name);
+            assert_eq!(
+                got.map(|d| d.metadata.clone()),
+                want.map(|d| d.metadata.clone()),
+                "{ns:?}/{name}"
+            );
+            // A cluster-scoped lookup right after carries no namespace over.
+            assert!(lookup(&nss, None, "a").is_some());
+            assert!(lookup(&nss, None, name).is_none() || name == "a");
+        }
+        assert!(lookup(&deps, Some("b"), "web").is_some());
+        assert!(lookup(&deps, None, "web").is_none());
+    }
+
+    #[test]
     fn a_stale_or_unlisted_store_stops_only_the_controllers_that_read_it() {
         // The stores as `start` names them, and whether each stops
         // (surge worker, reconciler) when it alone is stale, or has not
@@ -1837,6 +1932,7 @@ mod tests {
                 .get(ns)
                 .map(|v| v.selecting(pod.labels()))
                 .unwrap_or_default()
+                .into_vec()
         };
         assert_eq!(names(cache_view("a")), ["web"]);
         // A second PDB in "a" with another selector: indexed, not selecting.

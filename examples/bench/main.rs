@@ -14,7 +14,7 @@
 mod http;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,22 +29,47 @@ use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher::Event;
 use serde_json::json;
 
+/// Counts bytes kept and allocations made, only while [`counting`] is on:
+/// a shared counter bumped on every allocation would make the two cores
+/// fight over one cache line, a cost the shipped binary does not have, and
+/// it weighs on the server that allocates more (the HTTPS comparison runs
+/// with it off).
 struct Counting;
+static COUNTING: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+static ALLOCS: AtomicIsize = AtomicIsize::new(0);
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        }
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
         unsafe { System.realloc(p, l, new) }
     }
+}
+
+/// Turns the allocator's counting on or off.
+fn counting(on: bool) {
+    COUNTING.store(on, Ordering::SeqCst);
+}
+
+/// Allocations (and reallocations) made while counting.
+fn allocations() -> isize {
+    ALLOCS.load(Ordering::Relaxed)
 }
 
 #[global_allocator]
@@ -156,6 +181,8 @@ fn memory_per_pod(n: usize) -> PodMemory {
             serde_json::to_vec(&pod_json(&ns, i, &app, &node)).unwrap_or_default()
         })
         .collect();
+    // Counting only from here: what is freed below was allocated below.
+    counting(true);
     let per = |before: isize| (live() - before) as f64 / n as f64;
     let before = live();
     let full: Vec<Pod> = bodies
@@ -194,6 +221,7 @@ fn memory_per_pod(n: usize) -> PodMemory {
     }
     w.init_done();
     let store_bytes = per(before);
+    counting(false);
     assert_eq!(store.len(), n);
     PodMemory {
         full: full_bytes,
@@ -430,6 +458,7 @@ async fn over_https() -> Result<(), http::BenchError> {
     use http::Proto;
     let (pods, apps) = (10_000, 20);
     let (cache, keys) = cache_with(pods, apps, 1);
+    let bcache = cache.clone();
     let pod = keys[keys.len() / 2].clone();
     let dir = std::env::temp_dir().join(format!("ea-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| http::BenchError::Setup(e.to_string()))?;
@@ -451,8 +480,24 @@ async fn over_https() -> Result<(), http::BenchError> {
         std::fs::read(&body).map_err(|e| http::BenchError::Setup(e.to_string()))?,
     );
     let n = 100_000;
+    // Allocations per request, counted in a separate untimed pass.
+    let mut allocs = [0.0; 2];
+    for (a, app) in allocs.iter_mut().zip([&s.product_app, &s.bare_app]) {
+        let m = 1_000;
+        counting(true);
+        let before = allocations();
+        http::router_cost(app, &raw, m).await?;
+        *a = (allocations() - before) as f64 / f64::from(m);
+        counting(false);
+    }
     // For a profiler: the product's router alone, for a while, then stop.
     if std::env::var_os("BENCH_ROUTER_ONLY").is_some() {
+        out!(
+            "allocations per request: product {:.1}, bare {:.1}",
+            allocs[0],
+            allocs[1]
+        );
+        alloc_breakdown(&bcache, &pod.0, &pod.1, &raw);
         for _ in 0..10 {
             let t = http::router_cost(&s.product_app, &raw, n).await?;
             out!("product router: {:.2} us/request", t.as_secs_f64() * 1e6);
@@ -484,10 +529,13 @@ async fn over_https() -> Result<(), http::BenchError> {
     let best = |v: &[Duration]| v.iter().min().copied().unwrap_or_default().as_secs_f64() * 1e6;
     out!(
         "Per request through the router alone (no TLS, no HTTP framing; {n} requests one at a time, best of 3): \
-         product {:.2} us, bare {:.2} us, difference {:.2} us.\n",
+         product {:.2} us, bare {:.2} us, difference {:.2} us; allocations per request (the bench's \
+         own request and answer included): product {:.1}, bare {:.1}.\n",
         best(&pr),
         best(&br),
-        best(&pr) - best(&br)
+        best(&pr) - best(&br),
+        allocs[0],
+        allocs[1]
     );
     let rounds = HTTPS_ROUNDS;
     out!("| protocol | product req/s (rounds) | bare req/s (rounds) | ratio of means | target | product's serve loop, bare handler: req/s, ratio |");
@@ -619,4 +667,38 @@ fn in_process() {
     let fast = time(&|b| parse_eviction_review(b).is_ok());
     out!("AdmissionReview parse, typed (kube AdmissionRequest, the mutating webhook): {typed:.2} us/request");
     out!("AdmissionReview parse, eviction fields only (the eviction webhook):       {fast:.2} us/request");
+}
+
+/// Allocations per stage of the eviction path (printed with
+/// BENCH_ROUTER_ONLY, for a profile): where the product allocates more than
+/// the bare server.
+pub fn alloc_breakdown(cache: &Cache, ns: &str, name: &str, body: &[u8]) {
+    use eviction_autoscaler::webhook::eviction::decide_room;
+    let m = 1000;
+    let count = |label: &str, f: &dyn Fn()| {
+        counting(true);
+        let before = allocations();
+        for _ in 0..m {
+            f();
+        }
+        let a = (allocations() - before) as f64 / m as f64;
+        counting(false);
+        out!("  {label}: {a:.1} allocations");
+    };
+    count("parse", &|| {
+        std::hint::black_box(parse_eviction_review(body).ok());
+    });
+    count("decide_room", &|| {
+        std::hint::black_box(decide_room(cache, ns, name));
+    });
+    count("pod", &|| {
+        std::hint::black_box(cache.pod(ns, name));
+    });
+    count("namespace_in_scope", &|| {
+        std::hint::black_box(cache.namespace_in_scope(ns));
+    });
+    count("owning_deployment", &|| {
+        let p = cache.pod(ns, name);
+        std::hint::black_box(p.and_then(|p| cache.owning_deployment(&p)));
+    });
 }

@@ -17,8 +17,18 @@ fuzz_target!(|data: &[u8]| {
         assert!(serde_json::to_vec(&review).is_ok());
         if let Ok(req) = &typed {
             assert_eq!(
-                (&fast.uid, &fast.name, &fast.namespace, &fast.sub_resource),
-                (&req.uid, &req.name, &req.namespace, &req.sub_resource)
+                (
+                    &*fast.uid,
+                    &*fast.name,
+                    fast.namespace.as_deref(),
+                    fast.sub_resource.as_deref()
+                ),
+                (
+                    req.uid.as_str(),
+                    req.name.as_str(),
+                    req.namespace.as_deref(),
+                    req.sub_resource.as_deref()
+                )
             );
         }
     }

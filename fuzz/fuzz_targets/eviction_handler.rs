@@ -81,12 +81,13 @@ fn body(input: &Input) -> Vec<u8> {
 
 fuzz_target!(|input: Input| {
     let (hooks, rx) = state();
-    let Ok(req) = parse_eviction_review(&body(&input)) else {
+    let body = body(&input);
+    let Ok(req) = parse_eviction_review(&body) else {
         return;
     };
-    let uid = req.uid.clone();
-    let ns = req.namespace.clone().unwrap_or_default();
-    let pod = req.name.clone();
+    let uid = req.uid.to_string();
+    let ns = req.namespace.as_deref().unwrap_or_default().to_string();
+    let pod = req.name.to_string();
     let dry = req.dry_run;
     let answer = runtime().block_on(hooks.evictions(req));
     // What goes on the wire, read back as kube reads a review.

@@ -17,7 +17,7 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatu
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::budget::{pdb_selects, Selector};
-use crate::cache::{Cache, PodLabels, SlimPod};
+use crate::cache::{Cache, PodLabels, Selected, SlimPod};
 use crate::markers::Markers;
 use crate::names;
 
@@ -48,7 +48,7 @@ pub trait EvictionView {
             .find(|p| p.metadata.name.as_deref() == Some(name))
     }
     /// The PDBs of `ns` that protect pods with these labels.
-    fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
+    fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Selected {
         self.pdbs_in(ns)
             .into_iter()
             .filter(|p| pdb_selects(p.spec.as_ref().and_then(|s| s.selector.as_ref()), labels))
@@ -81,7 +81,7 @@ impl EvictionView for Cache {
     fn pdbs_in(&self, ns: &str) -> Vec<Arc<PodDisruptionBudget>> {
         Cache::pdbs_in(self, ns)
     }
-    fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Vec<Arc<PodDisruptionBudget>> {
+    fn pdbs_selecting(&self, ns: &str, labels: &PodLabels) -> Selected {
         Cache::pdbs_selecting(self, ns, labels)
     }
     fn owning_deployment(&self, pod: &SlimPod) -> Option<Arc<Deployment>> {

@@ -74,7 +74,7 @@ fn allowed(req: &AdmissionRequest<DynamicObject>, warning: Option<String>) -> Ad
 
 /// The 429 the apiserver would give, with our message (behaviour.md 4.5).
 pub fn deny_too_many_requests(
-    req: &EvictionRequest,
+    req: &EvictionRequest<'_>,
     b: &Blocked,
     surge: &SurgeState,
 ) -> AdmissionResponse {
@@ -139,14 +139,14 @@ impl Webhooks {
             .observe(started.elapsed().as_secs_f64());
     }
 
-    pub async fn evictions(&self, req: EvictionRequest) -> Answer {
+    pub async fn evictions(&self, req: EvictionRequest<'_>) -> Answer {
         let started = Instant::now();
         let answer = self.evictions_inner(&req, started).await;
         self.observe("evictions", started, answer.decision, answer.code);
         answer
     }
 
-    async fn evictions_inner(&self, req: &EvictionRequest, started: Instant) -> Answer {
+    async fn evictions_inner(&self, req: &EvictionRequest<'_>, started: Instant) -> Answer {
         let Some(ns) = req.namespace.as_deref().filter(|_| req.is_eviction()) else {
             return Answer {
                 review: req.allowed(Some(format!(
@@ -224,7 +224,7 @@ impl Webhooks {
     /// ([`Recount`]): hold the request until it has, then decide again. A
     /// 429 can follow only from that fresh decision (confirmed live, as any
     /// Block); when the request may not wait, or the hold ends first, allow.
-    async fn recount(&self, req: &EvictionRequest, r: Recount, started: Instant) -> Decision {
+    async fn recount(&self, req: &EvictionRequest<'_>, r: Recount, started: Instant) -> Decision {
         let not_held = Decision::Allow {
             reason: AllowReason::RecountNotHeld,
             warning: None,
@@ -276,7 +276,7 @@ impl Webhooks {
     /// facts read now.
     async fn taken(
         &self,
-        req: &EvictionRequest,
+        req: &EvictionRequest<'_>,
         ns: &str,
         pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget,
         warning: Option<String>,
@@ -297,7 +297,7 @@ impl Webhooks {
         tracing::debug!(namespace = ns, pod = %req.name,
             pdb = pdb.metadata.name.as_deref().unwrap_or_default(),
             "the PDB's room is taken by evictions let through already; holding");
-        let at = (ns, req.name.as_str());
+        let at = (ns, &*req.name);
         let Some(outcome) = self.hold_for(at, HoldFor::Taken, started).await else {
             return allowed(warning, AllowReason::BudgetAllows.as_str());
         };
@@ -312,7 +312,7 @@ impl Webhooks {
     /// A 429 on fresh facts: signal the worker, maybe hold, then answer.
     async fn blocked(
         &self,
-        req: &EvictionRequest,
+        req: &EvictionRequest<'_>,
         ns: &str,
         mut b: Blocked,
         started: Instant,
@@ -341,7 +341,7 @@ impl Webhooks {
         {
             let held = (b.namespace.as_str(), b.pod.as_str());
             if let Some(outcome) = self.hold_for(held, HoldFor::Room, started).await {
-                let at = (ns, req.name.as_str());
+                let at = (ns, &*req.name);
                 match hold::after_hold(outcome, &self.cache, &self.live, at, self.live_timeout)
                     .await
                 {

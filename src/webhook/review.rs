@@ -67,23 +67,24 @@ impl Reply {
 const ALLOWED_HEAD: &[u8] =
     br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#;
 
-/// What the eviction webhook needs from a review.
+/// What the eviction webhook needs from a review, borrowed from the body
+/// where the JSON needs no unescaping (no allocation on the hot path).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EvictionRequest {
-    pub uid: String,
-    pub namespace: Option<String>,
-    pub name: String,
+pub struct EvictionRequest<'a> {
+    pub uid: Cow<'a, str>,
+    pub namespace: Option<Cow<'a, str>>,
+    pub name: Cow<'a, str>,
     /// `request.resource.resource` ("pods" for an eviction).
-    pub resource: String,
-    pub sub_resource: Option<String>,
+    pub resource: Cow<'a, str>,
+    pub sub_resource: Option<Cow<'a, str>>,
     /// `CREATE` for an eviction; kept as sent.
-    pub operation: String,
+    pub operation: Cow<'a, str>,
     /// The request is a dry run: `request.dryRun`, or a non-empty
     /// `deleteOptions.dryRun` in the Eviction itself.
     pub dry_run: bool,
 }
 
-impl EvictionRequest {
+impl EvictionRequest<'_> {
     /// An eviction (`CREATE pods/eviction`) in a namespace.
     pub fn is_eviction(&self) -> bool {
         self.resource == "pods"
@@ -95,7 +96,7 @@ impl EvictionRequest {
     /// The review allowing this request, with a warning for the client.
     pub fn allowed(&self, warning: Option<String>) -> Reply {
         Reply::Allowed {
-            uid: self.uid.clone(),
+            uid: self.uid.to_string(),
             warning,
         }
     }
@@ -103,7 +104,7 @@ impl EvictionRequest {
     /// An answer with this request's uid (allowed, no status).
     pub fn response(&self) -> AdmissionResponse {
         let mut r = AdmissionResponse::invalid("");
-        r.uid.clone_from(&self.uid);
+        r.uid = self.uid.to_string();
         r.allowed = true;
         r.result = Default::default();
         r
@@ -127,11 +128,11 @@ struct WireRequest<'a> {
     uid: Cow<'a, str>,
     #[serde(borrow)]
     resource: WireResource<'a>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "borrowed")]
     sub_resource: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     name: Cow<'a, str>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "borrowed")]
     namespace: Option<Cow<'a, str>>,
     #[serde(borrow)]
     operation: Cow<'a, str>,
@@ -139,6 +140,17 @@ struct WireRequest<'a> {
     dry_run: Option<bool>,
     #[serde(borrow, default)]
     object: Option<WireEviction<'a>>,
+}
+
+/// An optional string, borrowed where it can be: serde borrows a `Cow`
+/// field itself, but copies one inside an `Option`.
+fn borrowed<'de: 'a, 'a, D>(d: D) -> Result<Option<Cow<'a, str>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    struct Borrowed<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Borrowed>::deserialize(d)?.map(|b| b.0))
 }
 
 #[derive(Deserialize)]
@@ -163,7 +175,7 @@ struct WireDeleteOptions<'a> {
 
 /// Parses an AdmissionReview v1 of an eviction (any other request too: the
 /// handler answers what it does not handle).
-pub fn parse_eviction_review(body: &[u8]) -> Result<EvictionRequest, ReviewError> {
+pub fn parse_eviction_review(body: &[u8]) -> Result<EvictionRequest<'_>, ReviewError> {
     let w: Wire = serde_json::from_slice(body)?;
     if w.api_version != "admission.k8s.io/v1" || w.kind != "AdmissionReview" {
         return Err(ReviewError::Version(format!(
@@ -178,12 +190,12 @@ pub fn parse_eviction_review(body: &[u8]) -> Result<EvictionRequest, ReviewError
         .and_then(|d| d.dry_run)
         .is_some_and(|v| !v.is_empty());
     Ok(EvictionRequest {
-        uid: r.uid.into_owned(),
-        namespace: r.namespace.map(Cow::into_owned),
-        name: r.name.into_owned(),
-        resource: r.resource.resource.into_owned(),
-        sub_resource: r.sub_resource.map(Cow::into_owned),
-        operation: r.operation.into_owned(),
+        uid: r.uid,
+        namespace: r.namespace,
+        name: r.name,
+        resource: r.resource.resource,
+        sub_resource: r.sub_resource,
+        operation: r.operation,
         dry_run: r.dry_run.unwrap_or(false) || options_dry_run,
     })
 }
@@ -213,16 +225,25 @@ pub(crate) mod tests {
         let full = parse_review(EVICTION.as_bytes()).unwrap();
         assert_eq!(fast.uid, full.uid);
         assert_eq!(fast.name, full.name);
-        assert_eq!(fast.namespace, full.namespace);
+        assert_eq!(fast.namespace.as_deref(), full.namespace.as_deref());
         assert_eq!(fast.resource, full.resource.resource);
-        assert_eq!(fast.sub_resource, full.sub_resource);
+        assert_eq!(fast.sub_resource.as_deref(), full.sub_resource.as_deref());
         assert!(fast.is_eviction() && !fast.dry_run);
+        // Plain strings are borrowed from the body: no allocation per field.
+        for field in [&fast.uid, &fast.name, &fast.resource, &fast.operation] {
+            assert!(matches!(field, Cow::Borrowed(_)), "{field:?} was copied");
+        }
+        assert!(matches!(fast.namespace, Some(Cow::Borrowed(_))));
+        assert!(matches!(fast.sub_resource, Some(Cow::Borrowed(_))));
         // Escaped strings are unescaped, not borrowed.
         let escaped = EVICTION.replace(r#""name":"web-1""#, r#""name":"web\u002d1""#);
-        assert_eq!(
-            parse_eviction_review(escaped.as_bytes()).unwrap().name,
-            "web-1"
-        );
+        let unescaped = parse_eviction_review(escaped.as_bytes()).unwrap().name;
+        assert_eq!(unescaped, "web-1");
+        assert!(matches!(unescaped, Cow::Owned(_)));
+        let escaped = EVICTION.replace(r#""namespace":"ns""#, r#""namespace":"n\u0073""#);
+        let unescaped = parse_eviction_review(escaped.as_bytes()).unwrap().namespace;
+        assert_eq!(unescaped.as_deref(), Some("ns"));
+        assert!(matches!(unescaped, Some(Cow::Owned(_))));
     }
 
     #[test]
@@ -291,7 +312,7 @@ pub(crate) mod tests {
         for uid in uids {
             for warning in warnings {
                 let mut req = parse_eviction_review(EVICTION.as_bytes()).unwrap();
-                req.uid = uid.to_string();
+                req.uid = uid.into();
                 let mut resp = req.response();
                 resp.warnings = warning.map(|w| vec![w.to_string()]);
                 let kube = serde_json::to_vec(&into_review(resp)).unwrap();
