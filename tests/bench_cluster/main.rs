@@ -647,7 +647,8 @@ async fn drains(with_product: bool) -> DrainFigures {
         }
         let seats = SeatSampler::start(product.clone());
         let before = product.as_ref().map(holds);
-        let run = drain_node(n, "app", &["--timeout=900s"]).await;
+        // -v=6: kubectl logs every request, for the count below.
+        let run = drain_node(n, "app", &["--timeout=900s", "-v=6"]).await;
         say(format!("  drain of {n}: {}", seats.finish()));
         if let (Some(info), Some(before)) = (product.as_ref(), before) {
             let d: Vec<f64> = holds(info)
@@ -689,6 +690,7 @@ async fn drains(with_product: bool) -> DrainFigures {
         if !why.is_empty() {
             say(format!("  drain of {n}: 429s by message {why:?}"));
         }
+        say(format!("  drain of {n}: {}", kubectl_requests(&run.output)));
         // kubectl waits 5 s after each 429 before it asks again.
         say(format!(
             "  drain of {n} ({}): {:.1}s, {} evictions answered 429 (kubectl retried after 5 s)",
@@ -725,6 +727,62 @@ async fn drains(with_product: bool) -> DrainFigures {
         extra_replica_seconds,
         min_ready,
     }
+}
+
+/// What kubectl asked in a drain, from its `-v=6` log: its client allows 5
+/// requests a second (burst 10), so a drain's time follows the count. Per
+/// kind of request and answer, and when the last eviction was accepted and
+/// the last request answered, from the first request.
+fn kubectl_requests(log: &str) -> String {
+    // klog: "I1202 06:24:51.066103 ... "Response" verb="POST" url="…" status="201 Created""
+    let field = |l: &str, key: &str| -> Option<String> {
+        let start = l.find(key)? + key.len();
+        let rest = &l[start..];
+        Some(rest[..rest.find('"')?].to_string())
+    };
+    let secs = |l: &str| -> Option<f64> {
+        let t = l.split_whitespace().nth(1)?;
+        let mut p = t.split(':');
+        let (h, m, s) = (p.next()?, p.next()?, p.next()?);
+        Some(
+            h.parse::<f64>().ok()? * 3600.0
+                + m.parse::<f64>().ok()? * 60.0
+                + s.parse::<f64>().ok()?,
+        )
+    };
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut first, mut last, mut last_evicted) = (None::<f64>, 0.0f64, 0.0f64);
+    for l in log.lines().filter(|l| l.contains("\"Response\"")) {
+        let (Some(verb), Some(url), Some(status)) = (
+            field(l, "verb=\""),
+            field(l, "url=\""),
+            field(l, "status=\""),
+        ) else {
+            continue;
+        };
+        let what = if url.ends_with("/eviction") {
+            "eviction"
+        } else if url.contains("/pods/") {
+            "pod"
+        } else {
+            "other"
+        };
+        let code = status.split_whitespace().next().unwrap_or("?").to_string();
+        *by.entry(format!("{verb} {what} {code}")).or_default() += 1;
+        if let Some(t) = secs(l) {
+            let t0 = *first.get_or_insert(t);
+            last = last.max(t - t0);
+            if what == "eviction" && code == "201" {
+                last_evicted = last_evicted.max(t - t0);
+            }
+        }
+    }
+    let total: usize = by.values().sum();
+    let list: Vec<String> = by.iter().map(|(k, v)| format!("{k} x{v}")).collect();
+    format!(
+        "kubectl's requests: {total} ({}); last eviction accepted at {last_evicted:.1}s, last answer at {last:.1}s",
+        list.join(", ")
+    )
 }
 
 /// Bench item 2: the server's memory and start-up time against the pod count.
