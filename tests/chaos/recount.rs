@@ -50,7 +50,7 @@ impl StatusFrozen {
         wait_for(
             "the policy to refuse the disruption controller's status writes",
             Duration::from_secs(30),
-            || async { (!frozen.dc_may_write()).then_some(()) },
+            || async { (frozen.dc_may_write() == Some(false)).then_some(()) },
         )
         .await;
         frozen
@@ -63,7 +63,7 @@ impl StatusFrozen {
         wait_for(
             "the disruption controller allowed to write again",
             Duration::from_secs(30),
-            || async { self.dc_may_write().then_some(()) },
+            || async { (self.dc_may_write() == Some(true)).then_some(()) },
         )
         .await;
         let _ = kubectl(&[
@@ -104,8 +104,9 @@ impl StatusFrozen {
     /// Whether the disruption controller may write this PDB's status now:
     /// a server-side dry run of its own kind of write (an update of the
     /// status subresource, as that controller), refused by this policy and
-    /// by nothing else.
-    fn dc_may_write(&self) -> bool {
+    /// by nothing else. None: the PDB changed between the read and the dry
+    /// run (a conflict is answered before admission runs), so ask again.
+    fn dc_may_write(&self) -> Option<bool> {
         let current = kubectl_ok(&["-n", &self.ns, "get", "pdb", &self.pdb, "-o", "json"]);
         let path = std::env::temp_dir().join(format!("{POLICY}-pdb-{}.json", std::process::id()));
         std::fs::write(&path, current).expect("write PDB");
@@ -118,11 +119,14 @@ impl StatusFrozen {
             &format!("--as={DISRUPTION_CONTROLLER}"),
         ]);
         let err = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() && err.contains("the object has been modified") {
+            return None;
+        }
         assert!(
             out.status.success() || err.contains("frozen by the chaos test"),
             "a status update as the disruption controller failed for another reason: {err}"
         );
-        out.status.success()
+        Some(out.status.success())
     }
 
     fn lift(&self) {
