@@ -10,6 +10,7 @@ pub mod config;
 pub mod crd;
 pub mod dirty;
 pub mod doctor;
+pub mod events;
 pub mod header_timer;
 pub mod leader;
 pub mod markers;

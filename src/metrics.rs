@@ -69,6 +69,7 @@ pub struct Metrics {
     pub api_requests: Family<ApiRequestLabels, Counter>,
     pub eviction_holds: Family<HoldLabel, Counter>,
     pub evictions_held: Gauge,
+    pub events_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -173,6 +174,12 @@ impl Metrics {
             "Blocked evictions being held right now",
             evictions_held.clone(),
         );
+        let events_dropped = Counter::default();
+        registry.register(
+            "events_dropped",
+            "Kubernetes Events dropped because 1,000 were already waiting to be sent",
+            events_dropped.clone(),
+        );
         Metrics {
             registry,
             admission_requests,
@@ -190,6 +197,7 @@ impl Metrics {
             api_requests,
             eviction_holds,
             evictions_held,
+            events_dropped,
         }
     }
 

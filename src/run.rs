@@ -115,7 +115,10 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         cache.clone(),
         client.clone(),
         metrics.clone(),
-        reconcile::recorder(client.clone(), opts.pod_name.clone()),
+        crate::events::Events::spawn(
+            reconcile::recorder(client.clone(), opts.pod_name.clone()),
+            metrics.events_dropped.clone(),
+        ),
         degraded.clone(),
         opts.orphan_pdb_grace,
     ));

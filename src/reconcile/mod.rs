@@ -33,6 +33,7 @@ use tokio::sync::watch;
 use crate::cache::{owned_by_us, Cache, Reader};
 use crate::crd::{EvictionAutoScaler, EvictionAutoScalerSpec, EvictionAutoScalerStatus};
 use crate::dirty::{Dirty, Marks};
+use crate::events::Events;
 use crate::markers::Markers;
 use crate::metrics::{ControllerLabel, Metrics, PassLabel};
 use crate::names;
@@ -48,12 +49,11 @@ const MIN_PASS_INTERVAL: Duration = Duration::from_millis(500);
 const RESYNC: Duration = Duration::from_secs(30);
 /// Namespaces planned and written at once.
 const CONCURRENCY: usize = 8;
-/// Bound on one write of a pass (with the Events it sends). The client's
-/// read timeout counts per attempt and per read; a hung admission webhook
-/// on PDBs or a throttled apiserver must not hold a pass for longer.
+/// Bound on one write of a pass. The client's read timeout counts per
+/// attempt and per read; a hung admission webhook on PDBs or a throttled
+/// apiserver must not hold a pass for longer. (Events are not awaited at
+/// all: `crate::events`.)
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bound on one Event: an Event is never worth holding a pass for.
-const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `call` within `limit`, else an error that `settle` books like any other
 /// failure (backoff, `reconcile_errors`).
@@ -143,7 +143,7 @@ pub struct Reconciler {
     pub cache: Cache,
     pub client: Client,
     pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
+    pub events: Events,
     pub degraded: DegradedReasons,
     pub orphan_grace: Duration,
     /// Conflicts and bad annotations already reported, so Events are not repeated.
@@ -216,7 +216,7 @@ impl Reconciler {
         cache: Cache,
         client: Client,
         metrics: Arc<Metrics>,
-        recorder: Recorder,
+        events: Events,
         degraded: DegradedReasons,
         orphan_grace: Duration,
     ) -> Self {
@@ -224,7 +224,7 @@ impl Reconciler {
             cache,
             client,
             metrics,
-            recorder,
+            events,
             degraded,
             orphan_grace,
             reported: Mutex::new(BTreeSet::new()),
@@ -417,8 +417,7 @@ impl Reconciler {
                     "annotation {}: {bad:?} is not a boolean; ignored",
                     names::ENABLE
                 ),
-            )
-            .await;
+            );
         }
         // A Deployment being deleted gets no new PDB (garbage collection
         // is removing the old one).
@@ -495,7 +494,7 @@ impl Reconciler {
         planned
     }
 
-    async fn report_once(&self, key: String, obj: &ObjectReference, reason: &str, note: String) {
+    fn report_once(&self, key: String, obj: &ObjectReference, reason: &str, note: String) {
         let fresh = self
             .reported
             .lock()
@@ -505,10 +504,11 @@ impl Reconciler {
             return;
         }
         tracing::warn!(reason, %note, "reported");
-        self.event(obj, EventType::Warning, reason, note).await;
+        self.event(obj, EventType::Warning, reason, note);
     }
 
-    pub async fn event(&self, obj: &ObjectReference, type_: EventType, reason: &str, note: String) {
+    /// Handed to the Event sender; never waits for the apiserver.
+    pub fn event(&self, obj: &ObjectReference, type_: EventType, reason: &str, note: String) {
         let ev = Event {
             type_,
             reason: reason.into(),
@@ -516,9 +516,7 @@ impl Reconciler {
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(e) = bounded(EVENT_TIMEOUT, self.recorder.publish(&ev, obj)).await {
-            tracing::debug!(error = %e, "event not recorded");
-        }
+        self.events.publish(obj, ev);
     }
 
     async fn apply(
@@ -562,8 +560,7 @@ impl Reconciler {
                         EventType::Normal,
                         "PDBCreated",
                         format!("created PodDisruptionBudget {name} (minAvailable {min})"),
-                    )
-                    .await;
+                    );
                 }
             }
             Action::SetMinAvailable { pdb, min } => {
@@ -631,8 +628,7 @@ impl Reconciler {
                         &r,
                         "PDBNameConflict",
                         note,
-                    )
-                    .await;
+                    );
                 }
             }
             Action::SelectorOverlap {
@@ -654,8 +650,7 @@ impl Reconciler {
                         &r,
                         "PDBSelectorOverlap",
                         note,
-                    )
-                    .await;
+                    );
                 }
             }
             Action::CreateEas {
@@ -686,8 +681,7 @@ impl Reconciler {
                      has one budget ({by} took over; ours comes back if {by} is deleted)"
                 );
                 if let Some(r) = dep_ref(&deployment) {
-                    self.event(&r, EventType::Normal, "PDBSteppedAside", note.clone())
-                        .await;
+                    self.event(&r, EventType::Normal, "PDBSteppedAside", note.clone());
                 }
                 let ours = ObjectReference {
                     api_version: Some("policy/v1".into()),
@@ -697,8 +691,7 @@ impl Reconciler {
                     uid,
                     ..Default::default()
                 };
-                self.event(&ours, EventType::Normal, "PDBSteppedAside", note)
-                    .await;
+                self.event(&ours, EventType::Normal, "PDBSteppedAside", note);
             }
             Action::DeleteEas { name, uid } => {
                 let dp = crate::client::delete_only(uid, false);

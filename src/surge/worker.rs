@@ -141,7 +141,7 @@ impl Worker {
                         let still = *leader.borrow();
                         let running = core.as_ref().filter(|_| still).map(|c| c.in_flight_surges(&outcomes));
                         if let Some(running) = running {
-                            self.report(&outcomes, running).await;
+                            self.report(&outcomes, running);
                         }
                         if pending && passes.is_empty() {
                             break;
@@ -188,7 +188,7 @@ impl Worker {
 
     /// `running`: active surges and their replicas among the steps of
     /// other passes still running (their outcome is reported then).
-    async fn report(&self, outcomes: &[Outcome], running: (i64, i64)) {
+    fn report(&self, outcomes: &[Outcome], running: (i64, i64)) {
         let (mut active, mut surge_replicas) = running;
         for o in outcomes {
             let s = &o.step;
@@ -207,14 +207,14 @@ impl Worker {
                     written = o.written, error = %e, "surge step failed; retrying with backoff");
                 continue;
             }
-            self.announce(o).await;
+            self.announce(o);
         }
         self.metrics.active_surges.set(active);
         self.metrics.surge_replicas.set(surge_replicas);
     }
 
     /// Events and the Degraded reason for a step whose writes all succeeded.
-    async fn announce(&self, o: &Outcome) {
+    fn announce(&self, o: &Outcome) {
         let s = &o.step;
         let (ns, name) = (s.namespace.as_str(), s.deployment.as_str());
         let key = (ns.to_string(), name.to_string());
@@ -265,9 +265,7 @@ impl Worker {
                     SurgeKind::Resume => None,
                 };
                 if let Some((reason, note)) = event {
-                    self.events
-                        .event(&dep_ref, EventType::Normal, reason, note)
-                        .await;
+                    self.events.event(&dep_ref, EventType::Normal, reason, note);
                 }
             }
             Action::AdoptUserChange { new_baseline, .. } => {
@@ -283,22 +281,19 @@ impl Worker {
                         EventType::Normal,
                         "SurgeBaselineChanged",
                         format!("replicas changed during the surge; {new_baseline} is kept as the new baseline"),
-                    )
-                    .await;
+                    );
             }
             Action::Impossible { reason } => {
                 let fresh = self.degraded.get(ns, name).map(|(_, m)| m) != Some(reason.clone());
                 self.degraded.set(ns, name, "SurgeImpossible", reason);
                 if fresh {
                     tracing::warn!(namespace = ns, deployment = name, %reason, "no surge can help");
-                    self.events
-                        .event(
-                            &dep_ref,
-                            EventType::Warning,
-                            "SurgeImpossible",
-                            reason.clone(),
-                        )
-                        .await;
+                    self.events.event(
+                        &dep_ref,
+                        EventType::Warning,
+                        "SurgeImpossible",
+                        reason.clone(),
+                    );
                 }
             }
             _ => {}
@@ -326,8 +321,7 @@ impl Worker {
                         Action::Revert { baseline } => format!("drain over and cooldown passed: restored {baseline} replicas"),
                         _ => "drain over and cooldown passed: restored the values recorded before the surge".to_string(),
                     },
-                )
-                .await;
+                );
         }
     }
 }

@@ -673,6 +673,11 @@ async fn drains(with_product: bool) -> DrainFigures {
                 per_wait.join("; ")
             ));
         }
+        // kubectl's own log, kept for reading (a drain's timeline per pod).
+        let _ = std::fs::write(
+            support::cluster_dir().join(format!("kubectl-drain-{ns}-{n}.log")),
+            &run.output,
+        );
         assert!(run.ok, "drain of {n} failed: {}", run.output);
         took.push(run.took.as_secs_f64());
         // Why each 429 came (the apiserver's message, pod names left out):

@@ -8,6 +8,7 @@ mod doctor;
 mod hold;
 pub mod pdbs;
 mod safety;
+mod stalls;
 mod support;
 mod surge;
 mod surge_safety;
