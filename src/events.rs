@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, Recorder};
+use kube::runtime::events::{Event, EventType, Recorder};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 
@@ -68,8 +68,22 @@ impl Events {
         Events { tx, dropped }
     }
 
+    /// An Event of the controllers about `obj`, handed over without waiting.
+    pub fn emit(&self, obj: &ObjectReference, type_: EventType, reason: &str, note: String) {
+        self.publish(
+            obj,
+            Event {
+                type_,
+                reason: reason.into(),
+                note: Some(note),
+                action: "Reconcile".into(),
+                secondary: None,
+            },
+        );
+    }
+
     /// Hands the Event over without waiting; a full queue drops it.
-    pub fn publish(&self, obj: &ObjectReference, ev: Event) {
+    fn publish(&self, obj: &ObjectReference, ev: Event) {
         match self.tx.try_send((obj.clone(), ev)) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full((_, ev))) => {
@@ -85,7 +99,6 @@ impl Events {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::events::EventType;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn event(reason: &str) -> Event {

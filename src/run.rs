@@ -111,18 +111,19 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         });
     }
     let degraded = DegradedReasons::marking(cache.ns_dirty.clone());
+    let events = crate::events::Events::spawn(
+        reconcile::recorder(client.clone(), opts.pod_name.clone()),
+        metrics.events_dropped.clone(),
+    );
     let reconciler = Arc::new(Reconciler::new(
         cache.clone(),
         client.clone(),
         metrics.clone(),
-        crate::events::Events::spawn(
-            reconcile::recorder(client.clone(), opts.pod_name.clone()),
-            metrics.events_dropped.clone(),
-        ),
+        events.clone(),
         degraded.clone(),
         opts.orphan_pdb_grace,
     ));
-    controllers.spawn(reconciler.clone().run(leader.clone()));
+    controllers.spawn(reconciler.run(leader.clone()));
     let book = SignalBook::default();
     let worker = Worker::new(
         cache.clone(),
@@ -130,7 +131,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         metrics.clone(),
         book.clone(),
         degraded.clone(),
-        reconciler,
+        events,
     );
     controllers.spawn(worker.run(leader.clone()));
 

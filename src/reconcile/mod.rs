@@ -25,7 +25,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::Status;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource};
 use serde_json::json;
 use tokio::sync::watch;
@@ -504,19 +504,7 @@ impl Reconciler {
             return;
         }
         tracing::warn!(reason, %note, "reported");
-        self.event(obj, EventType::Warning, reason, note);
-    }
-
-    /// Handed to the Event sender; never waits for the apiserver.
-    pub fn event(&self, obj: &ObjectReference, type_: EventType, reason: &str, note: String) {
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        self.events.publish(obj, ev);
+        self.events.emit(obj, EventType::Warning, reason, note);
     }
 
     async fn apply(
@@ -555,7 +543,7 @@ impl Reconciler {
                 }
                 tracing::info!(namespace = ns, pdb = %name, "created PDB");
                 if let Some(r) = dep_ref(&name) {
-                    self.event(
+                    self.events.emit(
                         &r,
                         EventType::Normal,
                         "PDBCreated",
@@ -681,7 +669,8 @@ impl Reconciler {
                      has one budget ({by} took over; ours comes back if {by} is deleted)"
                 );
                 if let Some(r) = dep_ref(&deployment) {
-                    self.event(&r, EventType::Normal, "PDBSteppedAside", note.clone());
+                    self.events
+                        .emit(&r, EventType::Normal, "PDBSteppedAside", note.clone());
                 }
                 let ours = ObjectReference {
                     api_version: Some("policy/v1".into()),
@@ -691,7 +680,8 @@ impl Reconciler {
                     uid,
                     ..Default::default()
                 };
-                self.event(&ours, EventType::Normal, "PDBSteppedAside", note);
+                self.events
+                    .emit(&ours, EventType::Normal, "PDBSteppedAside", note);
             }
             Action::DeleteEas { name, uid } => {
                 let dp = crate::client::delete_only(uid, false);

@@ -16,8 +16,9 @@ use kube::Client;
 use tokio::sync::watch;
 
 use crate::cache::{Cache, Reader};
+use crate::events::Events;
 use crate::metrics::{ControllerLabel, Metrics};
-use crate::reconcile::{DegradedReasons, Reconciler};
+use crate::reconcile::DegradedReasons;
 use crate::surge::apply::{Core, KubeApi, Outcome};
 use crate::surge::plan::{Action, SurgeKind};
 use crate::surge::signals::SignalBook;
@@ -37,8 +38,8 @@ pub struct Worker {
     pub metrics: Arc<Metrics>,
     pub signals: SignalBook,
     pub degraded: DegradedReasons,
-    /// For Events (shares the reconciler's recorder and dedup).
-    pub events: Arc<Reconciler>,
+    /// Where Events go (shared with the reconciler; never awaited).
+    pub events: Events,
     started: std::sync::Mutex<BTreeMap<(String, String), Instant>>,
 }
 
@@ -49,7 +50,7 @@ impl Worker {
         metrics: Arc<Metrics>,
         signals: SignalBook,
         degraded: DegradedReasons,
-        events: Arc<Reconciler>,
+        events: Events,
     ) -> Self {
         Worker {
             cache,
@@ -265,7 +266,7 @@ impl Worker {
                     SurgeKind::Resume => None,
                 };
                 if let Some((reason, note)) = event {
-                    self.events.event(&dep_ref, EventType::Normal, reason, note);
+                    self.events.emit(&dep_ref, EventType::Normal, reason, note);
                 }
             }
             Action::AdoptUserChange { new_baseline, .. } => {
@@ -276,7 +277,7 @@ impl Worker {
                     "value changed by someone else during the surge: it is the new baseline"
                 );
                 self.events
-                    .event(
+                    .emit(
                         &dep_ref,
                         EventType::Normal,
                         "SurgeBaselineChanged",
@@ -288,7 +289,7 @@ impl Worker {
                 self.degraded.set(ns, name, "SurgeImpossible", reason);
                 if fresh {
                     tracing::warn!(namespace = ns, deployment = name, %reason, "no surge can help");
-                    self.events.event(
+                    self.events.emit(
                         &dep_ref,
                         EventType::Warning,
                         "SurgeImpossible",
@@ -313,7 +314,7 @@ impl Worker {
             }
             tracing::info!(namespace = ns, deployment = name, "surge reverted");
             self.events
-                .event(
+                .emit(
                     &dep_ref,
                     EventType::Normal,
                     "SurgeReverted",
