@@ -168,10 +168,7 @@ async fn evictions_sent_at_once_share_one_disruption_in_turn() {
     )
     .await
     .expect("create the user's PDB");
-    let mut d = deployment("taken", 3, None);
-    if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
-        spec.node_selector = Some([("kubernetes.io/hostname".into(), node.into())].into());
-    }
+    let d = pinned_to(deployment("taken", 3, None), node);
     let deps: Api<Deployment> = ns.api();
     deps.create(&PostParams::default(), &d)
         .await

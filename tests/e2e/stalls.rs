@@ -105,12 +105,7 @@ async fn time_one_event(ns: &TestNs, n: usize) -> Duration {
 
 /// `deployment(name, 1)` on exactly `node`.
 fn pinned(name: &str, node: &str) -> Deployment {
-    let mut d = deployment(name, 1, None);
-    if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
-        spec.node_selector =
-            Some([("kubernetes.io/hostname".to_string(), node.to_string())].into());
-    }
-    d
+    pinned_to(deployment(name, 1, None), node)
 }
 
 #[tokio::test]

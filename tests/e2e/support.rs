@@ -696,6 +696,14 @@ pub fn spread_one_per_node(mut d: Deployment) -> Deployment {
     d
 }
 
+/// Pods on exactly `node` (a nodeSelector), whatever the scheduler prefers.
+pub fn pinned_to(mut d: Deployment, node: &str) -> Deployment {
+    if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        spec.node_selector = Some([("kubernetes.io/hostname".into(), node.into())].into());
+    }
+    d
+}
+
 /// `spec.replicas` (default 1) and whether the surge markers are on the Deployment.
 pub async fn deployment_state(ns: &TestNs, name: &str) -> (i32, Option<bool>) {
     let deps: Api<Deployment> = ns.api();
