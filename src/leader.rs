@@ -7,14 +7,19 @@
 //! whose last successful renewal is `renew_deadline` old steps down at once
 //! (publishes leader=false, zeroes the leader-only gauges): that is 5 s before
 //! any other replica may take the Lease, so two replicas never write at once.
+//!
+//! Expiry never compares the holder's renewTime with our wall clock: clocks
+//! of two nodes may disagree by more than a lease. A replica measures, on its
+//! own monotonic clock, how long the Lease has gone unchanged since it last
+//! saw it change (client-go's observedTime), so only the clocks' rates matter.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch;
@@ -107,6 +112,8 @@ pub struct Election {
     pub name: String,
     pub identity: String,
     pub timing: Timing,
+    /// Shared by clones: one replica, one view of the Lease.
+    pub observed: Arc<Mutex<Observed>>,
 }
 
 /// This replica's name in the Lease: POD_NAME (the downward API), else the
@@ -172,18 +179,42 @@ pub fn publish(tx: &watch::Sender<bool>, metrics: &Metrics, identity: &str, lead
     let _ = tx.send(leading);
 }
 
-/// The pure part: may `me` take or keep this lease at `now`?
-pub fn can_hold(spec: &LeaseSpec, me: &str, now: Timestamp) -> bool {
+/// The Lease as this replica last saw it, and when it first saw it so (its
+/// own monotonic clock).
+#[derive(Debug, Default)]
+pub struct Observed {
+    spec: Option<LeaseSpec>,
+    since: Option<Instant>,
+}
+
+impl Observed {
+    /// Records what a read returned at `now`; the clock restarts only when
+    /// the Lease changed (a renewal changes its renewTime).
+    pub fn see(&mut self, spec: &LeaseSpec, now: Instant) {
+        if self.spec.as_ref() != Some(spec) {
+            self.spec = Some(spec.clone());
+            self.since = Some(now);
+        }
+    }
+
+    /// How long the Lease has been seen unchanged at `now` (zero when never seen).
+    pub fn unchanged_for(&self, now: Instant) -> Duration {
+        self.since
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t))
+    }
+}
+
+/// The pure part: may `me` take or keep this lease, `unchanged_for` being how
+/// long this replica has seen it as it is now?
+pub fn can_hold(spec: &LeaseSpec, me: &str, unchanged_for: Duration) -> bool {
     match spec.holder_identity.as_deref() {
         None | Some("") => true,
         Some(h) if h == me => true,
+        // A lease never renewed is free.
+        Some(_) if spec.renew_time.is_none() && spec.acquire_time.is_none() => true,
         Some(_) => {
-            let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
-            match spec.renew_time.as_ref().or(spec.acquire_time.as_ref()) {
-                // A lease never renewed is free.
-                None => true,
-                Some(MicroTime(t)) => *t + SignedDuration::from_secs(duration) < now,
-            }
+            let duration = u64::try_from(spec.lease_duration_seconds.unwrap_or(15)).unwrap_or(0);
+            unchanged_for >= Duration::from_secs(duration)
         }
     }
 }
@@ -247,7 +278,13 @@ impl Election {
             }
             Some(mut lease) => {
                 let spec = lease.spec.clone().unwrap_or_default();
-                if !can_hold(&spec, &self.identity, now) {
+                let unchanged_for = {
+                    let mut seen = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+                    let at = Instant::now();
+                    seen.see(&spec, at);
+                    seen.unchanged_for(at)
+                };
+                if !can_hold(&spec, &self.identity, unchanged_for) {
                     return Ok(false);
                 }
                 lease.spec = Some(self.spec(Some(&spec), now));
@@ -344,6 +381,7 @@ async fn run_rounds<F, Fut>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::jiff::SignedDuration;
 
     fn spec(holder: Option<&str>, renewed_secs_ago: Option<i64>) -> LeaseSpec {
         let now = Timestamp::now();
@@ -355,24 +393,62 @@ mod tests {
         }
     }
 
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
     #[test]
     fn who_may_hold() {
-        let now = Timestamp::now();
-        assert!(can_hold(&spec(None, None), "a", now));
-        assert!(can_hold(&spec(Some("a"), Some(1)), "a", now));
+        assert!(can_hold(&spec(None, None), "a", secs(0)));
+        assert!(can_hold(&spec(Some("a"), Some(1)), "a", secs(0)));
         assert!(
-            !can_hold(&spec(Some("b"), Some(1)), "a", now),
+            !can_hold(&spec(Some("b"), Some(1)), "a", secs(14)),
             "b's lease is fresh"
         );
         assert!(
-            can_hold(&spec(Some("b"), Some(30)), "a", now),
-            "b's lease expired"
+            can_hold(&spec(Some("b"), Some(1)), "a", secs(15)),
+            "b's lease unchanged for its duration"
         );
-        assert!(can_hold(&spec(Some("b"), None), "a", now));
+        assert!(can_hold(&spec(Some("b"), None), "a", secs(0)));
     }
 
-    fn secs(n: u64) -> Duration {
-        Duration::from_secs(n)
+    /// The holder's renewTime, read against our wall clock, decides nothing:
+    /// a holder whose clock runs a minute behind keeps its Lease while it
+    /// renews; one whose clock runs an hour ahead loses it 15 s after its last
+    /// renewal, not an hour later.
+    #[test]
+    fn expiry_follows_what_this_replica_saw_not_the_holders_clock() {
+        let t0 = Instant::now();
+        let mut seen = Observed::default();
+        // Behind by 60 s, renewing every 2 s: each read shows a new renewTime.
+        for round in 0..20u64 {
+            let at = t0 + secs(2 * round);
+            seen.see(&spec(Some("b"), Some(60 + round as i64)), at);
+            assert!(
+                !can_hold(&spec(Some("b"), Some(60)), "a", seen.unchanged_for(at)),
+                "round {round}: b renews"
+            );
+        }
+        // Ahead by an hour, then dead: the same record read again and again.
+        let ahead = spec(Some("c"), Some(-3600));
+        let t1 = t0 + secs(100);
+        let mut seen = Observed::default();
+        for s in 0..=16u64 {
+            let at = t1 + secs(s);
+            seen.see(&ahead, at);
+            assert_eq!(
+                can_hold(&ahead, "a", seen.unchanged_for(at)),
+                s >= 15,
+                "{s} s after the first read"
+            );
+        }
+        // A replica that just started has seen nothing yet: it waits a whole
+        // lease, however old the renewTime looks.
+        let mut fresh = Observed::default();
+        let old = spec(Some("b"), Some(3600));
+        fresh.see(&old, t0);
+        assert!(!can_hold(&old, "a", fresh.unchanged_for(t0 + secs(14))));
+        assert!(can_hold(&old, "a", fresh.unchanged_for(t0 + secs(15))));
     }
 
     #[test]

@@ -100,6 +100,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
             name: "eviction-autoscaler".into(),
             identity,
             timing: crate::leader::Timing::default(),
+            observed: Default::default(),
         };
         election_handle = Some(election.clone());
         controllers.spawn(election.run(leader_tx, metrics.clone()));

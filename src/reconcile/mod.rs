@@ -456,6 +456,27 @@ impl Reconciler {
             orphan_grace_secs: self.orphan_grace.as_secs() as i64,
         };
         let actions = plan::plan(&snapshot);
+        // A problem comes back after it was solved: report it again then.
+        let still: BTreeSet<String> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::NameConflict { deployment, .. } => {
+                    Some(format!("conflict/{name}/{deployment}"))
+                }
+                Action::SelectorOverlap { deployment, .. } => {
+                    Some(format!("overlap/{name}/{deployment}"))
+                }
+                _ => None,
+            })
+            .chain(
+                sc.invalid_annotation
+                    .iter()
+                    .map(|bad| format!("ns/{name}/{bad}")),
+            )
+            .collect();
+        if let Ok(mut r) = self.reported.lock() {
+            forget_solved(&mut r, &name, &still);
+        }
         for d in &deployments {
             let dn = d.metadata.name.as_deref().unwrap_or_default();
             let conflicted = actions
@@ -494,6 +515,8 @@ impl Reconciler {
         planned
     }
 
+    /// Reports `note` once per `key` (`<kind>/<namespace>/<what>`) until
+    /// [`forget_solved`] drops the key.
     fn report_once(&self, key: String, obj: &ObjectReference, reason: &str, note: String) {
         let fresh = self
             .reported
@@ -1041,6 +1064,13 @@ pub fn desired_status(
     }
 }
 
+/// Drops the reports of namespace `ns` whose problem is gone (not in
+/// `still`), so that it is reported again if it comes back; keys are
+/// `<kind>/<namespace>/<what>`.
+fn forget_solved(reported: &mut BTreeSet<String>, ns: &str, still: &BTreeSet<String>) {
+    reported.retain(|k| k.split('/').nth(1) != Some(ns) || still.contains(k));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1049,6 +1079,27 @@ mod tests {
     use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use kube::core::response::{StatusCause, StatusDetails};
+
+    #[test]
+    fn a_solved_problem_is_forgotten_so_its_return_is_reported_again() {
+        let keys = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        let mut reported = keys(&[
+            "conflict/a/web",
+            "overlap/a/api",
+            "ns/a/yes-please",
+            "conflict/ab/web",
+            "conflict/b/web",
+        ]);
+        // Namespace a still has its overlap; its conflict and annotation are solved.
+        forget_solved(&mut reported, "a", &keys(&["overlap/a/api"]));
+        assert_eq!(
+            reported,
+            keys(&["overlap/a/api", "conflict/ab/web", "conflict/b/web"]),
+            "other namespaces' reports stay, even one whose name starts the same"
+        );
+        forget_solved(&mut reported, "b", &BTreeSet::new());
+        assert_eq!(reported, keys(&["overlap/a/api", "conflict/ab/web"]));
+    }
 
     fn eas(status: Option<EvictionAutoScalerStatus>) -> EvictionAutoScaler {
         EvictionAutoScaler {

@@ -553,6 +553,45 @@ async fn status_columns_and_name_conflict_without_a_loop() {
         .items
         .iter()
         .all(|p| p.metadata.name.as_deref() != Some("clash") || p.metadata.annotations.is_none()));
+
+    // The user solves the conflict (their PDB now selects the Deployment's
+    // pods and protects them), then brings it back: reported again.
+    let reported = event_total(&ns.name, "PDBNameConflict");
+    let select =
+        |app: &str| Patch::Merge(json!({"spec": {"selector": {"matchLabels": {"app": app}}}}));
+    pdbs.patch("clash", &PatchParams::default(), &select("clash"))
+        .await
+        .unwrap();
+    let degraded_by_conflict = |e: &DynamicObject| {
+        e.data["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c["type"] == "Degraded" && c["status"] == "True" && c["reason"] == "PDBNameConflict"
+            })
+        })
+    };
+    wait_for("the conflict solved", Duration::from_secs(30), || async {
+        match eas.get_opt("clash").await {
+            Ok(Some(e)) => (!degraded_by_conflict(&e)).then_some(()),
+            Ok(None) => Some(()),
+            Err(_) => None,
+        }
+    })
+    .await;
+    pdbs.patch("clash", &PatchParams::default(), &select("nothing-here"))
+        .await
+        .unwrap();
+    wait_for(
+        "a second PDBNameConflict Event",
+        Duration::from_secs(30),
+        || async { (event_total(&ns.name, "PDBNameConflict") > reported).then_some(()) },
+    )
+    .await;
+    let e = eas.get("clash").await.unwrap();
+    assert!(
+        degraded_by_conflict(&e),
+        "Degraded again: {:?}",
+        e.data["status"]
+    );
 }
 
 pub fn eas_resource() -> ApiResource {

@@ -238,6 +238,131 @@ async fn a_second_replica_takes_over_the_lease() {
     let _ = restart_server(&[]);
 }
 
+/// Writes the leader Lease as a peer named `holder` whose last renewal, by
+/// its own clock, was `renew_time`; the Lease is created when missing.
+/// Fails when anyone but `holder` (or nobody, for the first write) holds it.
+async fn renew_as_peer(
+    leases: &Api<Lease>,
+    holder: &str,
+    renew_time: k8s_openapi::jiff::Timestamp,
+) {
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let spec = LeaseSpec {
+        holder_identity: Some(holder.into()),
+        lease_duration_seconds: Some(15),
+        acquire_time: Some(MicroTime(renew_time)),
+        renew_time: Some(MicroTime(renew_time)),
+        ..Default::default()
+    };
+    for _ in 0..5 {
+        let current = leases
+            .get_opt("eviction-autoscaler")
+            .await
+            .expect("get Lease");
+        let result = match current {
+            None => {
+                let mut l = Lease::default();
+                l.metadata.name = Some("eviction-autoscaler".into());
+                l.spec = Some(spec.clone());
+                leases.create(&PostParams::default(), &l).await
+            }
+            Some(mut l) => {
+                let h = l
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.clone())
+                    .unwrap_or_default();
+                assert!(
+                    h.is_empty() || h == holder || h.ends_with("-peer"),
+                    "{h} took the Lease while {holder} renews it"
+                );
+                l.spec = Some(spec.clone());
+                leases
+                    .replace("eviction-autoscaler", &PostParams::default(), &l)
+                    .await
+            }
+        };
+        match result {
+            Ok(_) => return,
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => panic!("write the Lease as {holder}: {e}"),
+        }
+    }
+    panic!("the Lease kept changing under {holder}");
+}
+
+/// Lease expiry never compares the holder's renewTime with this replica's
+/// wall clock (node clocks disagree): a live holder whose clock runs a
+/// minute behind keeps the Lease while it renews, and a dead holder whose
+/// clock ran an hour ahead loses it about a lease duration after its last
+/// renewal, not an hour later.
+#[tokio::test]
+async fn lease_expiry_does_not_depend_on_the_holders_clock() {
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    let _g = nodes_lock().await;
+    let wh = restart_server(&[]);
+    stop_server(); // SIGTERM: the server releases the Lease
+    let client = client().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "eviction-autoscaler");
+    let holder = || async {
+        leases
+            .get_opt("eviction-autoscaler")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+            .unwrap_or_default()
+    };
+
+    // A live peer, its clock 60 s behind: every renewal looks 60 s old.
+    let behind = || Timestamp::now() - SignedDuration::from_secs(60);
+    renew_as_peer(&leases, "slow-clock-peer", behind()).await;
+    let (replica, _, log) = wh.spawn_extra("clock-check", &[]);
+    let replica = KillOnDrop(replica);
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(24) {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        renew_as_peer(&leases, "slow-clock-peer", behind()).await;
+    }
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        log_text().contains("leader election identity"),
+        "the replica ran:\n{}",
+        log_text()
+    );
+    assert_eq!(
+        holder().await,
+        "slow-clock-peer",
+        "the peer renews: it keeps the Lease"
+    );
+
+    // A peer whose clock ran an hour ahead writes once and dies.
+    renew_as_peer(
+        &leases,
+        "fast-clock-peer",
+        Timestamp::now() + SignedDuration::from_secs(3600),
+    )
+    .await;
+    let died = Instant::now();
+    let took = wait_for(
+        "the replica takes the dead peer's Lease",
+        Duration::from_secs(40),
+        || async { (holder().await == "clock-check").then(|| died.elapsed()) },
+    )
+    .await;
+    drop(replica);
+    let _ = restart_server(&[]);
+    record_figure(format!(
+        "lease and clock skew: a peer 60 s behind kept the Lease for 24 s of renewals; a dead peer 1 h ahead lost it {:.1}s after its last renewal (lease 15 s)",
+        took.as_secs_f64()
+    ));
+    assert!(
+        took >= Duration::from_secs(15),
+        "taken {took:?} after the last renewal: before the lease expired"
+    );
+}
+
 struct KillOnDrop(std::process::Child);
 
 impl Drop for KillOnDrop {
