@@ -145,8 +145,7 @@ struct InPlaceOfShared(std::process::Child);
 
 impl Drop for InPlaceOfShared {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        crate::fleet::terminate(&mut self.0);
         let _ = restart_server(&[]);
     }
 }

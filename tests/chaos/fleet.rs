@@ -63,12 +63,29 @@ pub struct Replica {
 }
 
 impl Drop for Replica {
+    /// SIGTERM first: a replica holding the Lease releases it, so the
+    /// shared server started after the test need not wait for it to expire.
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            terminate(&mut c);
         }
     }
+}
+
+/// SIGTERM, then SIGKILL if the process is still running after 8 s.
+pub fn terminate(c: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
 }
 
 pub fn free_port() -> u16 {

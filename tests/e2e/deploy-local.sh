@@ -65,6 +65,20 @@ fi
 mkdir -p "$STATE"
 stop_server
 
+# A Lease whose holder stopped renewing it over a lease duration ago (a replica
+# a test SIGKILLed) is deleted: replicas measure a Lease's expiry on their own
+# clock from when they first see it (src/leader.rs), so the new server would
+# otherwise wait a whole lease duration. A live holder renews every 2 s and
+# keeps its Lease.
+lease=$(kubectl -n "$NS" get lease eviction-autoscaler --ignore-not-found \
+  -o jsonpath='{.spec.renewTime}|{.spec.leaseDurationSeconds}' 2>/dev/null || true)
+if [[ -n "$lease" ]]; then
+  IFS='|' read -r renewed duration <<<"$lease"
+  if [[ -n "$renewed" ]] && (($(date +%s) - $(date -d "$renewed" +%s) > ${duration:-15})); then
+    kubectl -n "$NS" delete lease eviction-autoscaler --ignore-not-found >/dev/null || true
+  fi
+fi
+
 # Certificates: a local CA and a serving certificate for 127.0.0.1.
 [[ -f "$STATE/tls.crt" ]] || "$BIN" certs --out "$STATE" --ip 127.0.0.1 --dns-name localhost >/dev/null
 

@@ -151,6 +151,15 @@ async fn sigkill_during_surge_resumes_from_markers() {
         (r == 3 + on_node && m).then_some(())
     })
     .await;
+    // Its Event is sent after the write, off the worker's loop: a SIGKILL
+    // right after the write would lose it, and the count below tells a
+    // second surge by it.
+    wait_for(
+        "the SurgeStarted Event",
+        Duration::from_secs(10),
+        || async { (event_count(&ns.name, "SurgeStarted") == 1).then_some(()) },
+    )
+    .await;
     // SIGKILL: no chance to clean up.
     let ok = Command::new("kill")
         .args(["-9", &wh.pid().to_string()])
@@ -234,7 +243,7 @@ async fn a_second_replica_takes_over_the_lease() {
         "leader failover: {:.1}s after SIGKILL of the leader",
         started.elapsed().as_secs_f64()
     ));
-    drop(_second);
+    _second.terminate();
     let _ = restart_server(&[]);
 }
 
@@ -351,7 +360,7 @@ async fn lease_expiry_does_not_depend_on_the_holders_clock() {
         || async { (holder().await == "clock-check").then(|| died.elapsed()) },
     )
     .await;
-    drop(replica);
+    replica.terminate();
     let _ = restart_server(&[]);
     record_figure(format!(
         "lease and clock skew: a peer 60 s behind kept the Lease for 24 s of renewals; a dead peer 1 h ahead lost it {:.1}s after its last renewal (lease 15 s)",
@@ -364,6 +373,23 @@ async fn lease_expiry_does_not_depend_on_the_holders_clock() {
 }
 
 struct KillOnDrop(std::process::Child);
+
+impl KillOnDrop {
+    /// SIGTERM, so that a replica holding the Lease releases it and the
+    /// next server need not wait for it to expire; SIGKILL after 10 s.
+    fn terminate(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
