@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +37,8 @@ type Sender =
 pub struct Events {
     tx: mpsc::Sender<(ObjectReference, Event)>,
     dropped: Counter,
+    /// Handed over and not yet sent (or given up): what [`Events::flush`] waits for.
+    pending: Arc<AtomicUsize>,
 }
 
 impl Events {
@@ -61,11 +64,34 @@ impl Events {
     /// The queue and its sending task around any sender (tests).
     fn with_sender(queue: usize, concurrency: usize, send: Sender, dropped: Counter) -> Self {
         let (tx, mut rx) = mpsc::channel(queue);
+        let pending = Arc::new(AtomicUsize::new(0));
+        let done = pending.clone();
         tokio::spawn(
-            futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-                .for_each_concurrent(concurrency, move |(obj, ev)| send(obj, ev)),
+            futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).for_each_concurrent(
+                concurrency,
+                move |(obj, ev)| {
+                    let (sending, done) = (send(obj, ev), done.clone());
+                    async move {
+                        sending.await;
+                        done.fetch_sub(1, Ordering::SeqCst);
+                    }
+                },
+            ),
         );
-        Events { tx, dropped }
+        Events {
+            tx,
+            dropped,
+            pending,
+        }
+    }
+
+    /// Waits until every Event handed over so far is sent or given up (each
+    /// within [`TIMEOUT`]): on shutdown, so that the last pass's Events are
+    /// not lost with the process. The caller bounds the wait.
+    pub async fn flush(&self) {
+        while self.pending.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// An Event of the controllers about `obj`, handed over without waiting.
@@ -84,14 +110,19 @@ impl Events {
 
     /// Hands the Event over without waiting; a full queue drops it.
     fn publish(&self, obj: &ObjectReference, ev: Event) {
+        // Counted before the hand-over: the task may finish the send first.
+        self.pending.fetch_add(1, Ordering::SeqCst);
         match self.tx.try_send((obj.clone(), ev)) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full((_, ev))) => {
+                self.pending.fetch_sub(1, Ordering::SeqCst);
                 self.dropped.inc();
                 tracing::debug!(reason = %ev.reason, "event dropped: {QUEUE} waiting to be sent");
             }
             // The sending task is gone only when the runtime shuts down.
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.pending.fetch_sub(1, Ordering::SeqCst);
+            }
         }
     }
 }
@@ -145,6 +176,46 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(started.load(Ordering::SeqCst), 2, "concurrency bound");
+    }
+
+    /// Shutdown waits for the Events handed over before it, not longer.
+    #[tokio::test]
+    async fn flush_waits_for_every_event_handed_over() {
+        let sent = Arc::new(AtomicUsize::new(0));
+        let s = sent.clone();
+        let send: Sender = Arc::new(move |_, _| {
+            let s = s.clone();
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                s.fetch_add(1, Ordering::SeqCst);
+            })
+        });
+        let events = Events::with_sender(100, 2, send, Counter::default());
+        let obj = ObjectReference::default();
+        for i in 0..6 {
+            events.publish(&obj, event(&format!("e{i}")));
+        }
+        tokio::time::timeout(Duration::from_secs(5), events.flush())
+            .await
+            .expect("flush ends");
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            6,
+            "all sent when flush returns"
+        );
+        // Dropped Events are not waited for.
+        let stuck = Events::with_sender(1, 1, hanging(Arc::default()), Counter::default());
+        for i in 0..5 {
+            stuck.publish(&obj, event(&format!("s{i}")));
+        }
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            stuck.pending.load(Ordering::SeqCst),
+            1,
+            "one handed over (the queue holds one), four dropped"
+        );
     }
 
     #[tokio::test]

@@ -116,6 +116,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         reconcile::recorder(client.clone(), opts.pod_name.clone()),
         metrics.events_dropped.clone(),
     );
+    let events_at_shutdown = events.clone();
     let reconciler = Arc::new(Reconciler::new(
         cache.clone(),
         client.clone(),
@@ -187,6 +188,13 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
             // No controller of ours runs any more: hand over at once rather
             // than at the Lease's expiry.
             let _ = tokio::time::timeout(Duration::from_secs(3), e.release()).await;
+        }
+        // The controllers' last Events (a revert just before the signal).
+        if tokio::time::timeout(Duration::from_secs(2), events_at_shutdown.flush())
+            .await
+            .is_err()
+        {
+            tracing::info!("shutting down with Events not yet sent");
         }
         tokio::time::sleep_until(started + delay).await;
         tracing::info!("closing the listener; finishing requests in flight");
