@@ -408,6 +408,10 @@ impl Reconciler {
             ns.metadata.annotations.as_ref(),
             &self.cache.behaviour,
         );
+        let bad_annotation = sc
+            .invalid_annotation
+            .as_ref()
+            .map(|bad| format!("ns/{name}/{bad}"));
         if let Some(bad) = &sc.invalid_annotation {
             self.report_once(
                 format!("ns/{name}/{bad}"),
@@ -425,12 +429,15 @@ impl Reconciler {
             .into_iter()
             .filter(|d| d.metadata.deletion_timestamp.is_none())
             .collect();
-        if !sc.enabled && pdbs.is_empty() && eas.is_empty() {
-            return planned;
-        }
-        // Being deleted: everything in it goes, and the apiserver refuses
-        // new content there. Nothing to write.
-        if ns.metadata.deletion_timestamp.is_some() {
+        // Out of scope with nothing of ours, or being deleted (everything in
+        // it goes, and the apiserver refuses new content there): nothing to
+        // write, and no problem left to report but a bad annotation.
+        if (!sc.enabled && pdbs.is_empty() && eas.is_empty())
+            || ns.metadata.deletion_timestamp.is_some()
+        {
+            if let Ok(mut r) = self.reported.lock() {
+                forget_solved(&mut r, &name, &bad_annotation.into_iter().collect());
+            }
             return planned;
         }
         let keda_min = keda_minimums(&self.cache, &name);
@@ -457,6 +464,8 @@ impl Reconciler {
         };
         let actions = plan::plan(&snapshot);
         // A problem comes back after it was solved: report it again then.
+        // Not while the pod cache is unready: the overlaps seen through
+        // pods are missing from such a plan, not solved.
         let still: BTreeSet<String> = actions
             .iter()
             .filter_map(|a| match a {
@@ -468,14 +477,12 @@ impl Reconciler {
                 }
                 _ => None,
             })
-            .chain(
-                sc.invalid_annotation
-                    .iter()
-                    .map(|bad| format!("ns/{name}/{bad}")),
-            )
+            .chain(bad_annotation)
             .collect();
-        if let Ok(mut r) = self.reported.lock() {
-            forget_solved(&mut r, &name, &still);
+        if pods.is_some() {
+            if let Ok(mut r) = self.reported.lock() {
+                forget_solved(&mut r, &name, &still);
+            }
         }
         for d in &deployments {
             let dn = d.metadata.name.as_deref().unwrap_or_default();

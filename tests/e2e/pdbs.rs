@@ -426,6 +426,44 @@ async fn opt_in_scope_follows_annotations_at_run_time() {
         !events.trim().is_empty() || events2.contains(&format!("InvalidAnnotation/{}", ns.name)),
         "an Event reports the invalid annotation"
     );
+
+    // Corrected, then wrong again: reported again (a repeat of one Event is
+    // its series.count).
+    let reported = || {
+        kubectl_ok(&[
+            "get",
+            "events.events.k8s.io",
+            "-A",
+            "-o",
+            "jsonpath={range .items[*]}{.reason}/{.regarding.name}\t{.series.count}{\"\\n\"}{end}",
+        ])
+        .lines()
+        .filter_map(|l| {
+            let (what, count) = l.split_once('\t').unwrap_or((l, ""));
+            (what == format!("InvalidAnnotation/{}", ns.name))
+                .then(|| count.trim().parse::<usize>().unwrap_or(1).max(1))
+        })
+        .sum::<usize>()
+    };
+    let once = reported();
+    for value in ["false", "maybe"] {
+        nss.patch(
+            &ns.name,
+            &PatchParams::default(),
+            &Patch::Merge(&set(value)),
+        )
+        .await
+        .unwrap();
+        // Both values leave the namespace out of scope: give the
+        // reconciler a pass over it before the next change.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    wait_for(
+        "a second InvalidAnnotation Event",
+        Duration::from_secs(30),
+        || async { (reported() > once).then_some(()) },
+    )
+    .await;
 }
 
 /// Scenarios 9 and 10: `kubectl get evictionautoscalers` columns and

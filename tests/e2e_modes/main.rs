@@ -324,6 +324,16 @@ async fn lease_expiry_does_not_depend_on_the_holders_clock() {
             .unwrap_or_default()
     };
 
+    // Whoever held it before (a server SIGKILLed by an earlier test does not
+    // release it): the peer below starts from no Lease.
+    match leases
+        .delete("eviction-autoscaler", &Default::default())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("delete the Lease: {e}"),
+    }
     // A live peer, its clock 60 s behind: every renewal looks 60 s old.
     let behind = || Timestamp::now() - SignedDuration::from_secs(60);
     renew_as_peer(&leases, "slow-clock-peer", behind()).await;
