@@ -412,9 +412,9 @@ impl Reconciler {
             .invalid_annotation
             .as_ref()
             .map(|bad| format!("ns/{name}/{bad}"));
-        if let Some(bad) = &sc.invalid_annotation {
+        if let (Some(bad), Some(key)) = (&sc.invalid_annotation, &bad_annotation) {
             self.report_once(
-                format!("ns/{name}/{bad}"),
+                key.clone(),
                 &ns.object_ref(&()),
                 "InvalidAnnotation",
                 format!(

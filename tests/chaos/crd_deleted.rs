@@ -145,7 +145,7 @@ struct InPlaceOfShared(std::process::Child);
 
 impl Drop for InPlaceOfShared {
     fn drop(&mut self) {
-        crate::fleet::terminate(&mut self.0);
+        terminate(&mut self.0);
         let _ = restart_server(&[]);
     }
 }

@@ -72,22 +72,6 @@ impl Drop for Replica {
     }
 }
 
-/// SIGTERM, then SIGKILL if the process is still running after 8 s.
-pub fn terminate(c: &mut Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &c.id().to_string()])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(8);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = c.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = c.kill();
-    let _ = c.wait();
-}
-
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

@@ -596,6 +596,24 @@ fn start_server(env: &[(&str, &str)]) -> WebhookInfo {
     WebhookInfo { state, port }
 }
 
+/// SIGTERM, then SIGKILL if the process still runs after 10 s: a replica
+/// holding the Lease releases it, so the next server need not wait for it
+/// to expire.
+pub fn terminate(c: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
 /// Stops the server and removes the webhook configurations.
 pub fn stop_server() {
     let out = Command::new(repo().join("tests/e2e/deploy-local.sh"))

@@ -385,19 +385,8 @@ async fn lease_expiry_does_not_depend_on_the_holders_clock() {
 struct KillOnDrop(std::process::Child);
 
 impl KillOnDrop {
-    /// SIGTERM, so that a replica holding the Lease releases it and the
-    /// next server need not wait for it to expire; SIGKILL after 10 s.
     fn terminate(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        terminate(&mut self.0);
     }
 }
 
