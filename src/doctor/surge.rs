@@ -66,9 +66,10 @@ pub fn outcome(
             from: baseline,
             to: target,
             active: kind != SurgeKind::Start,
+            // The applier is written last (after the Deployment it raises).
             object: s
                 .writes
-                .first()
+                .last()
                 .map_or_else(|| format!("Deployment/{deployment}"), |w| object(&w.target)),
         },
         Action::Impossible { reason } => {

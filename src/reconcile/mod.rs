@@ -468,15 +468,7 @@ impl Reconciler {
         // pods are missing from such a plan, not solved.
         let still: BTreeSet<String> = actions
             .iter()
-            .filter_map(|a| match a {
-                Action::NameConflict { deployment, .. } => {
-                    Some(format!("conflict/{name}/{deployment}"))
-                }
-                Action::SelectorOverlap { deployment, .. } => {
-                    Some(format!("overlap/{name}/{deployment}"))
-                }
-                _ => None,
-            })
+            .filter_map(|a| report_key(a, &name))
             .chain(bad_annotation)
             .collect();
         if pods.is_some() {
@@ -552,6 +544,7 @@ impl Reconciler {
                 .find(|d| d.metadata.name.as_deref() == Some(name))
                 .map(|d| object_ref(d.as_ref()))
         };
+        let key = report_key(&action, ns);
         match action {
             Action::CreatePdb(p) => {
                 let name = p.metadata.name.clone().unwrap_or_default();
@@ -640,13 +633,8 @@ impl Reconciler {
                      no PDB created. Rename one of them, or give the PDB a matching selector."
                 );
                 self.degraded.set(ns, &deployment, "PDBNameConflict", &note);
-                if let Some(r) = dep_ref(&deployment) {
-                    self.report_once(
-                        format!("conflict/{ns}/{deployment}"),
-                        &r,
-                        "PDBNameConflict",
-                        note,
-                    );
+                if let (Some(r), Some(key)) = (dep_ref(&deployment), key) {
+                    self.report_once(key, &r, "PDBNameConflict", note);
                 }
             }
             Action::SelectorOverlap {
@@ -662,13 +650,8 @@ impl Reconciler {
                 );
                 self.degraded
                     .set(ns, &deployment, "PDBSelectorOverlap", &note);
-                if let Some(r) = dep_ref(&deployment) {
-                    self.report_once(
-                        format!("overlap/{ns}/{deployment}"),
-                        &r,
-                        "PDBSelectorOverlap",
-                        note,
-                    );
+                if let (Some(r), Some(key)) = (dep_ref(&deployment), key) {
+                    self.report_once(key, &r, "PDBSelectorOverlap", note);
                 }
             }
             Action::CreateEas {
@@ -1074,6 +1057,17 @@ pub fn desired_status(
 /// Drops the reports of namespace `ns` whose problem is gone (not in
 /// `still`), so that it is reported again if it comes back; keys are
 /// `<kind>/<namespace>/<what>`.
+/// The key a reported problem is remembered by, so it is reported once
+/// and again only after it was solved (`forget_solved` reads its namespace
+/// from the second segment).
+fn report_key(action: &Action, ns: &str) -> Option<String> {
+    match action {
+        Action::NameConflict { deployment, .. } => Some(format!("conflict/{ns}/{deployment}")),
+        Action::SelectorOverlap { deployment, .. } => Some(format!("overlap/{ns}/{deployment}")),
+        _ => None,
+    }
+}
+
 fn forget_solved(reported: &mut BTreeSet<String>, ns: &str, still: &BTreeSet<String>) {
     reported.retain(|k| k.split('/').nth(1) != Some(ns) || still.contains(k));
 }

@@ -187,7 +187,7 @@ pub struct Core<A> {
     backoff: Mutex<HashMap<Key, Retry>>,
     /// The object per Deployment whose adoption write failed: the user's
     /// change was seen there.
-    adoptions: Mutex<HashMap<Key, ObjKey>>,
+    adoptions: Mutex<HashMap<Key, step::Adoption>>,
     /// Node → the Deployments whose pods it held at the last pass.
     last_nodes: Mutex<HashMap<String, std::collections::BTreeSet<Key>>>,
     /// Deployments whose step is running, with the surge replicas it keeps

@@ -249,6 +249,11 @@ fn plan_idle(s: &Snapshot, displaced: i32, current: Option<i32>) -> Action {
     let Some(spec) = s.pdb_spec.filter(|_| s.may_surge) else {
         return Action::None;
     };
+    // A user's value was adopted in this episode (on the Deployment, before
+    // an autoscaler became the applier): no new surge for as many displaced.
+    if s.adopted_displaced.is_some_and(|n| displaced <= n) {
+        return Action::None;
+    }
     let Some(current) = current else {
         return Action::Impossible {
             reason: CONFLICT.into(),

@@ -68,6 +68,25 @@ pub struct Write {
     pub ops: Vec<Value>,
 }
 
+/// A user's value seen on an object, being adopted (a failed adoption is
+/// remembered, so the next pass adopts even a value that now equals ours).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adoption {
+    pub key: ObjKey,
+    /// The value seen.
+    pub seen: Option<i32>,
+}
+
+impl Facts {
+    /// The value seen by a failed adoption on `key` (`Some(None)`: absent).
+    fn pending_on(&self, key: &ObjKey) -> Option<Option<i32>> {
+        self.adoption_pending
+            .as_ref()
+            .filter(|a| &a.key == key)
+            .map(|a| a.seen)
+    }
+}
+
 /// What the signals say about one Deployment, from this replica's memory.
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
@@ -77,7 +96,7 @@ pub struct Facts {
     pub denied: BTreeSet<String>,
     /// The object whose adoption of a user's value failed to persist (see
     /// [`Snapshot::adoption_pending`]).
-    pub adoption_pending: Option<ObjKey>,
+    pub adoption_pending: Option<Adoption>,
     /// How long this replica has led: a surge found at start counts as
     /// signalled then, so a restart never cuts a cooldown short.
     pub lead_for: Duration,
@@ -108,7 +127,7 @@ pub struct Step {
     /// A surge (of any object) is undone by these writes.
     pub reverted: bool,
     /// The object a user's value is adopted on, when the action adopts.
-    pub adopting: Option<ObjKey>,
+    pub adopting: Option<Adoption>,
     /// Nodes the Deployment's pods run on now (the next pass counts a node
     /// found draining as a signal even if the pods left it in between).
     pub nodes: BTreeSet<String>,
@@ -201,6 +220,13 @@ impl Surgeable<'_> {
         self.write(ops)
     }
 
+    fn adoption(&self) -> Adoption {
+        Adoption {
+            key: self.key.clone(),
+            seen: self.raw,
+        }
+    }
+
     /// Our annotations removed, nothing else (half-written or malformed).
     fn clean(&self) -> Option<Write> {
         self.write(annotation_ops(self.annotations, &Markers::CLEAR))
@@ -220,6 +246,48 @@ impl Surgeable<'_> {
         self.raw
             .map(|v| vec![json!({"op": "test", "path": self.path, "value": v})])
             .unwrap_or_default()
+    }
+}
+
+/// A marked Deployment's value under an autoscaler whose minimum we raised
+/// to `lifted_to` (the autoscaler lifts the Deployment to it by itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UnderAutoscaler {
+    /// At the raised minimum, lifted there from `baseline`: ours, whoever
+    /// wrote it, so it goes back to `baseline` (the markers record it).
+    Lifted { baseline: i32 },
+    /// Back at its recorded baseline, below the raised minimum: someone
+    /// lowered it, the autoscaler lifts it again; nothing new to record
+    /// (recording it would alternate with the autoscaler: a write loop).
+    AtBaseline,
+    /// Anything else: the usual rules.
+    Other,
+}
+
+/// `pending`: the value a failed adoption saw ([`Facts::pending_on`]).
+fn under_autoscaler(
+    raw: Option<i32>,
+    m: Markers,
+    lifted_to: Option<i32>,
+    pending: Option<Option<i32>>,
+) -> UnderAutoscaler {
+    let Some(t) = lifted_to else {
+        return UnderAutoscaler::Other;
+    };
+    match pending {
+        // Someone's value was seen and not yet recorded: lifted from it, if
+        // the autoscaler lifts such a value (not 0: scaling disabled).
+        Some(Some(v)) if raw == Some(t) && v > 0 && v < t => {
+            UnderAutoscaler::Lifted { baseline: v }
+        }
+        Some(_) => UnderAutoscaler::Other,
+        None if raw == Some(t) && m.baseline < t => UnderAutoscaler::Lifted {
+            baseline: m.baseline,
+        },
+        None if m.surged_to == t && raw == Some(m.baseline) && m.baseline < t => {
+            UnderAutoscaler::AtBaseline
+        }
+        None => UnderAutoscaler::Other,
     }
 }
 
@@ -275,25 +343,27 @@ fn of_scaled_object<'a>(ns: &str, so: &'a DynamicObject) -> Surgeable<'a> {
     }
 }
 
-/// The durable signal: time since the newest `lastEviction` of the
-/// Deployment's EvictionAutoScalers, and its pod.
+/// The durable signal: the newest blocked eviction any replica recorded
+/// for the Deployment `name` (`lastEviction`): its age and pod. One of
+/// another EvictionAutoScaler counts too, within `window`, when the denied
+/// pod is this Deployment's (one PDB over several Deployments).
 fn durable_signal(
     objs: &NsObjects,
     name: &str,
     wall_now: Option<Timestamp>,
+    window: Duration,
 ) -> Option<(Duration, String)> {
     let now = wall_now?;
     objs.eas
         .iter()
-        .filter(|e| e.spec.target_name.eq_ignore_ascii_case(name))
-        .filter_map(|e| e.spec.last_eviction.as_ref())
-        .filter_map(|le| {
+        .filter_map(|e| {
+            let le = e.spec.last_eviction.as_ref()?;
             let t = le.eviction_time.as_ref()?;
             let secs = (now - t.0).get_seconds().max(0);
-            Some((
-                Duration::from_secs(secs.unsigned_abs()),
-                le.pod_name.clone(),
-            ))
+            let age = Duration::from_secs(secs.unsigned_abs());
+            let ours = e.spec.target_name.eq_ignore_ascii_case(name)
+                || (age <= window && objs.selecting_denied_pod(e).iter().any(|d| d == name));
+            ours.then(|| (age, le.pod_name.clone()))
         })
         .min_by_key(|(d, _)| *d)
 }
@@ -350,7 +420,7 @@ pub fn step(
         .collect();
 
     let marked = all.iter().any(|o| o.markers().is_some());
-    let durable = durable_signal(objs, name, wall_now);
+    let durable = durable_signal(objs, name, wall_now, settings.cooldown);
     let mut since = min_since(facts.since_signal, durable.as_ref().map(|(d, _)| *d));
     if marked {
         since = min_since(since, Some(facts.lead_for));
@@ -440,7 +510,7 @@ pub fn step(
     };
     let spec = dep.spec.clone().unwrap_or_default();
     let strategy = spec.strategy.clone().unwrap_or_default();
-    let snapshot = Snapshot {
+    let mut snapshot = Snapshot {
         pdb_spec,
         pdb_disruptions_allowed: pdb
             .and_then(|p| p.status.as_ref())
@@ -451,8 +521,15 @@ pub fn step(
         applier,
         applier_max: primary.and_then(|p| p.ceiling),
         markers: primary.and_then(|p| p.markers()),
-        adopted_displaced: primary.and_then(|p| markers::adopted_displaced(p.annotations)),
-        adoption_pending: primary.is_some_and(|p| facts.adoption_pending.as_ref() == Some(&p.key)),
+        // The note of an adoption on any object of this Deployment: the
+        // episode is not surged again through another applier either (an
+        // autoscaler's raised minimum would raise the Deployment itself).
+        adopted_displaced: all
+            .iter()
+            .filter(|o| o.markers().is_some())
+            .filter_map(|o| markers::adopted_displaced(o.annotations))
+            .max(),
+        adoption_pending: primary.is_some_and(|p| facts.pending_on(&p.key).is_some()),
         may_surge: objs.in_scope,
         pods: own,
         other_pods,
@@ -464,6 +541,22 @@ pub fn step(
         zero_surge_override: settings.zero_surge_override,
         cooldown: settings.cooldown,
     };
+    // Someone else changed the replicas of a Deployment marked under an
+    // autoscaler: its value is adopted in this step, so the episode is not
+    // surged again through the autoscaler for as many displaced pods (a
+    // raised minimum would lift the Deployment past their value).
+    let autoscaled = matches!(applier, Applier::Hpa { .. } | Applier::Keda { .. });
+    // The minimum we raised, which the autoscaler lifts the Deployment to.
+    let lifted_to = snapshot.markers.filter(|_| autoscaled).map(|m| m.surged_to);
+    let dep_pending = facts.pending_on(&dep_s.key);
+    let someone_elses = dep_s.markers().is_some_and(|m| {
+        (dep_pending.is_some() || dep_s.raw != Some(m.surged_to))
+            && under_autoscaler(dep_s.raw, m, lifted_to, dep_pending) == UnderAutoscaler::Other
+    });
+    if autoscaled && (someone_elses || (dep_pending.is_some() && dep_s.markers().is_none())) {
+        let n = plan::displaced_count(&snapshot);
+        snapshot.adopted_displaced = snapshot.adopted_displaced.max(Some(n));
+    }
     let action = plan::plan(&snapshot);
     out.displaced = plan::displaced_count(&snapshot);
     out.on_draining = snapshot
@@ -481,7 +574,6 @@ pub fn step(
         .filter_map(|p| p.node.clone())
         .collect();
     out.active = snapshot.markers;
-    let autoscaled = matches!(applier, Applier::Hpa { .. } | Applier::Keda { .. });
     let mut dep_written = false;
     if let Some(p) = primary {
         match action {
@@ -490,20 +582,24 @@ pub fn step(
                 target,
                 kind,
             } => {
-                // A resume finds the applier's value and markers in place.
-                if kind != plan::SurgeKind::Resume {
-                    writes.extend(p.surge(baseline, target));
-                }
-                // An autoscaler without metrics does not act on a new minimum:
+                // An autoscaler without metrics does not scale on load, so
                 // raise the Deployment too, unless someone else holds its
                 // replicas (a GitOps tool): their value is adopted, once.
+                // The Deployment is written first: once the new minimum is
+                // in place the autoscaler raises the Deployment itself, and
+                // a raise done by it, not by us, would carry no baseline to
+                // go back to (the executor stops at a failed write, so a cut
+                // surge leaves a marked Deployment, reverted like any other).
                 if autoscaled && dep_s.value() < target {
                     let adopted = markers::adopted_displaced(dep_s.annotations);
-                    let pending = facts.adoption_pending.as_ref() == Some(&dep_s.key);
+                    let pending = dep_pending.is_some();
                     match dep_s.markers() {
+                        Some(m)
+                            if under_autoscaler(dep_s.raw, m, lifted_to, dep_pending)
+                                == UnderAutoscaler::AtBaseline => {}
                         Some(m) if dep_s.raw != Some(m.surged_to) || pending => {
                             writes.extend(dep_s.adopt(dep_s.value(), out.displaced));
-                            out.adopting = Some(dep_s.key.clone());
+                            out.adopting = Some(dep_s.adoption());
                         }
                         Some(m) if adopted.is_none_or(|n| out.displaced > n) => {
                             writes.extend(dep_s.surge(m.baseline, target));
@@ -511,6 +607,10 @@ pub fn step(
                         Some(_) => {}
                         None => writes.extend(dep_s.surge(dep_s.value(), target)),
                     }
+                }
+                // A resume finds the applier's value and markers in place.
+                if kind != plan::SurgeKind::Resume {
+                    writes.extend(p.surge(baseline, target));
                 }
                 dep_written = autoscaled;
                 out.active = Some(Markers {
@@ -523,7 +623,7 @@ pub fn step(
                 displaced,
             } => {
                 writes.extend(p.adopt(new_baseline, displaced));
-                out.adopting = Some(p.key.clone());
+                out.adopting = Some(p.adoption());
                 out.active = Some(Markers {
                     baseline: new_baseline,
                     surged_to: new_baseline,
@@ -549,15 +649,36 @@ pub fn step(
         }
         let Some(m) = o.markers() else { continue };
         // A user's change seen here whose adoption did not persist.
-        let pending = facts.adoption_pending.as_ref() == Some(&o.key);
+        let seen = facts.pending_on(&o.key);
+        let pending = seen.is_some();
         if pending && over {
             writes.extend(o.clean());
             out.reverted = true;
             continue;
         }
         if !over {
+            let state = match o.key.kind {
+                ObjKind::Deployment => under_autoscaler(o.raw, m, lifted_to, seen),
+                _ => UnderAutoscaler::Other,
+            };
+            if let (UnderAutoscaler::Lifted { baseline }, Some(t)) = (state, lifted_to) {
+                let lifted = Markers {
+                    baseline,
+                    surged_to: t,
+                };
+                // A failed write keeps a pending adoption as it was.
+                if m != lifted || pending {
+                    writes.extend(o.surge(baseline, t));
+                }
+                out.active = out.active.or(Some(lifted));
+                continue;
+            }
+            if state == UnderAutoscaler::AtBaseline {
+                out.active = out.active.or(Some(m));
+                continue;
+            }
             if o.raw != Some(m.surged_to) || pending {
-                out.adopting = Some(o.key.clone());
+                out.adopting = Some(o.adoption());
                 // Someone else's value: persist it as the baseline now, so a
                 // later return to our number is not mistaken for ours.
                 writes.extend(o.adopt(o.value(), out.displaced));
@@ -843,6 +964,115 @@ mod tests {
         assert_eq!(
             op_value(&s.writes[0], "replace", "/spec/replicas"),
             Some(json!(4))
+        );
+    }
+
+    #[test]
+    fn an_autoscaler_surge_writes_the_deployment_first() {
+        // Once the minimum is raised the autoscaler lifts the Deployment
+        // itself; written first, the Deployment carries its baseline then.
+        let objs = NsObjects {
+            deployments: vec![dep(2, None)],
+            hpas: vec![hpa()],
+            pods: pods(2, "n1"),
+            pdbs: vec![blocking_pdb(2)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &["n1"], &quiet());
+        assert_eq!(
+            targets(&s),
+            vec![
+                (ObjKind::Deployment, "web".into()),
+                (ObjKind::Hpa, "web-hpa".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_deployment_lifted_by_its_autoscaler_to_our_minimum_goes_back_to_its_baseline() {
+        // A user's 3 was adopted on the Deployment mid-surge; the HPA, its
+        // minimum raised to 4 by us, lifted it to 4.
+        let mut h = (*hpa()).clone();
+        h.metadata.annotations = ann(Some((2, 4)));
+        if let Some(spec) = h.spec.as_mut() {
+            spec.min_replicas = Some(4);
+        }
+        let objs = NsObjects {
+            deployments: vec![dep(4, Some((3, 3)))],
+            hpas: vec![Arc::new(h)],
+            pods: pods(4, "n1"),
+            pdbs: vec![blocking_pdb(2)],
+            in_scope: true,
+            ..Default::default()
+        };
+        // Mid-drain: recorded as ours from 3, not adopted as someone's 4.
+        let s = run(&objs, &["n1"], &quiet());
+        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
+        let w = &s.writes[0];
+        assert_eq!(op_value(w, "replace", "/spec/replicas"), Some(json!(4)));
+        let marked = |w: &Write, k: &str| {
+            w.ops
+                .iter()
+                .find(|o| o["path"].as_str().is_some_and(|p| p.ends_with(k)))
+                .map(|o| o["value"].clone())
+        };
+        assert_eq!(marked(w, "original-min-replicas"), Some(json!("3")));
+        assert_eq!(marked(w, "evictionSurgeReplicas"), Some(json!("4")));
+        // Someone lowers it back to 3 under the raised minimum: nothing is
+        // written (the HPA lifts it again; no loop with it).
+        let low = NsObjects {
+            deployments: vec![dep(3, Some((3, 4)))],
+            ..objs.clone()
+        };
+        assert!(run(&low, &["n1"], &quiet()).writes.is_empty());
+    }
+
+    #[test]
+    fn a_follower_signal_counts_for_the_deployment_of_the_denied_pod() {
+        // One PDB over `web` and `api`: its one EvictionAutoScaler targets
+        // `api`, and a follower recorded there the denied eviction of a
+        // `web` pod (no node draining: this is the only signal).
+        let now = Timestamp::now();
+        let t = now - k8s_openapi::jiff::SignedDuration::from_secs(5);
+        let eas: Arc<crate::crd::EvictionAutoScaler> = Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "eviction-autoscaler.azure.com/v1", "kind": "EvictionAutoScaler",
+                "metadata": {"name": "tier", "namespace": "ns"},
+                "spec": {"targetName": "api",
+                         "lastEviction": {"podName": "web-1", "evictionTime": t.to_string()}}
+            }))
+            .expect("EvictionAutoScaler"),
+        );
+        let objs = NsObjects {
+            deployments: vec![dep(2, None)],
+            pods: pods(2, "n1"),
+            pdbs: vec![blocking_pdb(2)],
+            eas: vec![eas],
+            in_scope: true,
+            ..Default::default()
+        };
+        let draining = BTreeSet::new();
+        let window = Duration::from_secs(60);
+        let keys = objs.candidates(&draining, &BTreeSet::new(), Some((now, window)));
+        assert!(keys.contains("web"), "{keys:?}");
+        let settings = Settings {
+            cooldown: window,
+            zero_surge_override: None,
+        };
+        let s = step(
+            "ns",
+            &objs,
+            &draining,
+            "web",
+            &Facts::default(),
+            settings,
+            Some(now),
+        );
+        assert!(
+            matches!(s.action, Action::Surge { baseline: 2, .. }),
+            "{:?}",
+            s.action
         );
     }
 

@@ -12,6 +12,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::DynamicObject;
 
+use crate::budget::pdb_selects;
 use crate::cache::{controller_of, SlimPod};
 use crate::config::Behaviour;
 use crate::crd::EvictionAutoScaler;
@@ -227,6 +228,7 @@ impl NsObjects {
                     .is_some_and(|t| (now - t.0).get_seconds() <= window.as_secs() as i64);
                 if recent {
                     out.insert(e.spec.target_name.clone());
+                    out.extend(self.selecting_denied_pod(e));
                 }
             }
         }
@@ -314,6 +316,26 @@ impl NsObjects {
                 fresh,
             ),
         }
+    }
+
+    /// The Deployments whose selector selects the pod of an
+    /// EvictionAutoScaler's `lastEviction`. A PDB over several Deployments
+    /// has one EvictionAutoScaler, which targets one of them; the denied pod
+    /// may be another's.
+    pub fn selecting_denied_pod(&self, e: &EvictionAutoScaler) -> Vec<String> {
+        let Some(pod) = e
+            .spec
+            .last_eviction
+            .as_ref()
+            .and_then(|l| self.pods.iter().find(|p| p.name() == l.pod_name))
+        else {
+            return Vec::new();
+        };
+        self.deployments
+            .iter()
+            .filter(|d| pdb_selects(d.spec.as_ref().map(|s| &s.selector), pod.labels()))
+            .filter_map(|d| d.metadata.name.clone())
+            .collect()
     }
 
     pub fn deployment(&self, name: &str) -> Option<&Arc<Deployment>> {
