@@ -249,6 +249,19 @@ fn plan_matching(
         .or(overlap)
         .or(mutual)
         .and_then(|p| p.metadata.name.clone());
+    // Two PDBs of ours for this Deployment (one copied with our annotations):
+    // two budgets over one pod. The one named after the Deployment stays,
+    // else the first by name.
+    let own: Vec<&str> = matching
+        .iter()
+        .filter(|p| ours_for(p, dep_name))
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    let keep = own
+        .iter()
+        .find(|n| **n == dep_name)
+        .or(own.iter().min())
+        .copied();
     for p in matching {
         let pdb_name = p.metadata.name.clone().unwrap_or_default();
         if ours_for(p, dep_name) {
@@ -258,6 +271,14 @@ fn plan_matching(
                     uid: p.metadata.uid.clone(),
                     deployment: dep_name.to_string(),
                     by: by.clone(),
+                });
+                continue;
+            }
+            if keep != Some(pdb_name.as_str()) {
+                out.push(Action::DeletePdb {
+                    pdb: pdb_name,
+                    uid: p.metadata.uid.clone(),
+                    why: "a second PDB of ours over the same pods",
                 });
                 continue;
             }
@@ -1306,6 +1327,30 @@ mod tests {
         // Theirs gone: ours comes back.
         w.pdbs = vec![];
         assert!(matches!(&w.plan()[..], [Action::CreatePdb(_)]));
+    }
+
+    #[test]
+    fn a_copy_of_our_pdb_is_deleted_so_one_budget_stays() {
+        // Someone copied ours under another name, annotations and all.
+        let mut w = World::new();
+        let mut copy = (*ours(&w.deps[0], 3)).clone();
+        copy.metadata.name = Some("web-copy".into());
+        copy.metadata.uid = Some("copy-uid".into());
+        w.pdbs = vec![Arc::new(copy), ours(&w.deps[0], 3)];
+        let a = w.plan();
+        assert!(
+            a.contains(&Action::DeletePdb {
+                pdb: "web-copy".into(),
+                uid: Some("copy-uid".into()),
+                why: "a second PDB of ours over the same pods",
+            }),
+            "{a:?}"
+        );
+        assert!(
+            !a.iter()
+                .any(|a| matches!(a, Action::DeletePdb { pdb, .. } if pdb == "web")),
+            "{a:?}"
+        );
     }
 
     #[test]

@@ -645,3 +645,43 @@ pub fn keda_resource() -> ApiResource {
         "scaledobjects",
     )
 }
+
+/// Invariant 3: a copy of our PDB under another name, annotations and all
+/// (`kubectl get -o yaml`, renamed, applied), is two budgets over one pod:
+/// every eviction of it would fail. The copy goes; ours stays.
+#[tokio::test]
+async fn a_copy_of_our_pdb_is_deleted_so_one_budget_stays() {
+    let ns = TestNs::new("e2e-copy").await;
+    let deps: Api<Deployment> = ns.api();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    deps.create(&PostParams::default(), &deployment("cp", 2, None))
+        .await
+        .unwrap();
+    let ours = wait_pdb(&ns, "cp", "owned PDB", |p| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(OWNED))
+    })
+    .await;
+    let mut copy = PodDisruptionBudget {
+        metadata: ours.metadata.clone(),
+        spec: ours.spec.clone(),
+        status: None,
+    };
+    copy.metadata.name = Some("cp-copy".into());
+    copy.metadata.uid = None;
+    copy.metadata.resource_version = None;
+    copy.metadata.creation_timestamp = None;
+    copy.metadata.managed_fields = None;
+    pdbs.create(&PostParams::default(), &copy).await.unwrap();
+    wait_for(
+        "the copy of our PDB deleted",
+        Duration::from_secs(30),
+        || async { pdb_opt(&ns, "cp-copy").await.is_none().then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kept = pdbs.get("cp").await.unwrap();
+    assert_eq!(kept.metadata.uid, ours.metadata.uid, "ours stays");
+}
