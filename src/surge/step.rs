@@ -24,9 +24,12 @@
 //!
 //! Each write tests the value it was planned from, so a concurrent change by
 //! someone else fails it and the next step adopts their value instead.
-//! A multi-object change (autoscaler minimum, then the Deployment) resumes
-//! from what is persisted: the autoscaler's markers are written first, and a
-//! Deployment left below them is raised by [`plan::SurgeKind::Resume`].
+//! A multi-object change (the Deployment, then the autoscaler's minimum)
+//! resumes from what is persisted: the Deployment's markers are written
+//! first, since the autoscaler lifts a Deployment below its new minimum by
+//! itself; a Deployment the autoscaler lifted to our minimum is recorded as
+//! ours (`UnderAutoscaler`), and one left below an autoscaler's markers is
+//! raised by [`plan::SurgeKind::Resume`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -574,6 +577,31 @@ pub fn step(
         .filter_map(|p| p.node.clone())
         .collect();
     out.active = snapshot.markers;
+    // A Deployment the autoscaler lifted to our raised minimum (also one
+    // whose adoption of a lower value failed) is recorded as ours from its
+    // baseline before anything else of this Deployment is written: a top-up
+    // would otherwise adopt the lift as someone's value, and a revert of the
+    // autoscaler leave the Deployment lifted with no baseline to go back to.
+    let lifted = dep_s.markers().and_then(|m| {
+        match (
+            under_autoscaler(dep_s.raw, m, lifted_to, dep_pending),
+            lifted_to,
+        ) {
+            (UnderAutoscaler::Lifted { baseline }, Some(t)) => {
+                let l = Markers {
+                    baseline,
+                    surged_to: t,
+                };
+                (m != l || dep_pending.is_some()).then_some(l)
+            }
+            _ => None,
+        }
+    });
+    if let Some(l) = lifted {
+        writes.extend(dep_s.surge(l.baseline, l.surged_to));
+        out.writes = writes;
+        return out;
+    }
     let mut dep_written = false;
     if let Some(p) = primary {
         match action {
@@ -661,18 +689,6 @@ pub fn step(
                 ObjKind::Deployment => under_autoscaler(o.raw, m, lifted_to, seen),
                 _ => UnderAutoscaler::Other,
             };
-            if let (UnderAutoscaler::Lifted { baseline }, Some(t)) = (state, lifted_to) {
-                let lifted = Markers {
-                    baseline,
-                    surged_to: t,
-                };
-                // A failed write keeps a pending adoption as it was.
-                if m != lifted || pending {
-                    writes.extend(o.surge(baseline, t));
-                }
-                out.active = out.active.or(Some(lifted));
-                continue;
-            }
             if state == UnderAutoscaler::AtBaseline {
                 out.active = out.active.or(Some(m));
                 continue;
@@ -1026,6 +1042,133 @@ mod tests {
             ..objs.clone()
         };
         assert!(run(&low, &["n1"], &quiet()).writes.is_empty());
+    }
+
+    /// The HPA (ours: 2 -> 4) lifted a Deployment whose user's 3 was adopted.
+    fn lifted_world() -> NsObjects {
+        let mut h = (*hpa()).clone();
+        h.metadata.annotations = ann(Some((2, 4)));
+        if let Some(spec) = h.spec.as_mut() {
+            spec.min_replicas = Some(4);
+        }
+        let mut d = (*dep(4, Some((3, 3)))).clone();
+        if let Some(a) = d.metadata.annotations.as_mut() {
+            a.insert(markers::ADOPTED_DISPLACED.into(), "1".into());
+        }
+        if let Some(spec) = d.spec.as_mut() {
+            spec.strategy = Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
+                rolling_update: Some(k8s_openapi::api::apps::v1::RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::String("300%".into())),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        NsObjects {
+            deployments: vec![Arc::new(d)],
+            hpas: vec![Arc::new(h)],
+            pods: pods(4, "n1"),
+            pdbs: vec![blocking_pdb(2)],
+            in_scope: true,
+            ..Default::default()
+        }
+    }
+
+    /// Only the Deployment's markers, from its baseline 3 to the lift.
+    fn assert_lift_recorded(s: &Step) {
+        assert_eq!(
+            targets(s),
+            vec![(ObjKind::Deployment, "web".into())],
+            "{s:?}"
+        );
+        let w = &s.writes[0];
+        assert_eq!(op_value(w, "replace", "/spec/replicas"), Some(json!(4)));
+        assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(4)));
+        let marked = |k: &str| {
+            w.ops
+                .iter()
+                .find(|o| o["path"].as_str().is_some_and(|p| p.ends_with(k)))
+                .map(|o| o["value"].clone())
+        };
+        assert_eq!(marked("original-min-replicas"), Some(json!("3")));
+        assert_eq!(marked("evictionSurgeReplicas"), Some(json!("4")));
+    }
+
+    #[test]
+    fn a_lift_is_recorded_before_a_top_up() {
+        // More pods displaced than when the 3 was adopted: a top-up is
+        // planned; the lift to 4 is recorded first, not adopted.
+        let objs = lifted_world();
+        let s = run(&objs, &["n1"], &quiet());
+        assert_lift_recorded(&s);
+        // Recorded: the top-up goes on from the Deployment's baseline 3.
+        let mut d = (*dep(4, Some((3, 4)))).clone();
+        d.spec = objs.deployments[0].spec.clone();
+        let next = NsObjects {
+            deployments: vec![Arc::new(d)],
+            ..objs
+        };
+        let s = run(&next, &["n1"], &quiet());
+        assert!(
+            matches!(
+                s.action,
+                Action::Surge {
+                    kind: plan::SurgeKind::TopUp,
+                    ..
+                }
+            ),
+            "{:?}",
+            s.action
+        );
+        let w = &s.writes[0];
+        assert_eq!(w.target.kind, ObjKind::Deployment);
+        assert!(w.ops.iter().any(|o| o["value"] == json!("3")), "{w:?}");
+    }
+
+    #[test]
+    fn a_lift_is_recorded_before_the_autoscaler_is_reverted() {
+        // The drain is over in the pass that first sees the lift: the HPA
+        // waits a pass, so the Deployment is never left lifted unrecorded.
+        let s = run(&lifted_world(), &[], &quiet());
+        assert_lift_recorded(&s);
+    }
+
+    #[test]
+    fn a_follower_signal_for_a_pod_gone_since_still_counts() {
+        // The denied pod of `web` has been evicted since: its name still
+        // says whose it was, so web's cooldown runs from the denial.
+        let now = Timestamp::now();
+        let t = now - k8s_openapi::jiff::SignedDuration::from_secs(5);
+        let eas: Arc<crate::crd::EvictionAutoScaler> = Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "eviction-autoscaler.azure.com/v1", "kind": "EvictionAutoScaler",
+                "metadata": {"name": "tier", "namespace": "ns"},
+                "spec": {"targetName": "api",
+                         "lastEviction": {"podName": "web-7d9f8c6b4-x2k9q",
+                                          "evictionTime": t.to_string()}}
+            }))
+            .expect("EvictionAutoScaler"),
+        );
+        let objs = NsObjects {
+            deployments: vec![dep(3, Some((2, 3)))],
+            pods: pods(3, "n1"),
+            pdbs: vec![blocking_pdb(2)],
+            eas: vec![eas],
+            in_scope: true,
+            ..Default::default()
+        };
+        let settings = Settings {
+            cooldown: Duration::from_secs(60),
+            zero_surge_override: None,
+        };
+        let draining = BTreeSet::new();
+        let s = step("ns", &objs, &draining, "web", &quiet(), settings, Some(now));
+        assert!(
+            matches!(s.action, Action::Wait(plan::Wait::Cooldown { .. })),
+            "{:?}",
+            s.action
+        );
+        assert!(s.writes.is_empty());
     }
 
     #[test]

@@ -323,13 +323,16 @@ impl NsObjects {
     /// has one EvictionAutoScaler, which targets one of them; the denied pod
     /// may be another's.
     pub fn selecting_denied_pod(&self, e: &EvictionAutoScaler) -> Vec<String> {
-        let Some(pod) = e
-            .spec
-            .last_eviction
-            .as_ref()
-            .and_then(|l| self.pods.iter().find(|p| p.name() == l.pod_name))
-        else {
+        let Some(le) = e.spec.last_eviction.as_ref() else {
             return Vec::new();
+        };
+        let Some(pod) = self.pods.iter().find(|p| p.name() == le.pod_name) else {
+            // Gone (evicted since): a Deployment's pod is named
+            // `<deployment>-<template hash>-<suffix>`, so its signal keeps
+            // counting for the cooldown after the pod left.
+            let mut parts = le.pod_name.rsplitn(3, '-');
+            let dep = parts.nth(2).filter(|d| self.deployment(d).is_some());
+            return dep.map(|d| vec![d.to_string()]).unwrap_or_default();
         };
         self.deployments
             .iter()
