@@ -46,6 +46,10 @@ if ((running)); then
   # A graceful exit takes ~1 s; past 5 s it is stuck in shutdown (seen: 15 s+), so kill it.
   for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+  # Its ports stay bound until it is gone: a new one started before that
+  # fails with "address already in use" (seen in CI after a stuck stop).
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  if kill -0 "$pid" 2>/dev/null; then die "pid $pid still running 10 s after SIGKILL"; fi
 fi
 
 env -i "${ENV[@]}" setsid "${CMD[@]}" "$@" >>"$CLUSTER_DIR/logs/kube-apiserver.log" 2>&1 </dev/null 9>&- &
