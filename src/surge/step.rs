@@ -1023,18 +1023,7 @@ mod tests {
             ..Default::default()
         };
         // Mid-drain: recorded as ours from 3, not adopted as someone's 4.
-        let s = run(&objs, &["n1"], &quiet());
-        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
-        let w = &s.writes[0];
-        assert_eq!(op_value(w, "replace", "/spec/replicas"), Some(json!(4)));
-        let marked = |w: &Write, k: &str| {
-            w.ops
-                .iter()
-                .find(|o| o["path"].as_str().is_some_and(|p| p.ends_with(k)))
-                .map(|o| o["value"].clone())
-        };
-        assert_eq!(marked(w, "original-min-replicas"), Some(json!("3")));
-        assert_eq!(marked(w, "evictionSurgeReplicas"), Some(json!("4")));
+        assert_lift_recorded(&run(&objs, &["n1"], &quiet()));
         // Someone lowers it back to 3 under the raised minimum: nothing is
         // written (the HPA lifts it again; no loop with it).
         let low = NsObjects {
@@ -1133,22 +1122,27 @@ mod tests {
         assert_lift_recorded(&s);
     }
 
+    /// The EvictionAutoScaler of a PDB over `web` and `api`, targeting
+    /// `api`, where a follower recorded the denied eviction of `pod` 5 s ago.
+    fn follower_signal(pod: &str, now: Timestamp) -> Arc<crate::crd::EvictionAutoScaler> {
+        let t = now - k8s_openapi::jiff::SignedDuration::from_secs(5);
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "eviction-autoscaler.azure.com/v1", "kind": "EvictionAutoScaler",
+                "metadata": {"name": "tier", "namespace": "ns"},
+                "spec": {"targetName": "api",
+                         "lastEviction": {"podName": pod, "evictionTime": t.to_string()}}
+            }))
+            .expect("EvictionAutoScaler"),
+        )
+    }
+
     #[test]
     fn a_follower_signal_for_a_pod_gone_since_still_counts() {
         // The denied pod of `web` has been evicted since: its name still
         // says whose it was, so web's cooldown runs from the denial.
         let now = Timestamp::now();
-        let t = now - k8s_openapi::jiff::SignedDuration::from_secs(5);
-        let eas: Arc<crate::crd::EvictionAutoScaler> = Arc::new(
-            serde_json::from_value(json!({
-                "apiVersion": "eviction-autoscaler.azure.com/v1", "kind": "EvictionAutoScaler",
-                "metadata": {"name": "tier", "namespace": "ns"},
-                "spec": {"targetName": "api",
-                         "lastEviction": {"podName": "web-7d9f8c6b4-x2k9q",
-                                          "evictionTime": t.to_string()}}
-            }))
-            .expect("EvictionAutoScaler"),
-        );
+        let eas = follower_signal("web-7d9f8c6b4-x2k9q", now);
         let objs = NsObjects {
             deployments: vec![dep(3, Some((2, 3)))],
             pods: pods(3, "n1"),
@@ -1177,16 +1171,7 @@ mod tests {
         // `api`, and a follower recorded there the denied eviction of a
         // `web` pod (no node draining: this is the only signal).
         let now = Timestamp::now();
-        let t = now - k8s_openapi::jiff::SignedDuration::from_secs(5);
-        let eas: Arc<crate::crd::EvictionAutoScaler> = Arc::new(
-            serde_json::from_value(json!({
-                "apiVersion": "eviction-autoscaler.azure.com/v1", "kind": "EvictionAutoScaler",
-                "metadata": {"name": "tier", "namespace": "ns"},
-                "spec": {"targetName": "api",
-                         "lastEviction": {"podName": "web-1", "evictionTime": t.to_string()}}
-            }))
-            .expect("EvictionAutoScaler"),
-        );
+        let eas = follower_signal("web-1", now);
         let objs = NsObjects {
             deployments: vec![dep(2, None)],
             pods: pods(2, "n1"),
