@@ -544,19 +544,22 @@ pub fn step(
         zero_surge_override: settings.zero_surge_override,
         cooldown: settings.cooldown,
     };
-    // Someone else changed the replicas of a Deployment marked under an
-    // autoscaler: its value is adopted in this step, so the episode is not
-    // surged again through the autoscaler for as many displaced pods (a
-    // raised minimum would lift the Deployment past their value).
     let autoscaled = matches!(applier, Applier::Hpa { .. } | Applier::Keda { .. });
     // The minimum we raised, which the autoscaler lifts the Deployment to.
     let lifted_to = snapshot.markers.filter(|_| autoscaled).map(|m| m.surged_to);
     let dep_pending = facts.pending_on(&dep_s.key);
-    let someone_elses = dep_s.markers().is_some_and(|m| {
-        (dep_pending.is_some() || dep_s.raw != Some(m.surged_to))
-            && under_autoscaler(dep_s.raw, m, lifted_to, dep_pending) == UnderAutoscaler::Other
+    // The Deployment's markers, and how its value stands under them.
+    let dep_state = dep_s
+        .markers()
+        .map(|m| (m, under_autoscaler(dep_s.raw, m, lifted_to, dep_pending)));
+    // Someone else changed the replicas of a Deployment marked under an
+    // autoscaler: its value is adopted in this step, so the episode is not
+    // surged again through the autoscaler for as many displaced pods (a
+    // raised minimum would lift the Deployment past their value).
+    let someone_elses = dep_state.is_some_and(|(m, state)| {
+        (dep_pending.is_some() || dep_s.raw != Some(m.surged_to)) && state == UnderAutoscaler::Other
     });
-    if autoscaled && (someone_elses || (dep_pending.is_some() && dep_s.markers().is_none())) {
+    if autoscaled && (someone_elses || (dep_pending.is_some() && dep_state.is_none())) {
         let n = plan::displaced_count(&snapshot);
         snapshot.adopted_displaced = snapshot.adopted_displaced.max(Some(n));
     }
@@ -582,20 +585,15 @@ pub fn step(
     // baseline before anything else of this Deployment is written: a top-up
     // would otherwise adopt the lift as someone's value, and a revert of the
     // autoscaler leave the Deployment lifted with no baseline to go back to.
-    let lifted = dep_s.markers().and_then(|m| {
-        match (
-            under_autoscaler(dep_s.raw, m, lifted_to, dep_pending),
-            lifted_to,
-        ) {
-            (UnderAutoscaler::Lifted { baseline }, Some(t)) => {
-                let l = Markers {
-                    baseline,
-                    surged_to: t,
-                };
-                (m != l || dep_pending.is_some()).then_some(l)
-            }
-            _ => None,
+    let lifted = dep_state.and_then(|(m, state)| match (state, lifted_to) {
+        (UnderAutoscaler::Lifted { baseline }, Some(t)) => {
+            let l = Markers {
+                baseline,
+                surged_to: t,
+            };
+            (m != l || dep_pending.is_some()).then_some(l)
         }
+        _ => None,
     });
     if let Some(l) = lifted {
         writes.extend(dep_s.surge(l.baseline, l.surged_to));
@@ -621,15 +619,13 @@ pub fn step(
                 if autoscaled && dep_s.value() < target {
                     let adopted = markers::adopted_displaced(dep_s.annotations);
                     let pending = dep_pending.is_some();
-                    match dep_s.markers() {
-                        Some(m)
-                            if under_autoscaler(dep_s.raw, m, lifted_to, dep_pending)
-                                == UnderAutoscaler::AtBaseline => {}
-                        Some(m) if dep_s.raw != Some(m.surged_to) || pending => {
+                    match dep_state {
+                        Some((_, UnderAutoscaler::AtBaseline)) => {}
+                        Some((m, _)) if dep_s.raw != Some(m.surged_to) || pending => {
                             writes.extend(dep_s.adopt(dep_s.value(), out.displaced));
                             out.adopting = Some(dep_s.adoption());
                         }
-                        Some(m) if adopted.is_none_or(|n| out.displaced > n) => {
+                        Some((m, _)) if adopted.is_none_or(|n| out.displaced > n) => {
                             writes.extend(dep_s.surge(m.baseline, target));
                         }
                         Some(_) => {}
