@@ -387,6 +387,62 @@ pub fn at_rate(
     Ok((p(0.50), p(0.99), p(0.999)))
 }
 
+/// CPU time of this process so far, all threads (utime + stime from
+/// /proc/self/stat, in clock ticks of `tick`).
+fn process_cpu(tick: f64) -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces), from field 3.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let (u, s): (f64, f64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
+    Some((u + s) / tick)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux when unknown).
+pub fn clock_tick() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// The servers' CPU time per request (µs) at `rate` requests/s for `secs`:
+/// this process's CPU time over the run (both servers live in it, one at a
+/// time under load; h2load is a child and not counted) over the requests
+/// answered. Below saturation, so it measures cost, not capacity, and it
+/// is not moved by how the cores are shared with h2load.
+pub fn cpu_per_request(
+    proto: Proto,
+    body: &Path,
+    addr: SocketAddr,
+    rate: u32,
+    secs: u32,
+    tick: f64,
+) -> Result<f64, BenchError> {
+    let clients = 16;
+    let n = rate * secs;
+    let mut args = vec![
+        "-n".to_string(),
+        n.to_string(),
+        "-c".into(),
+        clients.to_string(),
+        "-m".into(),
+        "1".into(),
+        "-t".into(),
+        "1".into(),
+        format!("--rps={}", rate / clients),
+    ];
+    args.extend(common(proto, body, addr));
+    let none = || BenchError::Setup("cannot read /proc/self/stat".into());
+    let before = process_cpu(tick).ok_or_else(none)?;
+    h2load(&args)?;
+    let after = process_cpu(tick).ok_or_else(none)?;
+    Ok((after - before) / f64::from(n) * 1e6)
+}
+
 /// Mean time inside the eviction handler, from the server's own histogram.
 pub fn handler_mean_us(metrics: &Metrics) -> Option<f64> {
     let text = metrics.encode();

@@ -402,7 +402,9 @@ fn main() {
     );
     out!("");
     out!("```");
-    if std::env::var_os("BENCH_ROUTER_ONLY").is_none() {
+    if std::env::var_os("BENCH_ROUTER_ONLY").is_none()
+        && std::env::var_os("BENCH_CPU_ONLY").is_none()
+    {
         in_process();
     }
     out!("```\n");
@@ -537,10 +539,12 @@ async fn over_https() -> Result<(), http::BenchError> {
         allocs[0],
         allocs[1]
     );
+    // For comparing changes: the CPU per request alone (below), then stop.
+    let cpu_only = std::env::var_os("BENCH_CPU_ONLY").is_some();
     let rounds = HTTPS_ROUNDS;
     out!("| protocol | product req/s (rounds) | bare req/s (rounds) | ratio of means | target | product's serve loop, bare handler: req/s, ratio |");
     out!("|---|---|---|---|---|---|");
-    for proto in [Proto::H2, Proto::H1] {
+    for proto in [Proto::H2, Proto::H1].into_iter().filter(|_| !cpu_only) {
         let (mut p, mut b, mut st) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             let (req, addr) = (body.clone(), s.product);
@@ -570,6 +574,37 @@ async fn over_https() -> Result<(), http::BenchError> {
         );
     }
     out!("");
+    // Cost rather than capacity: CPU per request below saturation, where
+    // sharing the two cores with h2load does not move the figure.
+    let (rate, secs, tick) = (8000, 4, http::clock_tick());
+    out!("Server CPU time per request at a fixed {rate} requests/s ({secs} s, 16 connections; this process's CPU time over the run divided by the requests, h2load not counted; median of 3 interleaved rounds):\n");
+    out!("| protocol | product | bare | product's serve loop, bare handler | product / bare |");
+    out!("|---|---|---|---|---|");
+    for proto in [Proto::H2, Proto::H1] {
+        let mut runs = [Vec::new(), Vec::new(), Vec::new()];
+        for _ in 0..3 {
+            for (i, addr) in [s.product, s.bare, s.stack].into_iter().enumerate() {
+                let req = body.clone();
+                runs[i].push(
+                    blocking(move || http::cpu_per_request(proto, &req, addr, rate, secs, tick))
+                        .await?,
+                );
+            }
+        }
+        let [p, b, st] = runs.map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        });
+        out!(
+            "| {} | {p:.1} us | {b:.1} us | {st:.1} us | {:.2} |",
+            proto.name(),
+            p / b
+        );
+    }
+    out!("");
+    if cpu_only {
+        return Ok(());
+    }
     let rate = 2000;
     out!("Latency at a fixed rate of {rate} requests/s (4 connections, 5 s after 1 s of warm-up; h2load's per-request log):\n");
     out!("| protocol | server | p50 | p99 | p99.9 | target |");
