@@ -2,7 +2,7 @@
 //! Bad input gets a clear JSON error and the server keeps serving.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::cache::StoreState;
@@ -99,16 +99,59 @@ pub struct ClientCert(pub bool);
 #[derive(Clone)]
 struct Guarded {
     app: AppState,
-    /// Permits for webhook requests being handled ([`Limits::max_in_flight`]).
-    in_flight: Arc<Semaphore>,
+    /// Webhook requests being handled ([`Limits::max_in_flight`]).
+    in_flight: Quota,
     budget: BodyBudget,
     timeout: Duration,
 }
 
 /// Held while a webhook request is handled: its slot and its body's bytes.
 struct Admitted {
-    _slot: OwnedSemaphorePermit,
-    _bytes: Option<OwnedSemaphorePermit>,
+    _slot: Taken,
+    _bytes: Option<Taken>,
+}
+
+/// A count held against a ceiling (requests, body bytes), only ever taken
+/// with a try: past the ceiling the answer is 503, never a queue. So an
+/// atomic is enough; a tokio Semaphore also locks its waiter list on every
+/// release, twice per webhook request.
+#[derive(Clone)]
+struct Quota {
+    used: Arc<AtomicUsize>,
+    max: usize,
+}
+
+/// What is taken from a [`Quota`], given back when dropped.
+struct Taken {
+    used: Arc<AtomicUsize>,
+    n: usize,
+}
+
+impl Quota {
+    fn new(max: usize) -> Self {
+        Quota {
+            used: Arc::default(),
+            max,
+        }
+    }
+
+    fn try_take(&self, n: usize) -> Option<Taken> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                u.checked_add(n).filter(|t| *t <= self.max)
+            })
+            .ok()?;
+        Some(Taken {
+            used: self.used.clone(),
+            n,
+        })
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        self.used.fetch_sub(self.n, Ordering::AcqRel);
+    }
 }
 
 impl Guarded {
@@ -116,7 +159,7 @@ impl Guarded {
     /// only hold more bodies in memory), the client certificate when one is
     /// required, then the body within the size limit and the byte budget.
     async fn admit(&self, req: Request) -> Result<(Bytes, Admitted), Response> {
-        let Ok(slot) = self.in_flight.clone().try_acquire_owned() else {
+        let Some(slot) = self.in_flight.try_take(1) else {
             return Err(json_error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too many requests in flight; try again",
@@ -248,24 +291,20 @@ impl IntoResponse for BadInput {
 
 /// The shared budget of request-body bytes ([`Limits::max_body_bytes_in_flight`]).
 #[derive(Clone)]
-struct BodyBudget(Arc<Semaphore>);
+struct BodyBudget(Quota);
 
 impl BodyBudget {
     /// Extends `held` to cover `want` bytes, or Busy when the budget is spent.
-    fn cover(&self, held: &mut Option<OwnedSemaphorePermit>, want: usize) -> Result<(), BadInput> {
-        let have = held.as_ref().map_or(0, |p| p.num_permits());
+    fn cover(&self, held: &mut Option<Taken>, want: usize) -> Result<(), BadInput> {
+        let have = held.as_ref().map_or(0, |t| t.n);
         if want <= have {
             return Ok(());
         }
-        let more = u32::try_from(want - have).map_err(|_| BadInput::Busy)?;
-        let p = self
-            .0
-            .clone()
-            .try_acquire_many_owned(more)
-            .map_err(|_| BadInput::Busy)?;
+        let mut more = self.0.try_take(want - have).ok_or(BadInput::Busy)?;
         match held {
-            Some(h) => h.merge(p),
-            None => *held = Some(p),
+            // One count given back on drop: the held one now covers both.
+            Some(h) => h.n += std::mem::take(&mut more.n),
+            None => *held = Some(more),
         }
         Ok(())
     }
@@ -280,7 +319,7 @@ async fn read_limited(
     body: Body,
     max: usize,
     budget: &BodyBudget,
-) -> Result<(Bytes, Option<OwnedSemaphorePermit>), BadInput> {
+) -> Result<(Bytes, Option<Taken>), BadInput> {
     let declared = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX);
     let mut held = None;
     if declared <= max {
@@ -391,10 +430,10 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
 
 pub fn router_with_limits(state: AppState, request_timeout: Duration, limits: Limits) -> Router {
     let guarded = Guarded {
-        in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
-        budget: BodyBudget(Arc::new(Semaphore::new(
+        in_flight: Quota::new(limits.max_in_flight),
+        budget: BodyBudget(Quota::new(
             limits.max_body_bytes_in_flight.max(state.max_body),
-        ))),
+        )),
         timeout: request_timeout,
         app: state.clone(),
     };
@@ -580,7 +619,7 @@ mod tests {
     use super::*;
 
     fn budget(bytes: usize) -> BodyBudget {
-        BodyBudget(Arc::new(Semaphore::new(bytes)))
+        BodyBudget(Quota::new(bytes))
     }
 
     /// A body in several chunks and of unknown length (like HTTP/1.1
@@ -615,7 +654,7 @@ mod tests {
 
     async fn read(body: Body, max: usize, bytes: usize) -> Result<(Bytes, usize), BadInput> {
         let (got, held) = read_limited(body, max, &budget(bytes)).await?;
-        Ok((got, held.map_or(0, |p| p.num_permits())))
+        Ok((got, held.map_or(0, |t| t.n)))
     }
 
     #[tokio::test]
@@ -640,6 +679,23 @@ mod tests {
             panic!("one undeclared chunk refused");
         };
         assert_eq!((&got[..], held), (&b"abcdef"[..], 6));
+    }
+
+    #[test]
+    fn a_quota_refuses_past_its_ceiling_and_gets_back_what_is_dropped() {
+        let q = Quota::new(10);
+        let used = || q.used.load(Ordering::Acquire);
+        let a = q.try_take(6);
+        assert!(a.is_some() && q.try_take(5).is_none(), "6 + 5 > 10");
+        assert_eq!(used(), 6, "a refused take holds nothing");
+        let b = BodyBudget(q.clone());
+        let mut held = None;
+        assert!(b.cover(&mut held, 3).is_ok() && b.cover(&mut held, 4).is_ok());
+        assert_eq!((used(), held.as_ref().map(|t| t.n)), (10, Some(4)));
+        assert!(matches!(b.cover(&mut held, 5), Err(BadInput::Busy)));
+        drop(held);
+        drop(a);
+        assert_eq!(used(), 0, "all given back");
     }
 
     #[tokio::test]

@@ -514,8 +514,26 @@ async fn over_https() -> Result<(), http::BenchError> {
         let proto = if p == "h1" { Proto::H1 } else { Proto::H2 };
         let (name, addr) = match std::env::var("BENCH_SERVER").as_deref() {
             Ok("bare") => ("bare", s.bare),
+            Ok("stack") => ("stack", s.stack),
             _ => ("product", s.product),
         };
+        // BENCH_RATE: at that fixed rate instead (CPU per request).
+        if let Some(rate) = std::env::var("BENCH_RATE")
+            .ok()
+            .and_then(|r| r.parse().ok())
+        {
+            let tick = http::clock_tick();
+            for _ in 0..3 {
+                let req = body.clone();
+                let us = blocking(move || http::cpu_per_request(proto, &req, addr, rate, 4, tick))
+                    .await?;
+                out!(
+                    "{name} over {} at {rate}/s: {us:.1} us CPU/request",
+                    proto.name()
+                );
+            }
+            return Ok(());
+        }
         for _ in 0..4 {
             let req = body.clone();
             let r = blocking(move || http::saturation(proto, &req, addr, 4)).await?;

@@ -136,7 +136,7 @@ impl AllowReason {
             AllowReason::NoPdb => "no_pdb",
             AllowReason::SeveralPdbs => "several_pdbs",
             AllowReason::UnhealthyPodPolicy => "unhealthy_pod_policy",
-            AllowReason::BudgetAllows => "budget_allows",
+            AllowReason::BudgetAllows => crate::metrics::BUDGET_ALLOWS,
             AllowReason::BudgetNotSettled => "budget_not_settled",
             AllowReason::NotADeployment => "not_a_deployment",
             AllowReason::OutOfScope => "out_of_scope",

@@ -20,7 +20,7 @@ use kube::{Api, Client};
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::cache::Cache;
-use crate::metrics::{AdmissionLabels, HoldLabel, Metrics, WebhookLabel};
+use crate::metrics::{AdmissionLabels, HoldLabel, Metrics, WebhookLabel, BUDGET_ALLOWS, EVICTIONS};
 use crate::names;
 use crate::pdb::{self, CreatePlan};
 use eviction::{AllowReason, Blocked, Decision, EvictionView, Recount, SurgeState};
@@ -125,24 +125,32 @@ pub struct Webhooks {
 
 impl Webhooks {
     fn observe(&self, webhook: &'static str, started: Instant, decision: &'static str, code: u16) {
-        self.metrics
-            .admission_requests
-            .get_or_create(&AdmissionLabels {
-                webhook,
-                decision,
-                code,
-            })
-            .inc();
-        self.metrics
-            .admission_duration
-            .get_or_create(&WebhookLabel { webhook })
-            .observe(started.elapsed().as_secs_f64());
+        let m = &self.metrics;
+        let secs = started.elapsed().as_secs_f64();
+        if webhook == EVICTIONS {
+            m.evictions_duration.observe(secs);
+        } else {
+            m.admission_duration
+                .get_or_create(&WebhookLabel { webhook })
+                .observe(secs);
+        }
+        if webhook == EVICTIONS && decision == BUDGET_ALLOWS && code == 200 {
+            m.evictions_allowed.inc();
+        } else {
+            m.admission_requests
+                .get_or_create(&AdmissionLabels {
+                    webhook,
+                    decision,
+                    code,
+                })
+                .inc();
+        }
     }
 
     pub async fn evictions(&self, req: EvictionRequest<'_>) -> Answer {
         let started = Instant::now();
         let answer = self.evictions_inner(&req, started).await;
-        self.observe("evictions", started, answer.decision, answer.code);
+        self.observe(EVICTIONS, started, answer.decision, answer.code);
         answer
     }
 
