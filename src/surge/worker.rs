@@ -20,6 +20,7 @@ use crate::events::Events;
 use crate::metrics::{ControllerLabel, Metrics};
 use crate::reconcile::DegradedReasons;
 use crate::surge::apply::{Core, KubeApi, Outcome};
+use crate::surge::clock::SignalClock;
 use crate::surge::plan::{Action, SurgeKind};
 use crate::surge::signals::SignalBook;
 use crate::surge::view::ClusterView;
@@ -41,6 +42,8 @@ pub struct Worker {
     /// Where Events go (shared with the reconciler; never awaited).
     pub events: Events,
     started: std::sync::Mutex<BTreeMap<(String, String), Instant>>,
+    /// The durable signal's timestamps on this replica's clock.
+    clock: std::sync::Mutex<SignalClock>,
 }
 
 impl Worker {
@@ -60,6 +63,7 @@ impl Worker {
             degraded,
             events,
             started: std::sync::Mutex::new(BTreeMap::new()),
+            clock: std::sync::Mutex::default(),
         }
     }
 
@@ -160,6 +164,11 @@ impl Worker {
     /// store) are read only then.
     fn view(&self) -> (ClusterView, bool) {
         let c = &self.cache;
+        let wall_now = k8s_openapi::jiff::Timestamp::now();
+        let mut eas = c.eas.state();
+        if let Ok(mut clock) = self.clock.lock() {
+            clock.localize(&mut eas, wall_now, Instant::now());
+        }
         let mut v = ClusterView {
             deployments: c.deployments.state(),
             hpas: c.hpas.state(),
@@ -174,9 +183,9 @@ impl Worker {
             pods: Vec::new(),
             nodes: c.nodes.state(),
             namespaces: c.namespaces.state(),
-            eas: c.eas.state(),
+            eas,
             behaviour: c.behaviour.clone(),
-            wall_now: Some(k8s_openapi::jiff::Timestamp::now()),
+            wall_now: Some(wall_now),
         };
         let window = c.behaviour.cooldown.max(Duration::from_secs(1)) * 2;
         let signalled = !self.signals.recent(window, Instant::now()).is_empty();

@@ -449,3 +449,46 @@ async fn hpa_retargeted_to_another_kind_mid_surge_is_restored() {
         "the user's retarget is kept"
     );
 }
+
+/// 3. The durable signal carries a time in the future (a replica's clock a
+///    day ahead, or someone editing the EvictionAutoScaler): it counts as a
+///    blocked eviction now, not until that time. The drain over, the surge
+///    is reverted after the cooldown, as for any other signal.
+#[tokio::test]
+async fn last_eviction_in_the_future_does_not_strand_the_surge() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-future").await;
+    let node = "kwok-node-2";
+    create_deployment(&ns, &on_node("fut", 3, node)).await;
+    ready_on(&ns, "fut", 3, node).await;
+    wait_pdb_blocking(&ns, "fut", 3).await;
+
+    let watch = AvailabilityWatcher::start(&ns, "fut");
+    cordon_and_wait_surge(&ns, node, &[("fut", 6)]).await;
+    // A pod that stays: the signal names it, so it would count as displaced
+    // for as long as the signal is fresh.
+    let pod = ready_pods(&ns, "fut")
+        .await
+        .into_iter()
+        .find_map(|p| p.metadata.name)
+        .expect("a Ready pod of fut");
+    let day_ahead =
+        k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_hours(24);
+    let eas = Api::<kube::core::DynamicObject>::namespaced_with(
+        ns.client.clone(),
+        &ns.name,
+        &crate::pdbs::eas_resource(),
+    );
+    let patch = json!({"spec": {"lastEviction": {
+        "podName": pod,
+        "evictionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(day_ahead),
+    }}});
+    eas.patch("fut", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("write a lastEviction a day ahead");
+    uncordon(node);
+
+    assert_settled_at(&ns, "fut", 3, REVERT_TIMEOUT).await;
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+}
