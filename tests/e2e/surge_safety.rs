@@ -483,9 +483,19 @@ async fn last_eviction_in_the_future_does_not_strand_the_surge() {
         "podName": pod,
         "evictionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(day_ahead),
     }}});
-    eas.patch("fut", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("write a lastEviction a day ahead");
+    // The reconciler makes the EvictionAutoScaler beside the PDB, maybe a
+    // moment after it.
+    wait_for(
+        "a lastEviction a day ahead written",
+        Duration::from_secs(30),
+        || async {
+            eas.patch("fut", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
     uncordon(node);
 
     assert_settled_at(&ns, "fut", 3, REVERT_TIMEOUT).await;
