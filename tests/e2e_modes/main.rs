@@ -1,7 +1,8 @@
 //! End-to-end tests that restart or reconfigure the server, so they run one
 //! at a time after the main suite (`make e2e`): opt-out mode, Deployments
 //! that existed before start-up, a SIGKILL during a surge, and leader
-//! election between two replicas.
+//! election between two replicas, and a follower's blocked eviction
+//! reaching the leader.
 
 mod events;
 mod rbac;
@@ -823,4 +824,165 @@ async fn missing_crd_does_not_make_the_controllers_spin() {
         cpu < 0.1 * wall,
         "{cpu:.2} CPU-seconds in {wall:.1}s: spinning"
     );
+}
+
+/// Points the eviction webhook at another replica's port, and back at the
+/// main server's however the test ends.
+struct EvictionsRoutedTo {
+    main: u16,
+}
+
+fn route_evictions(port: u16) {
+    let patch = json!([{"op": "replace", "path": "/webhooks/0/clientConfig/url",
+        "value": format!("https://127.0.0.1:{port}/validate/evictions")}]);
+    kubectl_ok(&[
+        "patch",
+        "validatingwebhookconfiguration",
+        "eviction-autoscaler",
+        "--type=json",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
+
+impl EvictionsRoutedTo {
+    fn port(port: u16, main: u16) -> Self {
+        route_evictions(port);
+        EvictionsRoutedTo { main }
+    }
+}
+
+impl Drop for EvictionsRoutedTo {
+    fn drop(&mut self) {
+        route_evictions(self.main);
+    }
+}
+
+/// A blocked eviction answered by a follower reaches the leader only
+/// through the EvictionAutoScaler's `spec.lastEviction` (behaviour.md
+/// section 4): the eviction webhook goes to the follower alone, the leader
+/// surges, the eviction goes through, and the surge is reverted after the
+/// cooldown. No node is cordoned, so no other signal can start the surge.
+#[tokio::test]
+async fn a_followers_blocked_eviction_surges_through_the_leader() {
+    let _g = nodes_lock().await;
+    let wh = restart_server(&[]);
+    let client = client().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "eviction-autoscaler");
+    let leader = std::fs::read_to_string(wh.state.join("pod_name"))
+        .expect("pod_name")
+        .trim()
+        .to_string();
+    wait_for(
+        "the lease is held by the main server",
+        Duration::from_secs(30),
+        || async {
+            let l = leases.get_opt("eviction-autoscaler").await.ok()??;
+            (l.spec?.holder_identity? == leader).then_some(())
+        },
+    )
+    .await;
+    // The main server's settings (tests/e2e/deploy-local.sh).
+    let (follower, port, log) = wh.spawn_extra(
+        "follower",
+        &[
+            ("PDB_CREATE", "true"),
+            ("ENABLED_BY_DEFAULT", "false"),
+            ("ACTIONED_NAMESPACES", "kube-system,e2e-actioned"),
+            ("COOLDOWN", "5s"),
+            ("RUST_LOG", "info,kube_runtime=warn"),
+        ],
+    );
+    let follower = KillOnDrop(follower);
+    wait_for("the follower ready", Duration::from_secs(30), || async {
+        let out = Command::new("curl")
+            .args(["-sk", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("https://127.0.0.1:{port}/readyz"))
+            .output()
+            .ok()?;
+        (String::from_utf8_lossy(&out.stdout) == "200").then_some(())
+    })
+    .await;
+
+    let ns = TestNs::new("e2e-follower").await;
+    let deps: Api<Deployment> = ns.api();
+    let mut d = deployment("fw", 3, None);
+    if let Some(spec) = d.spec.as_mut() {
+        spec.strategy = Some(DeploymentStrategy {
+            type_: Some("RollingUpdate".into()),
+            rolling_update: Some(RollingUpdateDeployment {
+                max_surge: Some(IntOrString::Int(1)),
+                max_unavailable: Some(IntOrString::Int(0)),
+            }),
+        });
+    }
+    deps.create(&PostParams::default(), &d).await.unwrap();
+    let pods = wait_ready(&ns, "fw", 3).await;
+    wait_pdb(&ns, "fw", "blocking", |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.current_healthy == 3 && s.disruptions_allowed == 0)
+    })
+    .await;
+    let victim = pods[0].metadata.name.clone().expect("pod name");
+
+    let routed = EvictionsRoutedTo::port(port, wh.port);
+    let pod_api: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    let refused = std::cell::Cell::new(0);
+    wait_for(
+        "the eviction allowed once the leader surged",
+        Duration::from_secs(60),
+        || async {
+            match pod_api
+                .evict(&victim, &kube::api::EvictParams::default())
+                .await
+            {
+                Ok(_) => Some(()),
+                Err(_) => {
+                    refused.set(refused.get() + 1);
+                    None
+                }
+            }
+        },
+    )
+    .await;
+    drop(routed);
+    let follower_log = std::fs::read_to_string(&log).unwrap_or_default();
+    // Blocked: answered 429 (the eviction retried), or held until the
+    // leader's surge made room (EVICTION_HOLD).
+    assert!(
+        follower_log.lines().any(|l| l.contains(&victim)
+            && (l.contains("eviction blocked by budget; answered 429")
+                || l.contains("blocked eviction held until there was room; allowed"))),
+        "the follower found the eviction blocked ({} refused):\n{follower_log}",
+        refused.get()
+    );
+    let leader_log = strip_ansi(&wh.log());
+    assert!(
+        leader_log
+            .lines()
+            .any(|l| l.contains("surge") && l.contains(&ns.name) && l.contains("target=4")),
+        "the leader surged fw to 4:\n{leader_log}"
+    );
+    // The follower never led: its log says it did not start the controllers.
+    assert!(
+        leadership_logged(
+            &strip_ansi(&follower_log),
+            true,
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH
+        )
+        .is_none(),
+        "the follower must not have led:\n{follower_log}"
+    );
+    wait_for(
+        "back to exactly 3 without markers",
+        Duration::from_secs(60),
+        || async {
+            let d = deps.get("fw").await.ok()?;
+            let marked = markers_present(d.metadata.annotations.as_ref()) == Some(true);
+            (d.spec?.replicas == Some(3) && !marked).then_some(())
+        },
+    )
+    .await;
+    follower.terminate();
 }
