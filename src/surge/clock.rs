@@ -10,9 +10,11 @@
 //! - a value seen for the first time on an object it did not know (its
 //!   start, a new object) is as old as its timestamp says, never younger
 //!   than 0 (a time in the future is "now");
-//! - a value that replaced another on a known object was written just now
-//!   (a replica writes within [`FRESH`] of the denial), so it is at most
-//!   [`FRESH`] old, whatever its timestamp says;
+//! - a value that replaced another on a known object was written since this
+//!   replica last saw the old one (a replica writes within [`FRESH`] of the
+//!   denial), so it is at most that long ago plus [`FRESH`] old, whatever
+//!   its timestamp says: news when this replica looks every second, its
+//!   own age after a long gap (a replica that did not lead meanwhile);
 //! - from then on it ages on this replica's monotonic clock.
 
 use std::collections::HashMap;
@@ -35,8 +37,9 @@ struct Seen {
     /// When the value was first seen, and its age then.
     at: Instant,
     age_then: Duration,
-    /// The last [`SignalClock::localize`] that saw the object.
+    /// The last [`SignalClock::localize`] that saw the object, and when.
     pass: u64,
+    last_seen: Instant,
 }
 
 /// Per EvictionAutoScaler (by uid: a name used again is a new object), the
@@ -99,8 +102,11 @@ impl SignalClock {
         now: Instant,
     ) -> Option<Duration> {
         let pass = self.pass;
+        let mut since_seen = None;
         if let Some(s) = self.seen.get_mut(key.as_ref()) {
+            since_seen = Some(now.saturating_duration_since(s.last_seen));
             s.pass = pass;
+            s.last_seen = now;
             if s.value == value {
                 return value.map(|_| s.age_then + now.saturating_duration_since(s.at));
             }
@@ -108,11 +114,10 @@ impl SignalClock {
         // A time in the future is read as now.
         let stamped =
             value.map(|t| Duration::try_from(wall_now.duration_since(t)).unwrap_or(Duration::ZERO));
-        let changed = self.seen.contains_key(key.as_ref());
-        let age_then = match stamped {
-            Some(a) if changed => a.min(FRESH),
-            Some(a) => a,
-            None => Duration::ZERO,
+        let age_then = match (stamped, since_seen) {
+            (Some(a), Some(gap)) => a.min(gap + FRESH),
+            (Some(a), None) => a,
+            (None, _) => Duration::ZERO,
         };
         self.seen.insert(
             key.into_owned(),
@@ -121,6 +126,7 @@ impl SignalClock {
                 at: now,
                 age_then,
                 pass,
+                last_seen: now,
             },
         );
         stamped.map(|_| age_then)
@@ -222,8 +228,8 @@ mod tests {
     }
 
     /// A writer's clock ten minutes behind: its new value is news all the
-    /// same (at most FRESH old), while a value already there at start is
-    /// as old as it says.
+    /// same (at most FRESH older than the last look), while a value already
+    /// there at start is as old as it says.
     #[test]
     fn a_new_value_on_a_known_object_is_at_most_fresh_old() {
         let (wall, now) = (Timestamp::now(), Instant::now());
@@ -241,7 +247,8 @@ mod tests {
             wall + secs(1),
             now + Duration::from_secs(1),
         );
-        assert_eq!(t, Some(wall + secs(1) - secs(FRESH.as_secs() as i64)));
+        // Seen 1 s before: written at most 1 s + FRESH ago.
+        assert_eq!(t, Some(wall + secs(1) - secs(1 + FRESH.as_secs() as i64)));
         // A value written on a right clock keeps its own, smaller age.
         let right = wall + secs(1);
         let t = look(
@@ -259,7 +266,37 @@ mod tests {
             wall + secs(2),
             now + Duration::from_secs(2),
         );
-        assert_eq!(t, Some(wall + secs(2) - secs(FRESH.as_secs() as i64)));
+        assert_eq!(t, Some(wall + secs(2) - secs(2 + FRESH.as_secs() as i64)));
+    }
+
+    /// A replica that did not look for an hour (it did not lead) cannot
+    /// tell when a value written meanwhile was written: it reads it at its
+    /// own age, bounded by the gap, not as news.
+    #[test]
+    fn a_value_changed_while_not_looking_is_as_old_as_the_gap_allows() {
+        let (wall, now) = (Timestamp::now(), Instant::now());
+        let mut c = SignalClock::default();
+        assert_eq!(look(&mut c, eas("web", None), wall, now), None);
+        let hour = Duration::from_secs(3_600);
+        let written = wall + secs(60);
+        let t = look(
+            &mut c,
+            eas("web", Some(written)),
+            wall + secs(3_600),
+            now + hour,
+        );
+        assert_eq!(t, Some(written), "an hour-old value is not news");
+        // A clock ten minutes behind, after a 30 s gap: at most 45 s old.
+        let t = look(
+            &mut c,
+            eas("web", Some(wall - secs(600))),
+            wall + secs(3_630),
+            now + hour + Duration::from_secs(30),
+        );
+        assert_eq!(
+            t,
+            Some(wall + secs(3_630) - secs(30 + FRESH.as_secs() as i64))
+        );
     }
 
     #[test]
