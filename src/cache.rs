@@ -663,6 +663,15 @@ impl CacheHealth {
         })
     }
 
+    /// The store named `name` has listed and its watch is working now (not
+    /// even failing within the bound): what it shows is current.
+    pub fn store_current(&self, name: &str) -> bool {
+        self.stores
+            .iter()
+            .filter(|s| s.name == name)
+            .all(|s| s.state(self.stale_after) == StoreState::Fresh)
+    }
+
     pub fn unready(&self) -> Vec<Unready> {
         self.stores
             .iter()
@@ -839,6 +848,12 @@ impl Cache {
     pub fn ready_for(&self, reader: Reader) -> bool {
         matches!(self.keda_state(), KedaState::Absent | KedaState::Synced)
             && self.health.ready_for(reader)
+    }
+
+    /// The EvictionAutoScaler store's watch is working now (see
+    /// [`crate::surge::clock`]).
+    pub fn eas_current(&self) -> bool {
+        self.health.store_current(&EvictionAutoScaler::plural(&()))
     }
 
     /// The pods of `ns`, while the pod store is current; None otherwise.

@@ -20,7 +20,7 @@ use crate::events::Events;
 use crate::metrics::{ControllerLabel, Metrics};
 use crate::reconcile::DegradedReasons;
 use crate::surge::apply::{Core, KubeApi, Outcome};
-use crate::surge::clock::SignalClock;
+use crate::surge::clock::{Look, SignalClock};
 use crate::surge::plan::{Action, SurgeKind};
 use crate::surge::signals::SignalBook;
 use crate::surge::view::ClusterView;
@@ -166,8 +166,15 @@ impl Worker {
         let c = &self.cache;
         let wall_now = k8s_openapi::jiff::Timestamp::now();
         let mut eas = c.eas.state();
+        let window = c.behaviour.cooldown.max(Duration::from_secs(1)) * 2;
         if let Ok(mut clock) = self.clock.lock() {
-            clock.localize(&mut eas, wall_now, Instant::now());
+            let look = Look {
+                wall_now,
+                now: Instant::now(),
+                current: c.eas_current(),
+                window,
+            };
+            clock.localize(&mut eas, look);
         }
         let mut v = ClusterView {
             deployments: c.deployments.state(),
@@ -187,7 +194,6 @@ impl Worker {
             behaviour: c.behaviour.clone(),
             wall_now: Some(wall_now),
         };
-        let window = c.behaviour.cooldown.max(Duration::from_secs(1)) * 2;
         let signalled = !self.signals.recent(window, Instant::now()).is_empty();
         let busy = v.may_need_a_step(signalled, window);
         if busy {

@@ -926,8 +926,38 @@ async fn a_followers_blocked_eviction_surges_through_the_leader() {
     .await;
     let victim = pods[0].metadata.name.clone().expect("pod name");
 
+    // The main server's lines about the victim, dry runs aside.
+    let about_victim = |log: &str| -> Vec<String> {
+        strip_ansi(log)
+            .lines()
+            .filter(|l| l.contains(&victim) && !l.contains("dry_run=true"))
+            .map(str::to_string)
+            .collect()
+    };
     let routed = EvictionsRoutedTo::port(port, wh.port);
     let pod_api: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    // The apiserver takes up the new webhook URL a moment later: dry runs
+    // (which signal nothing) until the follower answers one, so the real
+    // eviction cannot reach the leader.
+    let dry_run = kube::api::EvictParams {
+        post_options: PostParams {
+            dry_run: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    wait_for(
+        "the follower answering the eviction webhook",
+        Duration::from_secs(30),
+        || async {
+            let _ = pod_api.evict(&victim, &dry_run).await;
+            let text = strip_ansi(&std::fs::read_to_string(&log).unwrap_or_default());
+            text.lines()
+                .any(|l| l.contains(&victim) && l.contains("dry_run=true"))
+                .then_some(())
+        },
+    )
+    .await;
     let refused = std::cell::Cell::new(0);
     wait_for(
         "the eviction allowed once the leader surged",
@@ -958,6 +988,11 @@ async fn a_followers_blocked_eviction_surges_through_the_leader() {
         refused.get()
     );
     let leader_log = strip_ansi(&wh.log());
+    assert_eq!(
+        about_victim(&leader_log),
+        Vec::<String>::new(),
+        "the leader never answered the eviction"
+    );
     assert!(
         leader_log
             .lines()
