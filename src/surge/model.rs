@@ -39,7 +39,7 @@ use k8s_openapi::api::policy::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::core::{ApiResource, DynamicObject};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -50,6 +50,7 @@ use crate::config::Behaviour;
 use crate::markers::Markers;
 use crate::names;
 use crate::surge::apply::{ApiError, Core, SurgeApi};
+use crate::surge::clock::{Look, SignalClock};
 use crate::surge::signals::SignalBook;
 use crate::surge::step::{ObjKey, ObjKind};
 use crate::surge::view::ClusterView;
@@ -82,6 +83,9 @@ enum Op {
     /// The same, answered by a follower replica: the leader learns of it
     /// only through the EvictionAutoScaler's `lastEviction`.
     EvictViaFollower(usize),
+    /// The same, by a follower whose clock is a day ahead (true) or ten
+    /// minutes behind (false): the leader ages `lastEviction` on its own clock.
+    EvictViaSkewedFollower(usize, bool),
     PdbDeleteAll,
     /// A user PDB for `web` (replacing ours, as the reconciler steps aside).
     PdbUser(u8),
@@ -143,6 +147,8 @@ struct State {
     last_eviction: BTreeMap<String, (String, Timestamp)>,
     /// The next blocked eviction is answered by a follower.
     via_follower: bool,
+    /// The follower's clock minus the leader's, in seconds.
+    follower_skew: i64,
     faults: Vec<Fault>,
     audits: Vec<Audit>,
     next_pod: u64,
@@ -287,6 +293,7 @@ impl State {
             web_also: None,
             last_eviction: BTreeMap::new(),
             via_follower: false,
+            follower_skew: 0,
             faults: Vec::new(),
             audits: Vec::new(),
             next_pod: 0,
@@ -556,8 +563,13 @@ impl State {
                 } else {
                     // The webhook's 429 and its signal (in scope only).
                     if self.ns_enabled && self.via_follower {
-                        self.last_eviction
-                            .insert(p.dep.clone(), (pod.to_string(), self.wall));
+                        self.last_eviction.insert(
+                            p.dep.clone(),
+                            (
+                                pod.to_string(),
+                                self.wall + SignedDuration::from_secs(self.follower_skew),
+                            ),
+                        );
                     } else if self.ns_enabled {
                         book.record(
                             &Signal {
@@ -892,6 +904,8 @@ struct Run {
     model: Model,
     book: SignalBook,
     core: Core<Model>,
+    /// The worker's ageing of `lastEviction` (src/surge/clock.rs).
+    clock: SignalClock,
     now: Instant,
     passes_writes: Vec<usize>,
 }
@@ -906,6 +920,7 @@ impl Run {
             model,
             book,
             core,
+            clock: SignalClock::default(),
             now,
             passes_writes: Vec::new(),
         }
@@ -930,7 +945,17 @@ impl Run {
     fn pass(&mut self) {
         self.with(State::settle);
         let before = self.with(|s| s.audits.len());
-        let view = self.with(|s| s.view());
+        let mut view = self.with(|s| s.view());
+        // As the worker does before each pass (its store always current here).
+        if let Some(wall_now) = view.wall_now {
+            let look = Look {
+                wall_now,
+                now: self.now,
+                current: true,
+                window: COOLDOWN * 2,
+            };
+            self.clock.localize(&mut view.eas, look);
+        }
         futures::executor::block_on(self.core.pass(view, self.now));
         let after = self.with(|s| s.audits.len());
         self.passes_writes.push(after - before);
@@ -966,6 +991,15 @@ impl Run {
                     s.via_follower = true;
                     s.evict(&p, &book, now);
                     s.via_follower = false;
+                }
+            }),
+            Op::EvictViaSkewedFollower(d, ahead) => self.with(|s| {
+                if let Some(p) = s.pods_of(DEPS[d % 2]).first().cloned() {
+                    s.via_follower = true;
+                    s.follower_skew = if ahead { 86_400 } else { -600 };
+                    s.evict(&p, &book, now);
+                    s.via_follower = false;
+                    s.follower_skew = 0;
                 }
             }),
             Op::PdbDeleteAll => self.with(|s| s.pdbs.clear()),
@@ -1062,6 +1096,7 @@ impl Run {
                 self.core = Core::new(self.model.clone(), SignalBook::default(), self.now, COOLDOWN, None);
                 // A new leader has none of the old one's memory.
                 self.book = self.core.book.clone();
+                self.clock = SignalClock::default();
             }
             Op::Hold(_) => {}
             Op::CrashLoop(d) => self.with(|s| {
@@ -1197,6 +1232,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (0usize..3).prop_map(Op::Drain),
         2 => (0usize..2).prop_map(Op::Evict),
         1 => (0usize..2).prop_map(Op::EvictViaFollower),
+        1 => ((0usize..2), any::<bool>()).prop_map(|(d, a)| Op::EvictViaSkewedFollower(d, a)),
         1 => Just(Op::PdbDeleteAll),
         1 => (0u8..4).prop_map(Op::PdbUser),
         1 => (2i32..7).prop_map(Op::PdbShared),
@@ -1272,6 +1308,20 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 #[test]
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
+        (
+            // A follower's clock a day ahead: its second denial (the first
+            // one made the EvictionAutoScaler, at an age no one can vouch
+            // for) is news, and its surge ends after the cooldown, not in a day.
+            3,
+            1,
+            "25%",
+            vec![
+                Op::EvictViaSkewedFollower(0, true),
+                Op::Tick(1),
+                Op::EvictViaSkewedFollower(0, true),
+                Op::Tick(1),
+            ],
+        ),
         (
             // A user's scale to 0 and then to exactly the surged value of a
             // Deployment raised under a KEDA surge, with its adoption failing.
