@@ -274,7 +274,7 @@ impl<A: SurgeApi> Core<A> {
     /// Plans every candidate Deployment and carries out the writes.
     pub async fn pass(&self, view: ClusterView, now: Instant) -> Vec<Outcome> {
         let cooldown = self.settings.cooldown;
-        let window = cooldown.max(Duration::from_secs(1)) * 2;
+        let window = crate::surge::signals::window(cooldown);
         let mut signalled: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
         for (ns, dep) in self.book.recent(window, now) {
             signalled.entry(ns).or_default().insert(dep);

@@ -133,10 +133,10 @@ impl SignalClock {
         }
         let age_then = value.map_or(Duration::ZERO, |t| {
             let stamped = age_at(look.wall_now, t);
-            let ahead = t.duration_since(look.wall_now);
             match gap {
                 Some(gap) => stamped.min(gap + FRESH),
-                None if ahead > SignedDuration::try_from(FRESH).unwrap_or_default() => EXPIRED,
+                // How far ahead of now `t` is.
+                None if age_at(t, look.wall_now) > FRESH => EXPIRED,
                 None => stamped,
             }
         });

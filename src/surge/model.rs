@@ -952,7 +952,7 @@ impl Run {
                 wall_now,
                 now: self.now,
                 current: true,
-                window: COOLDOWN * 2,
+                window: crate::surge::signals::window(COOLDOWN),
             };
             self.clock.localize(&mut view.eas, look);
         }

@@ -16,6 +16,14 @@ use tokio::sync::{mpsc, Notify};
 use crate::crd::EvictionAutoScaler;
 use crate::webhook::Signal;
 
+/// How far back a signal counts for any decision: twice the cooldown (a
+/// surge's cooldown runs from its last signal; candidates are looked for
+/// over twice that). The planner, the worker's idle check and the ageing of
+/// `lastEviction` (src/surge/clock.rs) must agree on it.
+pub fn window(cooldown: Duration) -> Duration {
+    cooldown.max(Duration::from_secs(1)) * 2
+}
+
 /// How often one EvictionAutoScaler's lastEviction is written at most.
 const DURABLE_EVERY: Duration = Duration::from_secs(5);
 /// How often the signal memory is pruned.

@@ -164,13 +164,13 @@ impl Worker {
     /// store) are read only then.
     fn view(&self) -> (ClusterView, bool) {
         let c = &self.cache;
-        let wall_now = k8s_openapi::jiff::Timestamp::now();
+        let (wall_now, now) = (k8s_openapi::jiff::Timestamp::now(), Instant::now());
         let mut eas = c.eas.state();
-        let window = c.behaviour.cooldown.max(Duration::from_secs(1)) * 2;
+        let window = crate::surge::signals::window(c.behaviour.cooldown);
         if let Ok(mut clock) = self.clock.lock() {
             let look = Look {
                 wall_now,
-                now: Instant::now(),
+                now,
                 current: c.eas_current(),
                 window,
             };
@@ -194,7 +194,7 @@ impl Worker {
             behaviour: c.behaviour.clone(),
             wall_now: Some(wall_now),
         };
-        let signalled = !self.signals.recent(window, Instant::now()).is_empty();
+        let signalled = !self.signals.recent(window, now).is_empty();
         let busy = v.may_need_a_step(signalled, window);
         if busy {
             v.pods = c.pods.state();
