@@ -506,14 +506,9 @@ async fn doctor_checks_the_installation() {
             "{line}:\n{good}"
         );
     }
-    kubectl_ok(&[
-        "patch",
-        "validatingwebhookconfiguration",
-        "eviction-autoscaler",
-        "--type=json",
-        "-p",
+    patch_eviction_webhook(
         r#"[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Fail"}]"#,
-    ]);
+    );
     let out = doctor();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let _ = restart_server(&[]); // re-registers the webhooks as shipped
@@ -832,17 +827,22 @@ struct EvictionsRoutedTo {
     main: u16,
 }
 
-fn route_evictions(port: u16) {
-    let patch = json!([{"op": "replace", "path": "/webhooks/0/clientConfig/url",
-        "value": format!("https://127.0.0.1:{port}/validate/evictions")}]);
+/// A JSON patch of the eviction webhook's configuration.
+fn patch_eviction_webhook(patch: &str) {
     kubectl_ok(&[
         "patch",
         "validatingwebhookconfiguration",
         "eviction-autoscaler",
         "--type=json",
         "-p",
-        &patch.to_string(),
+        patch,
     ]);
+}
+
+fn route_evictions(port: u16) {
+    let patch = json!([{"op": "replace", "path": "/webhooks/0/clientConfig/url",
+        "value": format!("https://127.0.0.1:{port}/validate/evictions")}]);
+    patch_eviction_webhook(&patch.to_string());
 }
 
 impl EvictionsRoutedTo {
@@ -895,12 +895,7 @@ async fn a_followers_blocked_eviction_surges_through_the_leader() {
     );
     let follower = KillOnDrop(follower);
     wait_for("the follower ready", Duration::from_secs(30), || async {
-        let out = Command::new("curl")
-            .args(["-sk", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}"])
-            .arg(format!("https://127.0.0.1:{port}/readyz"))
-            .output()
-            .ok()?;
-        (String::from_utf8_lossy(&out.stdout) == "200").then_some(())
+        (webhook_safety::probe(port, "/readyz").0 == 200).then_some(())
     })
     .await;
 
@@ -918,12 +913,7 @@ async fn a_followers_blocked_eviction_surges_through_the_leader() {
     }
     deps.create(&PostParams::default(), &d).await.unwrap();
     let pods = wait_ready(&ns, "fw", 3).await;
-    wait_pdb(&ns, "fw", "blocking", |p| {
-        p.status
-            .as_ref()
-            .is_some_and(|s| s.current_healthy == 3 && s.disruptions_allowed == 0)
-    })
-    .await;
+    wait_pdb_blocking(&ns, "fw", 3).await;
     let victim = pods[0].metadata.name.clone().expect("pod name");
 
     // The main server's lines about the victim, dry runs aside.

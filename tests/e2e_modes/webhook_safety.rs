@@ -40,7 +40,7 @@ fn restart_apiserver(extra: &[&str]) -> f64 {
 
 /// GET over HTTPS as the kubelet probes: no client certificate, server
 /// certificate not verified. Returns (code, body); 0 means no HTTP answer.
-fn probe(port: u16, path: &str) -> (u16, String) {
+pub(crate) fn probe(port: u16, path: &str) -> (u16, String) {
     let out = Command::new("curl")
         .args(["-sk", "-m", "5", "-w", "\n%{http_code}"])
         .arg(format!("https://127.0.0.1:{port}{path}"))
