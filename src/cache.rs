@@ -1136,7 +1136,12 @@ pub fn start(
         })),
     );
     let deployments = r.reflect::<Deployment>(None, |d| {
+        // Who set the replicas tells an autoscaler's lift from a user's
+        // write (surge::writer); the rest of managedFields goes.
+        crate::surge::writer::keep_replicas_owners(&mut d.metadata);
+        let owners = d.metadata.managed_fields.take();
         strip_meta(&mut d.metadata);
+        d.metadata.managed_fields = owners;
         if let Some(spec) = d.spec.as_mut() {
             // Pod template labels matter (PDB selectors); containers do not.
             spec.template.spec = None;

@@ -94,7 +94,11 @@ pub struct KubeApi(pub Client);
 impl SurgeApi for KubeApi {
     async fn patch(&self, target: &ObjKey, ops: &[Value]) -> Result<(), ApiError> {
         let patch = json_patch(ops.to_vec()).map_err(|e| ApiError::Other(e.to_string()))?;
-        let pp = PatchParams::default();
+        // Our field manager owns what a surge changes (surge::writer).
+        let pp = PatchParams {
+            field_manager: Some(crate::names::MANAGER.into()),
+            ..PatchParams::default()
+        };
         let ns = &target.namespace;
         let name = &target.name;
         let call = async {

@@ -9,3 +9,4 @@ pub mod signals;
 pub mod step;
 pub mod view;
 pub mod worker;
+pub mod writer;

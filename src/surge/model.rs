@@ -54,6 +54,7 @@ use crate::surge::clock::{Look, SignalClock};
 use crate::surge::signals::SignalBook;
 use crate::surge::step::{ObjKey, ObjKind};
 use crate::surge::view::ClusterView;
+use crate::surge::writer::{replicas_entry, AUTOSCALER_MANAGER};
 use crate::webhook::Signal;
 
 const NS: &str = "shop";
@@ -186,6 +187,7 @@ fn deployment(name: &str, replicas: i32, max_surge: &str) -> Deployment {
             name: Some(name.into()),
             namespace: Some(NS.into()),
             uid: Some(format!("uid-{name}")),
+            managed_fields: Some(vec![replicas_entry("kubectl-create", None)]),
             ..Default::default()
         },
         spec: Some(DeploymentSpec {
@@ -248,6 +250,17 @@ fn min_available(v: IntOrString) -> PodDisruptionBudgetSpec {
         min_available: Some(v),
         ..Default::default()
     }
+}
+
+/// Sets a Deployment's replicas as `manager` would with an Update: a change
+/// moves the field's ownership to it (managedFields), a same value does not.
+fn set_replicas(d: &mut Deployment, v: i32, manager: &str, subresource: Option<&str>) {
+    let Some(spec) = d.spec.as_mut() else { return };
+    if spec.replicas == Some(v) {
+        return;
+    }
+    spec.replicas = Some(v);
+    d.metadata.managed_fields = Some(vec![replicas_entry(manager, subresource)]);
 }
 
 fn replicas_of(d: &Deployment) -> i32 {
@@ -474,12 +487,8 @@ impl State {
     fn settle(&mut self) {
         if self.gitops {
             let v = self.user[&(ObjKind::Deployment, "web".to_string())];
-            if let Some(spec) = self
-                .deployments
-                .get_mut("web")
-                .and_then(|d| d.spec.as_mut())
-            {
-                spec.replicas = Some(v);
+            if let Some(d) = self.deployments.get_mut("web") {
+                set_replicas(d, v, "argocd-controller", None);
             }
         }
         self.autoscaler();
@@ -506,12 +515,8 @@ impl State {
         if cur == 0 || cur >= min {
             return;
         }
-        if let Some(spec) = self
-            .deployments
-            .get_mut("web")
-            .and_then(|d| d.spec.as_mut())
-        {
-            spec.replicas = Some(min);
+        if let Some(d) = self.deployments.get_mut("web") {
+            set_replicas(d, min, AUTOSCALER_MANAGER, Some("scale"));
         }
         let theirs = min.min(user_min);
         // Known limit, as with `Fault::Race`: a Deployment lifted back to
@@ -768,8 +773,8 @@ impl State {
         }
         match kind {
             ObjKind::Deployment => {
-                if let Some(spec) = self.deployments.get_mut(name).and_then(|d| d.spec.as_mut()) {
-                    spec.replicas = Some(v);
+                if let Some(d) = self.deployments.get_mut(name) {
+                    set_replicas(d, v, "kubectl", Some("scale"));
                 }
             }
             ObjKind::Hpa => {
@@ -850,6 +855,14 @@ impl SurgeApi for Model {
             .map_err(|e| ApiError::Other(e.to_string()))?;
         let mut after = before.clone();
         json_patch::patch(&mut after, &patch).map_err(|e| ApiError::Conflict(e.to_string()))?;
+        // The apiserver gives the changed replicas to our field manager.
+        if target.kind == ObjKind::Deployment
+            && before.pointer("/spec/replicas") != after.pointer("/spec/replicas")
+        {
+            after["metadata"]["managedFields"] =
+                serde_json::to_value(vec![replicas_entry(names::MANAGER, None)])
+                    .map_err(|e| ApiError::Other(e.to_string()))?;
+        }
         s.store(target, after.clone()).map_err(ApiError::Other)?;
         s.restamp();
         s.audits.push(Audit {
@@ -1415,6 +1428,37 @@ fn regression_histories() {
                 Op::SoAdd(0),
                 Op::UserScale(0, 1),
                 Op::SoRemove,
+            ],
+        ),
+        (
+            // A user's scale to 0 and back up to exactly the raised minimum
+            // of an HPA surge: their value (managedFields say who wrote it),
+            // kept after the surge.
+            1,
+            2,
+            "25%",
+            vec![
+                Op::HpaAdd(3),
+                Op::Cordon(1),
+                Op::UserScale(0, 0),
+                Op::UserScale(0, 4),
+            ],
+        ),
+        (
+            // The same to 1, which the HPA lifts to the raised minimum before
+            // it is seen, and then the HPA goes: back to the HPA's own
+            // minimum, as without the surge.
+            1,
+            1,
+            "25%",
+            vec![
+                Op::Uncordon(0),
+                Op::SoRemove,
+                Op::HpaAdd(3),
+                Op::Cordon(0),
+                Op::UserScale(0, 0),
+                Op::UserScale(0, 1),
+                Op::HpaRemove,
             ],
         ),
     ];

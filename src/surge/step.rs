@@ -48,6 +48,7 @@ use crate::patch::{annotation_ops, escape, guarded_set, version_guard};
 use crate::pdb::matching_pdbs;
 use crate::surge::plan::{self, Action, Applier, PodState, Snapshot};
 use crate::surge::view::{hpa_carrier, hpa_is_kedas, scaled_object_carrier, NsObjects};
+use crate::surge::writer::{replicas_writer, ReplicasWriter};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjKind {
@@ -150,6 +151,8 @@ struct Surgeable<'a> {
     annotations: Option<&'a BTreeMap<String, String>>,
     /// As read: guards the writes that rest on an absence.
     resource_version: Option<&'a str>,
+    /// Who set the value last (Deployments; `Unknown` for autoscalers).
+    writer: ReplicasWriter,
 }
 
 impl Surgeable<'_> {
@@ -267,14 +270,22 @@ enum UnderAutoscaler {
     Other,
 }
 
-/// `pending`: the value a failed adoption saw ([`Facts::pending_on`]).
+/// `raised`: the autoscaler's markers (its minimum raised from
+/// `raised.baseline` to `raised.surged_to`, which the autoscaler lifts the
+/// Deployment to); `pending`: the value a failed adoption saw
+/// ([`Facts::pending_on`]); `writer`: who set the Deployment's value.
 fn under_autoscaler(
     raw: Option<i32>,
     m: Markers,
-    lifted_to: Option<i32>,
+    raised: Option<Markers>,
     pending: Option<Option<i32>>,
+    writer: ReplicasWriter,
 ) -> UnderAutoscaler {
-    let Some(t) = lifted_to else {
+    let Some(Markers {
+        baseline: their_min,
+        surged_to: t,
+    }) = raised
+    else {
         return UnderAutoscaler::Other;
     };
     match pending {
@@ -284,6 +295,20 @@ fn under_autoscaler(
             UnderAutoscaler::Lifted { baseline: v }
         }
         Some(_) => UnderAutoscaler::Other,
+        // Already recorded at the raised minimum: ours.
+        None if raw == Some(t) && m.surged_to == t && m.baseline < t => UnderAutoscaler::Lifted {
+            baseline: m.baseline,
+        },
+        // Someone wrote our number themselves (managedFields): theirs.
+        None if raw == Some(t) && writer == ReplicasWriter::Someone => UnderAutoscaler::Other,
+        // The autoscaler never lifts 0 (scaling disabled): someone set a
+        // value after the recorded 0 that was lifted before it was seen. The
+        // autoscaler's own minimum is what it would hold without the surge.
+        None if raw == Some(t) && m.baseline == 0 && writer == ReplicasWriter::Autoscaler => {
+            UnderAutoscaler::Lifted {
+                baseline: their_min.clamp(1, t),
+            }
+        }
         None if raw == Some(t) && m.baseline < t => UnderAutoscaler::Lifted {
             baseline: m.baseline,
         },
@@ -311,6 +336,7 @@ fn of_deployment<'a>(ns: &str, d: &'a Deployment) -> Surgeable<'a> {
         ceiling: None,
         annotations: d.metadata.annotations.as_ref(),
         resource_version: d.metadata.resource_version.as_deref(),
+        writer: replicas_writer(&d.metadata),
     }
 }
 
@@ -323,6 +349,7 @@ fn of_hpa<'a>(ns: &str, h: &'a HorizontalPodAutoscaler) -> Surgeable<'a> {
         ceiling: h.spec.as_ref().map(|s| s.max_replicas),
         annotations: h.metadata.annotations.as_ref(),
         resource_version: h.metadata.resource_version.as_deref(),
+        writer: ReplicasWriter::Unknown,
     }
 }
 
@@ -343,6 +370,7 @@ fn of_scaled_object<'a>(ns: &str, so: &'a DynamicObject) -> Surgeable<'a> {
         ),
         annotations: so.metadata.annotations.as_ref(),
         resource_version: so.metadata.resource_version.as_deref(),
+        writer: ReplicasWriter::Unknown,
     }
 }
 
@@ -546,12 +574,16 @@ pub fn step(
     };
     let autoscaled = matches!(applier, Applier::Hpa { .. } | Applier::Keda { .. });
     // The minimum we raised, which the autoscaler lifts the Deployment to.
-    let lifted_to = snapshot.markers.filter(|_| autoscaled).map(|m| m.surged_to);
+    let raised = snapshot.markers.filter(|_| autoscaled);
+    let lifted_to = raised.map(|m| m.surged_to);
     let dep_pending = facts.pending_on(&dep_s.key);
     // The Deployment's markers, and how its value stands under them.
-    let dep_state = dep_s
-        .markers()
-        .map(|m| (m, under_autoscaler(dep_s.raw, m, lifted_to, dep_pending)));
+    let dep_state = dep_s.markers().map(|m| {
+        (
+            m,
+            under_autoscaler(dep_s.raw, m, raised, dep_pending, dep_s.writer),
+        )
+    });
     // Someone else changed the replicas of a Deployment marked under an
     // autoscaler: its value is adopted in this step, so the episode is not
     // surged again through the autoscaler for as many displaced pods (a
@@ -682,7 +714,7 @@ pub fn step(
         }
         if !over {
             let state = match o.key.kind {
-                ObjKind::Deployment => under_autoscaler(o.raw, m, lifted_to, seen),
+                ObjKind::Deployment => under_autoscaler(o.raw, m, raised, seen, o.writer),
                 _ => UnderAutoscaler::Other,
             };
             if state == UnderAutoscaler::AtBaseline {
@@ -1030,6 +1062,65 @@ mod tests {
     }
 
     /// The HPA (ours: 2 -> 4) lifted a Deployment whose user's 3 was adopted.
+    /// How a marked Deployment stands under an autoscaler whose minimum we
+    /// raised from 3 to 6, by value, markers, failed adoption and writer.
+    #[test]
+    fn who_wrote_the_raised_minimum_decides_whose_it_is() {
+        use ReplicasWriter::{Autoscaler, Someone, Unknown};
+        use UnderAutoscaler::{AtBaseline, Lifted, Other};
+        let mk = |baseline, surged_to| Markers {
+            baseline,
+            surged_to,
+        };
+        let raised = Some(mk(3, 6));
+        type Case = (
+            Option<i32>,
+            Markers,
+            Option<Option<i32>>,
+            ReplicasWriter,
+            UnderAutoscaler,
+        );
+        #[rustfmt::skip]
+        let cases: Vec<Case> = vec![
+            // Our surge of the Deployment, whoever owns the field.
+            (Some(6), mk(3, 6), None, Unknown, Lifted { baseline: 3 }),
+            (Some(6), mk(3, 6), None, Someone, Lifted { baseline: 3 }),
+            // Lifted by the HPA from a recorded 2 (or no managedFields).
+            (Some(6), mk(2, 2), None, Autoscaler, Lifted { baseline: 2 }),
+            (Some(6), mk(2, 2), None, Unknown, Lifted { baseline: 2 }),
+            // `kubectl scale --replicas=6` over a recorded 2 or 0: theirs.
+            (Some(6), mk(2, 2), None, Someone, Other),
+            (Some(6), mk(0, 0), None, Someone, Other),
+            // Lifted from an unseen value set after a recorded 0: back to
+            // the HPA's own minimum.
+            (Some(6), mk(0, 0), None, Autoscaler, Lifted { baseline: 3 }),
+            (Some(6), mk(0, 0), None, Unknown, Lifted { baseline: 0 }),
+            // A failed adoption of 2, then the lift.
+            (Some(6), mk(3, 6), Some(Some(2)), Autoscaler, Lifted { baseline: 2 }),
+            (Some(6), mk(3, 6), Some(Some(0)), Autoscaler, Other),
+            // Lowered back to the baseline under our minimum.
+            (Some(3), mk(3, 6), None, Someone, AtBaseline),
+            (Some(4), mk(3, 6), None, Someone, Other),
+        ];
+        for (raw, m, pending, writer, want) in cases {
+            assert_eq!(
+                under_autoscaler(raw, m, raised, pending, writer),
+                want,
+                "{raw:?} {m:?} {pending:?} {writer:?}"
+            );
+        }
+        assert_eq!(
+            under_autoscaler(Some(6), mk(0, 0), None, None, Autoscaler),
+            Other,
+            "no autoscaler surge"
+        );
+        // KEDA's minimum 0: the HPA KEDA makes lifts to at least 1.
+        assert_eq!(
+            under_autoscaler(Some(2), mk(0, 0), Some(mk(0, 2)), None, Autoscaler),
+            Lifted { baseline: 1 }
+        );
+    }
+
     fn lifted_world() -> NsObjects {
         let mut h = (*hpa()).clone();
         h.metadata.annotations = ann(Some((2, 4)));

@@ -20,6 +20,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
 
+use eviction_autoscaler::surge::writer::{replicas_writer, ReplicasWriter};
+
 use crate::support::*;
 
 const ENABLE: &str = "eviction-autoscaler.azure.com/enable";
@@ -501,4 +503,86 @@ async fn last_eviction_in_the_future_does_not_strand_the_surge() {
     assert_settled_at(&ns, "fut", 3, REVERT_TIMEOUT).await;
     let min = watch.finish().await;
     assert!(min >= 3, "Ready pods went down to {min}");
+}
+
+/// 4. Under an HPA surge the user scales the Deployment to 0 and then to
+///    exactly the HPA's raised minimum. The value alone looks like the HPA
+///    lifting theirs to our minimum (ours to take back); the Deployment's
+///    managedFields say the user wrote it, so their 6 is kept after the
+///    surge, and the HPA goes back to the user's minimum. First, the premise
+///    on a real control plane: a lift by the HPA is recorded as the HPA
+///    controller's (the product reads it as such).
+#[tokio::test]
+async fn a_users_scale_to_the_raised_minimum_under_an_hpa_surge_is_kept() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-hpauser").await;
+    let node = "kwok-node-1";
+    create_deployment(&ns, &on_node("hu", 1, node)).await;
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa("hu", "hu", 3))
+        .await
+        .expect("create HPA");
+    let deps: Api<Deployment> = ns.api();
+    let lifted = wait_for(
+        "the HPA lifts the Deployment from 1 to its minimum 3",
+        Duration::from_secs(60),
+        || async {
+            let d = deps.get("hu").await.ok()?;
+            (d.spec.as_ref().and_then(|s| s.replicas) == Some(3)).then_some(d)
+        },
+    )
+    .await;
+    assert_eq!(
+        replicas_writer(&lifted.metadata),
+        ReplicasWriter::Autoscaler,
+        "the lift is read as the HPA's: {:?}",
+        lifted.metadata.managed_fields
+    );
+    ready_on(&ns, "hu", 3, node).await;
+    wait_pdb_blocking(&ns, "hu", 3).await;
+
+    cordon_and_wait_surge(&ns, node, &[("hu", 6)]).await;
+    wait_for("the HPA minimum raised to 6", REVERT_TIMEOUT, || async {
+        let h = hpas.get("hu").await.ok()?;
+        (h.spec.as_ref().and_then(|s| s.min_replicas) == Some(6)).then_some(())
+    })
+    .await;
+    let scale = |n: &str| {
+        kubectl_ok(&[
+            "scale",
+            "deployment/hu",
+            "-n",
+            &ns.name,
+            &format!("--replicas={n}"),
+        ]);
+    };
+    scale("0");
+    wait_for("the user's 0 recorded", REVERT_TIMEOUT, || async {
+        let d = deps.get("hu").await.ok()?;
+        let a = d.metadata.annotations?;
+        (a.get(BASELINE_MARKER).map(String::as_str) == Some("0")).then_some(())
+    })
+    .await;
+    scale("6");
+    let d = deps.get("hu").await.expect("Deployment");
+    assert_eq!(
+        replicas_writer(&d.metadata),
+        ReplicasWriter::Someone,
+        "kubectl scale is read as someone's: {:?}",
+        d.metadata.managed_fields
+    );
+    uncordon(node);
+
+    wait_for(
+        "the HPA back at minReplicas 3 without markers",
+        REVERT_TIMEOUT,
+        || async {
+            let h = hpas.get("hu").await.ok()?;
+            (h.spec.as_ref().and_then(|s| s.min_replicas) == Some(3)
+                && markers_present(h.metadata.annotations.as_ref()) == Some(false))
+            .then_some(())
+        },
+    )
+    .await;
+    assert_settled_at(&ns, "hu", 6, REVERT_TIMEOUT).await;
 }

@@ -1,0 +1,206 @@
+//! Who last set a Deployment's `spec.replicas`, read from its managedFields.
+//!
+//! Under an autoscaler surge the Deployment can reach our raised minimum in
+//! two ways: the autoscaler lifts it (a smaller value, ours to take back) or
+//! someone writes that number (theirs, to keep). The value alone cannot tell
+//! them apart; the apiserver's field ownership can: an Update takes
+//! ownership of the fields it changes, and the HPA controller (also the one
+//! behind every KEDA ScaledObject) writes through the scale subresource as
+//! `kube-controller-manager`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+use serde_json::json;
+
+use crate::names;
+
+/// The field manager of the HPA controller.
+pub const AUTOSCALER_MANAGER: &str = "kube-controller-manager";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicasWriter {
+    /// Only the HPA controller owns the value.
+    Autoscaler,
+    /// Some owner is neither the HPA controller nor this product.
+    Someone,
+    /// Only this product, or nothing recorded (managedFields stripped or
+    /// never written): no evidence either way.
+    Unknown,
+}
+
+fn owns_replicas(e: &ManagedFieldsEntry) -> bool {
+    e.fields_v1.as_ref().is_some_and(|f| {
+        f.0.get("f:spec")
+            .and_then(|s| s.get("f:replicas"))
+            .is_some()
+    })
+}
+
+fn is_autoscaler(e: &ManagedFieldsEntry) -> bool {
+    e.manager.as_deref() == Some(AUTOSCALER_MANAGER) && e.subresource.as_deref() == Some("scale")
+}
+
+pub fn replicas_writer(meta: &ObjectMeta) -> ReplicasWriter {
+    let owners: Vec<&ManagedFieldsEntry> = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| owns_replicas(e))
+        .collect();
+    if owners.is_empty() {
+        ReplicasWriter::Unknown
+    } else if owners.iter().all(|e| is_autoscaler(e)) {
+        ReplicasWriter::Autoscaler
+    } else if owners
+        .iter()
+        .any(|e| !is_autoscaler(e) && e.manager.as_deref() != Some(names::MANAGER))
+    {
+        ReplicasWriter::Someone
+    } else {
+        ReplicasWriter::Unknown
+    }
+}
+
+/// What the caches keep of a Deployment's managedFields: the owners of
+/// `spec.replicas` (manager, operation, subresource), nothing else.
+pub fn keep_replicas_owners(meta: &mut ObjectMeta) {
+    let Some(entries) = meta.managed_fields.take() else {
+        return;
+    };
+    let kept: Vec<ManagedFieldsEntry> = entries
+        .into_iter()
+        .filter(owns_replicas)
+        .map(|e| ManagedFieldsEntry {
+            fields_type: e.fields_type,
+            fields_v1: Some(replicas_only()),
+            manager: e.manager,
+            operation: e.operation,
+            subresource: e.subresource,
+            api_version: None,
+            time: None,
+        })
+        .collect();
+    meta.managed_fields = (!kept.is_empty()).then_some(kept);
+}
+
+fn replicas_only() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1 {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(json!({"f:spec": {"f:replicas": {}}}))
+}
+
+/// A managedFields entry owning `spec.replicas` (tests and the model).
+#[cfg(test)]
+pub fn replicas_entry(manager: &str, subresource: Option<&str>) -> ManagedFieldsEntry {
+    ManagedFieldsEntry {
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(replicas_only()),
+        manager: Some(manager.into()),
+        operation: Some("Update".into()),
+        subresource: subresource.map(str::to_string),
+        api_version: Some("apps/v1".into()),
+        time: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn entry(manager: &str, sub: Option<&str>, fields: Value) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                fields,
+            )),
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            subresource: sub.map(str::to_string),
+            api_version: Some("apps/v1".into()),
+            time: None,
+        }
+    }
+
+    fn meta(entries: Vec<ManagedFieldsEntry>) -> ObjectMeta {
+        ObjectMeta {
+            managed_fields: Some(entries),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn the_owner_of_replicas_decides() {
+        let replicas = json!({"f:spec": {"f:replicas": {}}});
+        let labels = json!({"f:metadata": {"f:labels": {}}, "f:spec": {"f:template": {}}});
+        let cases = [
+            // The HPA lifted it; the creator owns the rest of the object.
+            (
+                vec![
+                    entry("kubectl-create", None, labels.clone()),
+                    entry(AUTOSCALER_MANAGER, Some("scale"), replicas.clone()),
+                ],
+                ReplicasWriter::Autoscaler,
+            ),
+            // `kubectl scale`.
+            (
+                vec![
+                    entry(AUTOSCALER_MANAGER, Some("scale"), labels.clone()),
+                    entry("kubectl", Some("scale"), replicas.clone()),
+                ],
+                ReplicasWriter::Someone,
+            ),
+            // The controller manager, but not through the scale subresource.
+            (
+                vec![entry(AUTOSCALER_MANAGER, None, replicas.clone())],
+                ReplicasWriter::Someone,
+            ),
+            // A GitOps apply sharing the value with the HPA.
+            (
+                vec![
+                    entry(AUTOSCALER_MANAGER, Some("scale"), replicas.clone()),
+                    entry("argocd-controller", None, replicas.clone()),
+                ],
+                ReplicasWriter::Someone,
+            ),
+            (
+                vec![entry(names::MANAGER, None, replicas.clone())],
+                ReplicasWriter::Unknown,
+            ),
+            (
+                vec![entry("kubectl-create", None, labels)],
+                ReplicasWriter::Unknown,
+            ),
+            (vec![], ReplicasWriter::Unknown),
+        ];
+        for (entries, want) in cases {
+            assert_eq!(replicas_writer(&meta(entries.clone())), want, "{entries:?}");
+        }
+        assert_eq!(
+            replicas_writer(&ObjectMeta::default()),
+            ReplicasWriter::Unknown
+        );
+    }
+
+    #[test]
+    fn the_cache_keeps_only_the_owners_of_replicas() {
+        let mut m = meta(vec![
+            entry(
+                "kubectl-create",
+                None,
+                json!({"f:metadata": {"f:labels": {}}, "f:spec": {"f:template": {}}}),
+            ),
+            entry(
+                AUTOSCALER_MANAGER,
+                Some("scale"),
+                json!({"f:spec": {"f:replicas": {}}}),
+            ),
+        ]);
+        keep_replicas_owners(&mut m);
+        let kept = m.managed_fields.clone().unwrap_or_default();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].manager.as_deref(), Some(AUTOSCALER_MANAGER));
+        assert_eq!(kept[0].time, None);
+        assert_eq!(replicas_writer(&m), ReplicasWriter::Autoscaler);
+        let mut none = meta(vec![entry("kubectl-create", None, json!({"f:spec": {}}))]);
+        keep_replicas_owners(&mut none);
+        assert_eq!(none.managed_fields, None);
+    }
+}
