@@ -301,14 +301,21 @@ fn under_autoscaler(
         },
         // Someone wrote our number themselves (managedFields): theirs.
         None if raw == Some(t) && writer == ReplicasWriter::Someone => UnderAutoscaler::Other,
-        // The autoscaler never lifts 0 (scaling disabled): someone set a
-        // value after the recorded 0 that was lifted before it was seen. The
-        // autoscaler's own minimum is what it would hold without the surge.
-        None if raw == Some(t) && m.baseline == 0 && writer == ReplicasWriter::Autoscaler => {
-            UnderAutoscaler::Lifted {
-                baseline: their_min.clamp(1, t),
-            }
+        // The autoscaler lifted it: from the recorded value if it lifts
+        // that; else someone set a value after the recorded one that was
+        // lifted before it was seen (the autoscaler never lifts 0, nor
+        // lowers a value above its minimum), and the autoscaler's own
+        // minimum is what it would hold without the surge.
+        None if raw == Some(t) && writer == ReplicasWriter::Autoscaler => {
+            let from = if m.baseline > 0 && m.baseline < t {
+                m.baseline
+            } else {
+                their_min
+            };
+            let baseline = from.max(their_min).max(1).min(t);
+            UnderAutoscaler::Lifted { baseline }
         }
+        // No record of who: as the autoscaler's, from the recorded value.
         None if raw == Some(t) && m.baseline < t => UnderAutoscaler::Lifted {
             baseline: m.baseline,
         },
@@ -1085,16 +1092,20 @@ mod tests {
             // Our surge of the Deployment, whoever owns the field.
             (Some(6), mk(3, 6), None, Unknown, Lifted { baseline: 3 }),
             (Some(6), mk(3, 6), None, Someone, Lifted { baseline: 3 }),
-            // Lifted by the HPA from a recorded 2 (or no managedFields).
-            (Some(6), mk(2, 2), None, Autoscaler, Lifted { baseline: 2 }),
+            // Lifted by the HPA from a recorded 4 or 2: where the HPA would
+            // hold it without the surge (with no managedFields, as recorded).
+            (Some(6), mk(4, 4), None, Autoscaler, Lifted { baseline: 4 }),
+            (Some(6), mk(2, 2), None, Autoscaler, Lifted { baseline: 3 }),
             (Some(6), mk(2, 2), None, Unknown, Lifted { baseline: 2 }),
             // `kubectl scale --replicas=6` over a recorded 2 or 0: theirs.
             (Some(6), mk(2, 2), None, Someone, Other),
             (Some(6), mk(0, 0), None, Someone, Other),
-            // Lifted from an unseen value set after a recorded 0: back to
-            // the HPA's own minimum.
+            // Lifted from an unseen value set after a recorded 0 or 7 (the
+            // HPA lifts neither): back to the HPA's own minimum.
             (Some(6), mk(0, 0), None, Autoscaler, Lifted { baseline: 3 }),
+            (Some(6), mk(7, 7), None, Autoscaler, Lifted { baseline: 3 }),
             (Some(6), mk(0, 0), None, Unknown, Lifted { baseline: 0 }),
+            (Some(6), mk(7, 7), None, Unknown, Other),
             // A failed adoption of 2, then the lift.
             (Some(6), mk(3, 6), Some(Some(2)), Autoscaler, Lifted { baseline: 2 }),
             (Some(6), mk(3, 6), Some(Some(0)), Autoscaler, Other),

@@ -14,6 +14,8 @@ use crate::support::*;
 use crate::user_pdb;
 
 const HOLDS: &str = "eviction_autoscaler_eviction_holds_total";
+/// Evictions held now (a gauge).
+const HELD_NOW: &str = "eviction_autoscaler_evictions_held";
 
 /// The same drain twice, one node holding 3 pods of a Deployment with
 /// maxSurge 100%: first under a budget that never blocks (the drain's own
@@ -85,7 +87,27 @@ async fn a_blocked_drain_is_held_until_the_surge_makes_room() {
 
     let allowed_before = wh.metric_sum(HOLDS, &["outcome=\"allowed\""]);
     let watcher = AvailabilityWatcher::start(&ns, "holdweb");
-    let held = drain_node(node, "app=holdweb", &[]).await;
+    // The drain's cordon alone starts the surge; were kubectl slow to send
+    // its evictions (a loaded machine), the surge's pods would be Ready
+    // before them and nothing would be blocked. The other nodes are tainted
+    // until an eviction is held, so the evictions always meet a budget that
+    // blocks (the figure includes the wait for that, about 0.1 s).
+    let others: Vec<&str> = NODE_NAMES.iter().copied().filter(|n| *n != node).collect();
+    let taint = format!("{LATER_TAINT}=1:NoSchedule");
+    for n in &others {
+        kubectl_ok(&["taint", "node", n, &taint]);
+    }
+    let drain = tokio::spawn(drain_node(node, "app=holdweb", &[]));
+    wait_for(
+        "an eviction held by the webhook",
+        Duration::from_secs(60),
+        || async { (wh.metric_sum(HELD_NOW, &[]) >= 1.0).then_some(()) },
+    )
+    .await;
+    for n in &others {
+        kubectl_ok(&["taint", "node", n, &format!("{LATER_TAINT}-")]);
+    }
+    let held = drain.await.expect("drain task");
     uncordon(node);
     let min_ready = watcher.finish().await;
     assert!(held.ok, "drain failed:\n{}", held.output);
