@@ -98,7 +98,10 @@ enum Op {
     HpaRemove,
     SoAdd(i32),
     SoRemove,
+    /// `kubectl scale` (the scale subresource).
     UserScale(usize, i32),
+    /// `kubectl patch` of the Deployment's replicas.
+    UserPatch(usize, i32),
     UserHpaMin(i32),
     UserSoMin(i32),
     GitOps(bool),
@@ -252,15 +255,38 @@ fn min_available(v: IntOrString) -> PodDisruptionBudgetSpec {
     }
 }
 
-/// Sets a Deployment's replicas as `manager` would with an Update: a change
-/// moves the field's ownership to it (managedFields), a same value does not.
+/// Sets a Deployment's replicas as `manager` would with an Update, through
+/// the scale subresource or not, with the managedFields a real apiserver
+/// (1.34) records: a change moves the field's ownership to the writer, a
+/// same value changes nothing; through the scale subresource, only if
+/// someone owns the field already, and a scale to 0 leaves no owner.
 fn set_replicas(d: &mut Deployment, v: i32, manager: &str, subresource: Option<&str>) {
     let Some(spec) = d.spec.as_mut() else { return };
     if spec.replicas == Some(v) {
         return;
     }
     spec.replicas = Some(v);
-    d.metadata.managed_fields = Some(vec![replicas_entry(manager, subresource)]);
+    let owned = d
+        .metadata
+        .managed_fields
+        .as_ref()
+        .is_some_and(|m| !m.is_empty());
+    d.metadata.managed_fields = match subresource {
+        Some("scale") if v == 0 || !owned => None,
+        _ => Some(vec![replicas_entry(manager, subresource)]),
+    };
+}
+
+/// Where an autoscaler lift goes back to (`step::under_autoscaler`): the
+/// recorded value if the autoscaler lifts it, else its own minimum; at
+/// least that minimum.
+fn lift_estimate(recorded: i32, user_min: i32, min: i32) -> i32 {
+    let from = if recorded > 0 && recorded < min {
+        recorded
+    } else {
+        user_min
+    };
+    from.max(user_min).max(1).min(min)
 }
 
 fn replicas_of(d: &Deployment) -> i32 {
@@ -501,16 +527,24 @@ impl State {
     /// Deployment to the minimum when below it, and leaves a Deployment
     /// scaled to 0 alone (autoscaling disabled). A raise that the user's own
     /// minimum makes is theirs: the expected end state follows it.
-    fn autoscaler(&mut self) {
+    /// The minimum `web`'s autoscaler lifts it to now, and its user's
+    /// minimum (at least 1: KEDA's HPA lifts to 1 at least).
+    fn autoscaler_mins(&self) -> Option<(i32, i32)> {
         let (min, user_min) = match (&self.hpa, &self.so) {
             (Some(h), None) => (hpa_min(h), self.user.get(&(ObjKind::Hpa, "web".into()))),
             (None, Some(so)) => (
                 so_min(so).max(1),
                 self.user.get(&(ObjKind::ScaledObject, "web".into())),
             ),
-            _ => return,
+            _ => return None,
         };
-        let user_min = user_min.copied().unwrap_or(min).max(1);
+        Some((min, user_min.copied().unwrap_or(min).max(1)))
+    }
+
+    fn autoscaler(&mut self) {
+        let Some((min, user_min)) = self.autoscaler_mins() else {
+            return;
+        };
         let cur = self.dep_value("web");
         if cur == 0 || cur >= min {
             return;
@@ -546,12 +580,7 @@ impl State {
             .and_then(|d| Markers::from_annotations(d.metadata.annotations.as_ref()))
             .filter(|m| m.surged_to != min);
         if let Some(m) = recorded {
-            let from = if m.baseline > 0 && m.baseline < min {
-                m.baseline
-            } else {
-                user_min
-            };
-            let estimate = from.max(user_min).min(min);
+            let estimate = lift_estimate(m.baseline, user_min, min);
             if estimate != *want {
                 self.web_also = Some(estimate);
             }
@@ -778,10 +807,11 @@ impl State {
         Ok(())
     }
 
-    /// Someone else sets a value (a user, GitOps, a race). Setting the value
-    /// already there changes nothing on a real apiserver (not even
+    /// Someone else sets a value (a user, GitOps, a race); a Deployment's
+    /// through the scale subresource (`kubectl scale`) or not. Setting the
+    /// value already there changes nothing on a real apiserver (not even
     /// managedFields), so it is no new intent either.
-    fn set_by_user(&mut self, kind: ObjKind, name: &str, v: i32) {
+    fn set_by_user(&mut self, kind: ObjKind, name: &str, v: i32, scale: bool) {
         let current = match kind {
             ObjKind::Deployment => self.deployments.get(name).map(replicas_of),
             ObjKind::Hpa => self.hpa.as_ref().map(hpa_min),
@@ -793,7 +823,11 @@ impl State {
         match kind {
             ObjKind::Deployment => {
                 if let Some(d) = self.deployments.get_mut(name) {
-                    set_replicas(d, v, "kubectl", Some("scale"));
+                    if scale {
+                        set_replicas(d, v, "kubectl", Some("scale"));
+                    } else {
+                        set_replicas(d, v, "kubectl-patch", None);
+                    }
                 }
             }
             ObjKind::Hpa => {
@@ -809,6 +843,21 @@ impl State {
         }
         if kind == ObjKind::Deployment && name == "web" {
             self.web_also = None;
+            // Known limit: `web` set to exactly its autoscaler's raised
+            // minimum with no owner recorded (the scale subresource's gap,
+            // surge::writer) is read as the autoscaler's lift, which goes
+            // back to where the autoscaler would hold the recorded value.
+            let d = &self.deployments["web"];
+            let unowned = d.metadata.managed_fields.is_none();
+            let recorded = Markers::from_annotations(d.metadata.annotations.as_ref())
+                .filter(|m| m.surged_to != v);
+            if let (true, Some(m), Some((min, user_min))) =
+                (unowned, recorded, self.autoscaler_mins())
+            {
+                if min == v && v > 0 {
+                    self.web_also = Some(lift_estimate(m.baseline, user_min, min));
+                }
+            }
         }
         self.user.insert((kind, name.to_string()), v);
     }
@@ -864,7 +913,7 @@ impl SurgeApi for Model {
                 .and_then(|o| markers_of(&o))
                 .map(|m| m.surged_to);
             let v = if ours == Some(v) { v + 1 } else { v };
-            s.set_by_user(target.kind, &target.name, v);
+            s.set_by_user(target.kind, &target.name, v, false);
             s.restamp();
         }
         let Some(before) = s.object(target) else {
@@ -1111,15 +1160,20 @@ impl Run {
                 s.so = None;
                 s.user.remove(&(ObjKind::ScaledObject, "web".into()));
             }),
-            Op::UserScale(d, v) => self.with(|s| s.set_by_user(ObjKind::Deployment, DEPS[d % 2], v)),
+            Op::UserScale(d, v) => {
+                self.with(|s| s.set_by_user(ObjKind::Deployment, DEPS[d % 2], v, true))
+            }
+            Op::UserPatch(d, v) => {
+                self.with(|s| s.set_by_user(ObjKind::Deployment, DEPS[d % 2], v, false))
+            }
             Op::UserHpaMin(v) => self.with(|s| {
                 if s.hpa.is_some() {
-                    s.set_by_user(ObjKind::Hpa, "web", v);
+                    s.set_by_user(ObjKind::Hpa, "web", v, false);
                 }
             }),
             Op::UserSoMin(v) => self.with(|s| {
                 if s.so.is_some() {
-                    s.set_by_user(ObjKind::ScaledObject, "web", v);
+                    s.set_by_user(ObjKind::ScaledObject, "web", v, false);
                 }
             }),
             Op::GitOps(on) => self.with(|s| s.gitops = on),
@@ -1285,6 +1339,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0i32..4).prop_map(Op::SoAdd),
         1 => Just(Op::SoRemove),
         2 => ((0usize..2), (0i32..7)).prop_map(|(d, v)| Op::UserScale(d, v)),
+        1 => ((0usize..2), (0i32..7)).prop_map(|(d, v)| Op::UserPatch(d, v)),
         1 => (1i32..6).prop_map(Op::UserHpaMin),
         1 => (0i32..6).prop_map(Op::UserSoMin),
         1 => any::<bool>().prop_map(Op::GitOps),
@@ -1460,9 +1515,23 @@ fn regression_histories() {
             ],
         ),
         (
-            // A user's scale to 0 and back up to exactly the raised minimum
-            // of an HPA surge: their value (managedFields say who wrote it),
-            // kept after the surge.
+            // A user's scale to 0 and a patch back up to exactly the raised
+            // minimum of an HPA surge: their value (managedFields say who
+            // wrote it), kept after the surge.
+            1,
+            2,
+            "25%",
+            vec![
+                Op::HpaAdd(3),
+                Op::Cordon(1),
+                Op::UserScale(0, 0),
+                Op::UserPatch(0, 4),
+            ],
+        ),
+        (
+            // The same with `kubectl scale`, which records no owner after a
+            // 0: read as the HPA's lift (the known limit), back to the
+            // HPA's own minimum, 3.
             1,
             2,
             "25%",

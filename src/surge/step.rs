@@ -295,30 +295,36 @@ fn under_autoscaler(
             UnderAutoscaler::Lifted { baseline: v }
         }
         Some(_) => UnderAutoscaler::Other,
-        // Already recorded at the raised minimum: ours.
-        None if raw == Some(t) && m.surged_to == t && m.baseline < t => UnderAutoscaler::Lifted {
-            baseline: m.baseline,
-        },
+        // Already recorded at the raised minimum: ours (a surge), or theirs
+        // (an adoption of that number).
+        None if raw == Some(t) && m.surged_to == t => {
+            if m.baseline < t {
+                UnderAutoscaler::Lifted {
+                    baseline: m.baseline,
+                }
+            } else {
+                UnderAutoscaler::Other
+            }
+        }
         // Someone wrote our number themselves (managedFields): theirs.
         None if raw == Some(t) && writer == ReplicasWriter::Someone => UnderAutoscaler::Other,
-        // The autoscaler lifted it: from the recorded value if it lifts
-        // that; else someone set a value after the recorded one that was
-        // lifted before it was seen (the autoscaler never lifts 0, nor
-        // lowers a value above its minimum), and the autoscaler's own
-        // minimum is what it would hold without the surge.
-        None if raw == Some(t) && writer == ReplicasWriter::Autoscaler => {
+        // The autoscaler lifted it, or no one is recorded (a scale through
+        // the scale subresource after a 0 records no owner): a lift, which
+        // goes back to where the autoscaler would hold the value without
+        // the surge. Taken for someone's value instead, the surge would
+        // stay forever. From a value it would not lift (0, or one above our
+        // minimum), someone set a value after the recorded one that was
+        // lifted before it was seen: the autoscaler's own minimum.
+        None if raw == Some(t) => {
             let from = if m.baseline > 0 && m.baseline < t {
                 m.baseline
             } else {
                 their_min
             };
-            let baseline = from.max(their_min).max(1).min(t);
-            UnderAutoscaler::Lifted { baseline }
+            UnderAutoscaler::Lifted {
+                baseline: from.max(their_min).max(1).min(t),
+            }
         }
-        // No record of who: as the autoscaler's, from the recorded value.
-        None if raw == Some(t) && m.baseline < t => UnderAutoscaler::Lifted {
-            baseline: m.baseline,
-        },
         None if m.surged_to == t && raw == Some(m.baseline) && m.baseline < t => {
             UnderAutoscaler::AtBaseline
         }
@@ -1093,10 +1099,12 @@ mod tests {
             (Some(6), mk(3, 6), None, Unknown, Lifted { baseline: 3 }),
             (Some(6), mk(3, 6), None, Someone, Lifted { baseline: 3 }),
             // Lifted by the HPA from a recorded 4 or 2: where the HPA would
-            // hold it without the surge (with no managedFields, as recorded).
+            // hold it without the surge (also with no owner recorded).
             (Some(6), mk(4, 4), None, Autoscaler, Lifted { baseline: 4 }),
             (Some(6), mk(2, 2), None, Autoscaler, Lifted { baseline: 3 }),
-            (Some(6), mk(2, 2), None, Unknown, Lifted { baseline: 2 }),
+            (Some(6), mk(2, 2), None, Unknown, Lifted { baseline: 3 }),
+            // An adopted 6 stays theirs.
+            (Some(6), mk(6, 6), None, Autoscaler, Other),
             // `kubectl scale --replicas=6` over a recorded 2 or 0: theirs.
             (Some(6), mk(2, 2), None, Someone, Other),
             (Some(6), mk(0, 0), None, Someone, Other),
@@ -1104,8 +1112,8 @@ mod tests {
             // HPA lifts neither): back to the HPA's own minimum.
             (Some(6), mk(0, 0), None, Autoscaler, Lifted { baseline: 3 }),
             (Some(6), mk(7, 7), None, Autoscaler, Lifted { baseline: 3 }),
-            (Some(6), mk(0, 0), None, Unknown, Lifted { baseline: 0 }),
-            (Some(6), mk(7, 7), None, Unknown, Other),
+            (Some(6), mk(0, 0), None, Unknown, Lifted { baseline: 3 }),
+            (Some(6), mk(7, 7), None, Unknown, Lifted { baseline: 3 }),
             // A failed adoption of 2, then the lift.
             (Some(6), mk(3, 6), Some(Some(2)), Autoscaler, Lifted { baseline: 2 }),
             (Some(6), mk(3, 6), Some(Some(0)), Autoscaler, Other),

@@ -7,6 +7,14 @@
 //! ownership of the fields it changes, and the HPA controller (also the one
 //! behind every KEDA ScaledObject) writes through the scale subresource as
 //! `kube-controller-manager`.
+//!
+//! One gap, seen on a real apiserver (1.34): a write through the scale
+//! subresource records an owner only if someone owns `spec.replicas`
+//! already, and a scale to 0 leaves no owner (the Scale's `replicas` is
+//! omitted when 0). After a `kubectl scale --replicas=0`, neither the user's
+//! next `kubectl scale` nor the HPA's lift is recorded until someone writes
+//! the replicas through the Deployment itself (`kubectl patch`, `apply`,
+//! `edit`, GitOps, or a surge of ours).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use serde_json::json;
@@ -22,8 +30,8 @@ pub enum ReplicasWriter {
     Autoscaler,
     /// Some owner is neither the HPA controller nor this product.
     Someone,
-    /// Only this product, or nothing recorded (managedFields stripped or
-    /// never written): no evidence either way.
+    /// Only this product, or nothing recorded (managedFields stripped, or
+    /// the gap above): no evidence either way.
     Unknown,
 }
 

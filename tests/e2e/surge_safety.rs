@@ -505,13 +505,15 @@ async fn last_eviction_in_the_future_does_not_strand_the_surge() {
     assert!(min >= 3, "Ready pods went down to {min}");
 }
 
-/// 4. Under an HPA surge the user scales the Deployment to 0 and then to
-///    exactly the HPA's raised minimum. The value alone looks like the HPA
-///    lifting theirs to our minimum (ours to take back); the Deployment's
-///    managedFields say the user wrote it, so their 6 is kept after the
-///    surge, and the HPA goes back to the user's minimum. First, the premise
-///    on a real control plane: a lift by the HPA is recorded as the HPA
-///    controller's (the product reads it as such).
+/// 4. Under an HPA surge the user scales the Deployment to 0 and then
+///    patches it to exactly the HPA's raised minimum. The value alone looks
+///    like the HPA lifting theirs to our minimum (ours to take back); the
+///    Deployment's managedFields say the user wrote it, so their 6 is kept
+///    after the surge, and the HPA goes back to the user's minimum. First,
+///    the premise on a real control plane: a lift by the HPA is recorded as
+///    the HPA controller's. (`kubectl scale` to 6 would not do: after a
+///    scale to 0 the apiserver records no owner for scale writes, see
+///    surge::writer, and the product then takes the 6 for a lift.)
 #[tokio::test]
 async fn a_users_scale_to_the_raised_minimum_under_an_hpa_surge_is_kept() {
     let _nodes = nodes_lock().await;
@@ -547,28 +549,27 @@ async fn a_users_scale_to_the_raised_minimum_under_an_hpa_surge_is_kept() {
         (h.spec.as_ref().and_then(|s| s.min_replicas) == Some(6)).then_some(())
     })
     .await;
-    let scale = |n: &str| {
-        kubectl_ok(&[
-            "scale",
-            "deployment/hu",
-            "-n",
-            &ns.name,
-            &format!("--replicas={n}"),
-        ]);
-    };
-    scale("0");
+    kubectl_ok(&["scale", "deployment/hu", "-n", &ns.name, "--replicas=0"]);
     wait_for("the user's 0 recorded", REVERT_TIMEOUT, || async {
         let d = deps.get("hu").await.ok()?;
         let a = d.metadata.annotations?;
         (a.get(BASELINE_MARKER).map(String::as_str) == Some("0")).then_some(())
     })
     .await;
-    scale("6");
+    kubectl_ok(&[
+        "patch",
+        "deployment/hu",
+        "-n",
+        &ns.name,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":6}}"#,
+    ]);
     let d = deps.get("hu").await.expect("Deployment");
     assert_eq!(
         replicas_writer(&d.metadata),
         ReplicasWriter::Someone,
-        "kubectl scale is read as someone's: {:?}",
+        "kubectl patch is read as someone's: {:?}",
         d.metadata.managed_fields
     );
     uncordon(node);
