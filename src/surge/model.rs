@@ -555,7 +555,8 @@ impl State {
         let theirs = min.min(user_min);
         // Known limit, as with `Fault::Race`: a Deployment lifted back to
         // exactly our surged number before we saw someone's change looks
-        // like our value, and the surge's revert goes back to its baseline.
+        // like our value, and the surge's revert goes back to its baseline
+        // (also when that number is the autoscaler's own minimum).
         let ours = self
             .deployments
             .get("web")
@@ -568,7 +569,7 @@ impl State {
         if theirs > *want {
             *want = theirs;
         }
-        if let Some(m) = ours.filter(|m| m.surged_to != *want) {
+        if let Some(m) = ours {
             self.web_also = Some(m.baseline);
         }
         // Also a known limit: a value lifted before it is seen is lost; the
@@ -1293,7 +1294,8 @@ impl Run {
                 };
                 let also = if dep == "web" { s.web_also } else { None }.map(|a| match floor {
                     Some(f) if a > 0 && a < f => f,
-                    _ => a,
+                    // Never 0 by us (as for `want` below).
+                    _ => a.max(1),
                 });
                 let ok = got == want || (want == 0 && got == 1) || also == Some(got);
                 if !ok {
@@ -1589,6 +1591,38 @@ fn regression_histories() {
                 Op::HpaAdd(3),
                 Op::UserScale(0, 5),
                 Op::UserScale(0, 1),
+            ],
+        ),
+        (
+            // A surge of the Deployment to 4, then an HPA (minimum 4, the
+            // user's) that lifts the user's 1 back to 4 before it is seen:
+            // the known limit of `State::autoscaler`, back to 3.
+            3,
+            1,
+            "25%",
+            vec![
+                Op::Tick(1),
+                Op::Drain(0),
+                Op::Scope(false),
+                Op::HpaAdd(4),
+                Op::UserScale(0, 1),
+                Op::HpaRemove,
+            ],
+        ),
+        (
+            // A race to 0 before the surge's write, a patch to 1 that the
+            // raised HPA lifts back to exactly our number before it is seen
+            // (the known limit), then the HPA goes: back to the recorded 0,
+            // which we never write, so 1.
+            3,
+            1,
+            "25%",
+            vec![
+                Op::Fault(Fault::Race(0)),
+                Op::HpaAdd(3),
+                Op::Drain(0),
+                Op::UserPatch(0, 1),
+                Op::HpaRemove,
             ],
         ),
     ];
