@@ -845,15 +845,15 @@ impl State {
         if kind == ObjKind::Deployment && name == "web" {
             self.web_also = None;
             // Known limit: `web` set to exactly its autoscaler's raised
-            // minimum with no owner recorded (the scale subresource's gap,
-            // surge::writer) is read as the autoscaler's lift, which goes
-            // back to where the autoscaler would hold the recorded value.
+            // minimum through the scale subresource (which a lift by KEDA's
+            // operator also uses) is read as the autoscaler's lift
+            // (surge::writer), which goes back to where the autoscaler would
+            // hold the recorded value.
             let d = &self.deployments["web"];
-            let unowned = d.metadata.managed_fields.is_none();
             let recorded = Markers::from_annotations(d.metadata.annotations.as_ref())
                 .filter(|m| m.surged_to != v);
             if let (true, Some(m), Some((min, user_min))) =
-                (unowned, recorded, self.autoscaler_mins())
+                (scale, recorded, self.autoscaler_mins())
             {
                 if min == v && v > 0 {
                     self.web_also = Some(lift_estimate(m.baseline, user_min, min));
@@ -1531,8 +1531,9 @@ fn regression_histories() {
             ],
         ),
         (
-            // The same with `kubectl scale`, which records no owner after a
-            // 0: read as the HPA's lift (the known limit), back to the
+            // The same with `kubectl scale`: a write through the scale
+            // subresource may be a lift (and records no owner after a 0),
+            // so it is read as the HPA's lift (the known limit), back to the
             // HPA's own minimum, 3.
             1,
             2,

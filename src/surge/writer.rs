@@ -3,10 +3,12 @@
 //! Under an autoscaler surge the Deployment can reach our raised minimum in
 //! two ways: the autoscaler lifts it (a smaller value, ours to take back) or
 //! someone writes that number (theirs, to keep). The value alone cannot tell
-//! them apart; the apiserver's field ownership can: an Update takes
+//! them apart; the apiserver's field ownership can, in part: an Update takes
 //! ownership of the fields it changes, and the HPA controller (also the one
 //! behind every KEDA ScaledObject) writes through the scale subresource as
-//! `kube-controller-manager`.
+//! `kube-controller-manager`. Only a write through the Deployment itself is
+//! taken for someone's value: through the scale subresource, a user's
+//! `kubectl scale` and a controller's lift look alike.
 //!
 //! One gap, seen on a real apiserver (1.34): a write through the scale
 //! subresource records an owner only if someone owns `spec.replicas`
@@ -28,10 +30,16 @@ pub const AUTOSCALER_MANAGER: &str = "kube-controller-manager";
 pub enum ReplicasWriter {
     /// Only the HPA controller owns the value.
     Autoscaler,
-    /// Some owner is neither the HPA controller nor this product.
+    /// Some owner wrote through the Deployment itself and is not this
+    /// product (`kubectl patch`, `edit`, `apply`, a GitOps tool).
     Someone,
-    /// Only this product, or nothing recorded (managedFields stripped, or
-    /// the gap above): no evidence either way.
+    /// Anything else: no evidence either way. An owner other than the HPA
+    /// controller writing through the scale subresource may be a user
+    /// (`kubectl scale`) or another controller lifting the Deployment to an
+    /// autoscaler's minimum (KEDA's operator activating from 0), and taking
+    /// such a lift for someone's value would strand the surge. Also only
+    /// this product, or nothing recorded (managedFields stripped, or the gap
+    /// above).
     Unknown,
 }
 
@@ -58,10 +66,10 @@ pub fn replicas_writer(meta: &ObjectMeta) -> ReplicasWriter {
         ReplicasWriter::Unknown
     } else if owners.iter().all(|e| is_autoscaler(e)) {
         ReplicasWriter::Autoscaler
-    } else if owners
-        .iter()
-        .any(|e| !is_autoscaler(e) && e.manager.as_deref() != Some(names::MANAGER))
-    {
+    } else if owners.iter().any(|e| {
+        e.subresource.as_deref().unwrap_or_default().is_empty()
+            && e.manager.as_deref() != Some(names::MANAGER)
+    }) {
         ReplicasWriter::Someone
     } else {
         ReplicasWriter::Unknown
@@ -147,13 +155,22 @@ mod tests {
                 ],
                 ReplicasWriter::Autoscaler,
             ),
-            // `kubectl scale`.
+            // `kubectl patch`.
             (
                 vec![
                     entry(AUTOSCALER_MANAGER, Some("scale"), labels.clone()),
-                    entry("kubectl", Some("scale"), replicas.clone()),
+                    entry("kubectl-patch", None, replicas.clone()),
                 ],
                 ReplicasWriter::Someone,
+            ),
+            // `kubectl scale`, or KEDA's operator: either may be a lift.
+            (
+                vec![entry("kubectl", Some("scale"), replicas.clone())],
+                ReplicasWriter::Unknown,
+            ),
+            (
+                vec![entry("keda-operator", Some("scale"), replicas.clone())],
+                ReplicasWriter::Unknown,
             ),
             // The controller manager, but not through the scale subresource.
             (

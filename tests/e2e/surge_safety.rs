@@ -511,9 +511,9 @@ async fn last_eviction_in_the_future_does_not_strand_the_surge() {
 ///    Deployment's managedFields say the user wrote it, so their 6 is kept
 ///    after the surge, and the HPA goes back to the user's minimum. First,
 ///    the premise on a real control plane: a lift by the HPA is recorded as
-///    the HPA controller's. (`kubectl scale` to 6 would not do: after a
-///    scale to 0 the apiserver records no owner for scale writes, see
-///    surge::writer, and the product then takes the 6 for a lift.)
+///    the HPA controller's. (`kubectl scale` to 6 would not do: a write
+///    through the scale subresource may be a controller's lift, see
+///    surge::writer, and the product takes it for one.)
 #[tokio::test]
 async fn a_users_scale_to_the_raised_minimum_under_an_hpa_surge_is_kept() {
     let _nodes = nodes_lock().await;
