@@ -308,8 +308,8 @@ fn under_autoscaler(
         }
         // Someone wrote our number themselves (managedFields): theirs.
         None if raw == Some(t) && writer == ReplicasWriter::Someone => UnderAutoscaler::Other,
-        // The autoscaler lifted it, or no one is recorded (a scale through
-        // the scale subresource after a 0 records no owner): a lift, which
+        // The autoscaler lifted it, or no one else is recorded as writing
+        // through the Deployment itself (surge::writer): a lift, which
         // goes back to where the autoscaler would hold the value without
         // the surge. Taken for someone's value instead, the surge would
         // stay forever. From a value it would not lift (0, or one above our
@@ -1074,7 +1074,6 @@ mod tests {
         assert!(run(&low, &["n1"], &quiet()).writes.is_empty());
     }
 
-    /// The HPA (ours: 2 -> 4) lifted a Deployment whose user's 3 was adopted.
     /// How a marked Deployment stands under an autoscaler whose minimum we
     /// raised from 3 to 6, by value, markers, failed adoption and writer.
     #[test]
@@ -1140,6 +1139,7 @@ mod tests {
         );
     }
 
+    /// The HPA (ours: 2 -> 4) lifted a Deployment whose user's 3 was adopted.
     fn lifted_world() -> NsObjects {
         let mut h = (*hpa()).clone();
         h.metadata.annotations = ann(Some((2, 4)));
