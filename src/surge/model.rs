@@ -906,9 +906,12 @@ impl SurgeApi for Model {
         }
         if let Some(Fault::Race(v)) = fault {
             // Known limit: a racing change back to exactly our surged number
-            // is indistinguishable from our own value once the leader that
-            // saw the user's change restarts (only managedFields could tell,
-            // and the caches drop them). The model races to any other value.
+            // is taken for our own value once the leader that saw the user's
+            // change restarts. managedFields could tell for a write through
+            // the Deployment, but the planner does not read them there:
+            // builds before this field manager wrote surges as "unknown",
+            // and reading those as someone's would strand their surges. The
+            // model races to any other value.
             let ours = s
                 .object(target)
                 .and_then(|o| markers_of(&o))
