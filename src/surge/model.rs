@@ -1295,11 +1295,13 @@ impl Run {
                     (None, Some(so)) => Some(so_min(so).max(1)),
                     _ => None,
                 };
-                let also = if dep == "web" { s.web_also } else { None }.map(|a| match floor {
-                    Some(f) if a > 0 && a < f => f,
-                    // Never 0 by us (as for `want` below).
-                    _ => a.max(1),
-                });
+                // Never 0 by us (as for `want` below).
+                let also = if dep == "web" { s.web_also } else { None }
+                    .map(|a| a.max(1))
+                    .map(|a| match floor {
+                        Some(f) if a < f => f,
+                        _ => a,
+                    });
                 let ok = got == want || (want == 0 && got == 1) || also == Some(got);
                 if !ok {
                     return Err(format!("Deployment {dep}: {got} replicas, want {want}"));
@@ -1627,6 +1629,20 @@ fn regression_histories() {
                 Op::Drain(0),
                 Op::UserPatch(0, 1),
                 Op::HpaRemove,
+            ],
+        ),
+        (
+            // The same known limit under an HPA that stays: back to the
+            // recorded 0, which we never write; 1, which the HPA lifts to 3.
+            1,
+            1,
+            "100%",
+            vec![
+                Op::Tick(1),
+                Op::Fault(Fault::Race(0)),
+                Op::HpaAdd(3),
+                Op::Cordon(1),
+                Op::UserPatch(0, 4),
             ],
         ),
     ];
