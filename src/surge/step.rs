@@ -288,12 +288,32 @@ fn under_autoscaler(
     else {
         return UnderAutoscaler::Other;
     };
+    // Where a lift goes back to: where the autoscaler would hold the
+    // recorded value without the surge; from a value it does not lift (0,
+    // or one at least our minimum: someone set another value after it,
+    // lifted before it was seen), its own minimum.
+    let lift = |recorded: i32| {
+        let from = if recorded > 0 && recorded < t {
+            recorded
+        } else {
+            their_min
+        };
+        UnderAutoscaler::Lifted {
+            baseline: from.max(their_min).max(1).min(t),
+        }
+    };
     match pending {
         // Someone's value was seen and not yet recorded: lifted from it, if
         // the autoscaler lifts such a value (not 0: scaling disabled).
         Some(Some(v)) if raw == Some(t) && v > 0 && v < t => {
             UnderAutoscaler::Lifted { baseline: v }
         }
+        // A seen value the autoscaler does not lift (0, or at least our
+        // minimum), and now our minimum not written by someone through the
+        // Deployment: someone set another value after it, lifted before it
+        // was seen; the seen value was never recorded, so from the markers.
+        // Taken for someone's, the surge would stay forever.
+        Some(_) if raw == Some(t) && writer != ReplicasWriter::Someone => lift(m.baseline),
         Some(_) => UnderAutoscaler::Other,
         // Already recorded at the raised minimum: ours (a surge), or theirs
         // (an adoption of that number).
@@ -309,22 +329,9 @@ fn under_autoscaler(
         // Someone wrote our number themselves (managedFields): theirs.
         None if raw == Some(t) && writer == ReplicasWriter::Someone => UnderAutoscaler::Other,
         // The autoscaler lifted it, or no one else is recorded as writing
-        // through the Deployment itself (surge::writer): a lift, which
-        // goes back to where the autoscaler would hold the value without
-        // the surge. Taken for someone's value instead, the surge would
-        // stay forever. From a value it would not lift (0, or one above our
-        // minimum), someone set a value after the recorded one that was
-        // lifted before it was seen: the autoscaler's own minimum.
-        None if raw == Some(t) => {
-            let from = if m.baseline > 0 && m.baseline < t {
-                m.baseline
-            } else {
-                their_min
-            };
-            UnderAutoscaler::Lifted {
-                baseline: from.max(their_min).max(1).min(t),
-            }
-        }
+        // through the Deployment itself (surge::writer): a lift. Taken for
+        // someone's value instead, the surge would stay forever.
+        None if raw == Some(t) => lift(m.baseline),
         None if m.surged_to == t && raw == Some(m.baseline) && m.baseline < t => {
             UnderAutoscaler::AtBaseline
         }
@@ -1115,7 +1122,11 @@ mod tests {
             (Some(6), mk(7, 7), None, Unknown, Lifted { baseline: 3 }),
             // A failed adoption of 2, then the lift.
             (Some(6), mk(3, 6), Some(Some(2)), Autoscaler, Lifted { baseline: 2 }),
-            (Some(6), mk(3, 6), Some(Some(0)), Autoscaler, Other),
+            // A failed adoption of 0, then a lift of an unseen value.
+            (Some(6), mk(3, 6), Some(Some(0)), Autoscaler, Lifted { baseline: 3 }),
+            (Some(6), mk(5, 6), Some(Some(0)), Unknown, Lifted { baseline: 5 }),
+            (Some(6), mk(3, 6), Some(Some(0)), Someone, Other),
+            (Some(4), mk(3, 6), Some(Some(0)), Autoscaler, Other),
             // Lowered back to the baseline under our minimum.
             (Some(3), mk(3, 6), None, Someone, AtBaseline),
             (Some(4), mk(3, 6), None, Someone, Other),
