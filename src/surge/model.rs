@@ -851,6 +851,12 @@ impl State {
             // hold the recorded value.
             let d = &self.deployments["web"];
             let recorded = Markers::from_annotations(d.metadata.annotations.as_ref());
+            // Known limit, as with `Fault::Race`: a value set to exactly our
+            // surged number after a change we did not see (GitOps lowering it
+            // within a pass) is taken for ours; the revert goes to the baseline.
+            if let Some(m) = recorded.filter(|m| m.surged_to == v && m.baseline != v) {
+                self.web_also = Some(m.baseline);
+            }
             if let (true, Some(m), Some((min, user_min))) =
                 (scale, recorded, self.autoscaler_mins())
             {
@@ -1660,6 +1666,22 @@ fn regression_histories() {
                 Op::Fault(Fault::Race(0)),
                 Op::Fault(Fault::Race(1)),
                 Op::Drain(0),
+            ],
+        ),
+        (
+            // GitOps lowers a surge of 4 back to 3 within the pass that made
+            // it, and the user then sets 4: taken for our surge (the known
+            // limit), back to 3.
+            3,
+            1,
+            "25%",
+            vec![
+                Op::GitOps(true),
+                Op::Cordon(0),
+                Op::Tick(1),
+                Op::Evict(0),
+                Op::UserScale(0, 4),
+                Op::GitOps(false),
             ],
         ),
     ];
