@@ -52,7 +52,7 @@ use crate::names;
 use crate::surge::apply::{ApiError, Core, SurgeApi};
 use crate::surge::clock::{Look, SignalClock};
 use crate::surge::signals::SignalBook;
-use crate::surge::step::{ObjKey, ObjKind};
+use crate::surge::step::{lift_baseline, ObjKey, ObjKind};
 use crate::surge::view::ClusterView;
 use crate::surge::writer::{replicas_entry, AUTOSCALER_MANAGER};
 use crate::webhook::Signal;
@@ -275,18 +275,6 @@ fn set_replicas(d: &mut Deployment, v: i32, manager: &str, subresource: Option<&
         Some("scale") if v == 0 || !owned => None,
         _ => Some(vec![replicas_entry(manager, subresource)]),
     };
-}
-
-/// Where an autoscaler lift goes back to (`step::under_autoscaler`): the
-/// recorded value if the autoscaler lifts it, else its own minimum; at
-/// least that minimum.
-fn lift_estimate(recorded: i32, user_min: i32, min: i32) -> i32 {
-    let from = if recorded > 0 && recorded < min {
-        recorded
-    } else {
-        user_min
-    };
-    from.max(user_min).max(1).min(min)
 }
 
 fn replicas_of(d: &Deployment) -> i32 {
@@ -581,7 +569,7 @@ impl State {
             .and_then(|d| Markers::from_annotations(d.metadata.annotations.as_ref()))
             .filter(|m| m.surged_to != min);
         if let Some(m) = recorded {
-            let estimate = lift_estimate(m.baseline, user_min, min);
+            let estimate = lift_baseline(m.baseline, user_min, min);
             if estimate != *want {
                 self.web_also = Some(estimate);
             }
@@ -861,7 +849,7 @@ impl State {
                 (scale, recorded, self.autoscaler_mins())
             {
                 if min == v && v > 0 {
-                    self.web_also = Some(lift_estimate(m.baseline, user_min, min));
+                    self.web_also = Some(lift_baseline(m.baseline, user_min, min));
                 }
             }
         }

@@ -270,6 +270,19 @@ enum UnderAutoscaler {
     Other,
 }
 
+/// Where a Deployment the autoscaler lifted to our minimum `t` goes back
+/// to: where the autoscaler (its own minimum `their_min`) would hold the
+/// `recorded` value without the surge; from a value it does not lift (0, or
+/// at least `t`), its own minimum.
+pub(crate) fn lift_baseline(recorded: i32, their_min: i32, t: i32) -> i32 {
+    let from = if recorded > 0 && recorded < t {
+        recorded
+    } else {
+        their_min
+    };
+    from.max(their_min).max(1).min(t)
+}
+
 /// `raised`: the autoscaler's markers (its minimum raised from
 /// `raised.baseline` to `raised.surged_to`, which the autoscaler lifts the
 /// Deployment to); `pending`: the value a failed adoption saw
@@ -288,19 +301,10 @@ fn under_autoscaler(
     else {
         return UnderAutoscaler::Other;
     };
-    // Where a lift goes back to: where the autoscaler would hold the
-    // recorded value without the surge; from a value it does not lift (0,
-    // or one at least our minimum: someone set another value after it,
-    // lifted before it was seen), its own minimum.
-    let lift = |recorded: i32| {
-        let from = if recorded > 0 && recorded < t {
-            recorded
-        } else {
-            their_min
-        };
-        UnderAutoscaler::Lifted {
-            baseline: from.max(their_min).max(1).min(t),
-        }
+    // A value the autoscaler does not lift means someone set another value
+    // after it, lifted before it was seen.
+    let lift = |recorded: i32| UnderAutoscaler::Lifted {
+        baseline: lift_baseline(recorded, their_min, t),
     };
     match pending {
         // Someone's value was seen and not yet recorded: lifted from it, if
