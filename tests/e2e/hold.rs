@@ -87,27 +87,9 @@ async fn a_blocked_drain_is_held_until_the_surge_makes_room() {
 
     let allowed_before = wh.metric_sum(HOLDS, &["outcome=\"allowed\""]);
     let watcher = AvailabilityWatcher::start(&ns, "holdweb");
-    // The drain's cordon alone starts the surge; were kubectl slow to send
-    // its evictions (a loaded machine), the surge's pods would be Ready
-    // before them and nothing would be blocked. The other nodes are tainted
-    // until an eviction is held, so the evictions always meet a budget that
-    // blocks (the figure includes the wait for that, about 0.1 s).
-    let others: Vec<&str> = NODE_NAMES.iter().copied().filter(|n| *n != node).collect();
-    let taint = format!("{LATER_TAINT}=1:NoSchedule");
-    for n in &others {
-        kubectl_ok(&["taint", "node", n, &taint]);
-    }
-    let drain = tokio::spawn(drain_node(node, "app=holdweb", &[]));
-    wait_for(
-        "an eviction held by the webhook",
-        Duration::from_secs(60),
-        || async { (wh.metric_sum(HELD_NOW, &[]) >= 1.0).then_some(()) },
-    )
-    .await;
-    for n in &others {
-        kubectl_ok(&["taint", "node", n, &format!("{LATER_TAINT}-")]);
-    }
-    let held = drain.await.expect("drain task");
+    // Held: the figure includes the wait for that (about 0.1 s).
+    let held =
+        drain_blocked_first(node, "app=holdweb", || wh.metric_sum(HELD_NOW, &[]) >= 1.0).await;
     uncordon(node);
     let min_ready = watcher.finish().await;
     assert!(held.ok, "drain failed:\n{}", held.output);

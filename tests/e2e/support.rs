@@ -878,6 +878,34 @@ pub async fn drain_node(node: &str, selector: &str, extra: &[&str]) -> DrainRun 
     }
 }
 
+/// `kubectl drain` of `node` with the other nodes tainted until `blocked`
+/// says the webhook blocked or held an eviction. The drain's cordon alone
+/// starts the surge; were kubectl slow to send its evictions (a loaded
+/// machine), the surge's pods could be Ready before them and nothing would
+/// be blocked. The taints keep the surge's pods Pending until then.
+pub async fn drain_blocked_first(
+    node: &'static str,
+    selector: &'static str,
+    blocked: impl Fn() -> bool,
+) -> DrainRun {
+    let others: Vec<&str> = NODE_NAMES.iter().copied().filter(|n| *n != node).collect();
+    let taint = format!("{LATER_TAINT}=1:NoSchedule");
+    for n in &others {
+        kubectl_ok(&["taint", "node", n, &taint]);
+    }
+    let drain = tokio::spawn(drain_node(node, selector, &[]));
+    wait_for(
+        "an eviction blocked or held by the webhook",
+        Duration::from_secs(60),
+        || async { blocked().then_some(()) },
+    )
+    .await;
+    for n in &others {
+        kubectl_ok(&["taint", "node", n, &format!("{LATER_TAINT}-")]);
+    }
+    drain.await.expect("drain task")
+}
+
 /// Samples a Deployment's `spec.replicas` every 100 ms.
 pub struct ReplicaSampler {
     stop: tokio::sync::watch::Sender<bool>,

@@ -168,31 +168,13 @@ async fn drain_one_node(prefix: &str, max_surge: Option<IntOrString>, want_peak:
 
     let watcher = AvailabilityWatcher::start(&ns, "web");
     let trace = ReplicaTrace::start(&ns, "web");
-    // The drain's cordon alone starts the surge; a slow kubectl (a loaded
-    // machine) could send its evictions after the surge made room. The
-    // other nodes are tainted until the webhook blocks or holds one.
     let wh = WebhookInfo::get();
     let blocked = || {
         wh.metric_sum("eviction_autoscaler_blocked_evictions_total", &[])
             + wh.metric_sum("eviction_autoscaler_evictions_held", &[])
     };
     let before = blocked();
-    let others: Vec<&str> = NODE_NAMES.iter().copied().filter(|n| *n != node).collect();
-    let taint = format!("{LATER_TAINT}=1:NoSchedule");
-    for n in &others {
-        kubectl_ok(&["taint", "node", n, &taint]);
-    }
-    let draining = tokio::spawn(drain(node, "app=web", &[]));
-    wait_for(
-        "an eviction blocked or held by the webhook",
-        Duration::from_secs(60),
-        || async { (blocked() > before).then_some(()) },
-    )
-    .await;
-    for n in &others {
-        kubectl_ok(&["taint", "node", n, &format!("{LATER_TAINT}-")]);
-    }
-    let d = draining.await.expect("drain task");
+    let d = drain_blocked_first(node, "app=web", || blocked() > before).await;
     // The node stays cordoned until the last check (a replacement created
     // just after the drain would otherwise land on it again), and is
     // uncordoned however the test ends.
