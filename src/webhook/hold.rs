@@ -152,10 +152,26 @@ const PRUNE_EVERY: u32 = 256;
 /// through whose pod the status does not list in `disruptedPods` and that
 /// is still there and not terminating (once it is, the disruption
 /// controller's recount no longer counts it healthy).
+///
+/// A terminating pod ends its entry only once the cached PDB is another
+/// version than the one its room was taken from. The apiserver writes the
+/// status before it deletes the pod, but the pod and PDB watches are
+/// separate streams: the pod cache can show the pod terminating while the
+/// PDB cache still shows the room it took, and a second eviction let
+/// through on that room gets the apiserver's own 429 (seen once in CI).
 #[derive(Debug, Default)]
 pub struct RoomLedger {
-    sent: HashMap<String, HashMap<String, Vec<(String, Instant)>>>,
+    sent: HashMap<String, HashMap<String, Vec<Sent>>>,
     takes: u32,
+}
+
+/// One eviction let through on a PDB's room.
+#[derive(Debug)]
+struct Sent {
+    pod: String,
+    at: Instant,
+    /// The PDB's resourceVersion its room was taken from.
+    pdb_version: Option<String>,
 }
 
 impl RoomLedger {
@@ -192,16 +208,21 @@ impl RoomLedger {
         let Some(sent) = by_pdb.get_mut(name) else {
             return true;
         };
+        let version = pdb.metadata.resource_version.as_deref();
         // A retry of the same pod replaces its own entry.
-        sent.retain(|(p, at)| {
-            p != pod
-                && now.saturating_duration_since(*at) < IN_FLIGHT_FOR
-                && !disrupted.is_some_and(|d| d.contains_key(p))
-                && counted(p)
+        sent.retain(|e| {
+            e.pod != pod
+                && now.saturating_duration_since(e.at) < IN_FLIGHT_FOR
+                && !disrupted.is_some_and(|d| d.contains_key(&e.pod))
+                && (counted(&e.pod) || e.pdb_version.as_deref() == version)
         });
         let left = i64::from(allowed) - sent.len() as i64;
         if left > 0 {
-            sent.push((pod.to_string(), now));
+            sent.push(Sent {
+                pod: pod.to_string(),
+                at: now,
+                pdb_version: version.map(str::to_string),
+            });
             true
         } else {
             false
@@ -212,7 +233,7 @@ impl RoomLedger {
     fn prune(&mut self, now: Instant) {
         for by_pdb in self.sent.values_mut() {
             for sent in by_pdb.values_mut() {
-                sent.retain(|(_, at)| now.saturating_duration_since(*at) < IN_FLIGHT_FOR);
+                sent.retain(|e| now.saturating_duration_since(e.at) < IN_FLIGHT_FOR);
             }
             by_pdb.retain(|_, sent| !sent.is_empty());
         }
@@ -509,8 +530,11 @@ mod tests {
     }
 
     /// `pdb("web", allowed, ..)` with these pods in `status.disruptedPods`.
+    /// PDB `web` allowing `allowed` with `disrupted` listed, as the status
+    /// version named after them.
     fn with_disrupted(allowed: i32, disrupted: &[&str]) -> PodDisruptionBudget {
         let mut p = pdb("web", allowed, 3, 4);
+        p.metadata.resource_version = Some(format!("{allowed}{disrupted:?}"));
         if let Some(s) = p.status.as_mut() {
             s.disrupted_pods = Some(
                 disrupted
@@ -573,6 +597,27 @@ mod tests {
             l.take("ns", &api, "x", all, much_later);
         }
         assert_eq!(l.pdbs(), 1, "only api's fresh entry is left");
+    }
+
+    /// The pod watch ahead of the PDB watch: the pod let through is
+    /// terminating while the cached status is still the one its room was
+    /// taken from. That room is still taken until another status shows up.
+    #[test]
+    fn a_terminating_pod_keeps_its_room_until_the_status_is_another() {
+        let mut l = RoomLedger::default();
+        let t0 = Instant::now();
+        let one = with_disrupted(1, &[]);
+        assert!(l.take("ns", &one, "a", |_| true, t0));
+        let gone = |p: &str| p != "a";
+        assert!(
+            !l.take("ns", &one, "b", gone, t0),
+            "the status as cached has not counted a yet"
+        );
+        // The disruption controller's recount (a no longer listed, not
+        // counted healthy) with a replacement Ready: b's turn.
+        let mut recount = with_disrupted(1, &[]);
+        recount.metadata.resource_version = Some("recounted".into());
+        assert!(l.take("ns", &recount, "b", gone, t0));
     }
 
     /// An eviction held because its PDB's one disruption was taken by
