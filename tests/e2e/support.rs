@@ -685,6 +685,30 @@ pub fn markers_present(ann: Option<&BTreeMap<String, String>>) -> Option<bool> {
     (s == b).then_some(s)
 }
 
+/// Waits until HPA `name` is at minReplicas `min` with both surge markers
+/// present (`Some(true)`), both absent (`Some(false)`), or either (`None`).
+pub async fn wait_hpa_min(
+    hpas: &Api<HorizontalPodAutoscaler>,
+    name: &str,
+    min: i32,
+    markers: Option<bool>,
+    timeout: Duration,
+) {
+    let with = match markers {
+        Some(true) => " with markers",
+        Some(false) => " without markers",
+        None => "",
+    };
+    let what = format!("HPA {name} at minReplicas {min}{with}");
+    wait_for(&what, timeout, || async {
+        let h = hpas.get(name).await.ok()?;
+        let at = h.spec.as_ref().and_then(|s| s.min_replicas) == Some(min);
+        let marked = markers_present(h.metadata.annotations.as_ref());
+        (at && markers.is_none_or(|want| marked == Some(want))).then_some(())
+    })
+    .await;
+}
+
 /// A RollingUpdate strategy with this maxSurge (and maxUnavailable 0).
 pub fn rolling_max_surge(mut d: Deployment, max_surge: IntOrString) -> Deployment {
     if let Some(spec) = d.spec.as_mut() {

@@ -346,21 +346,7 @@ async fn hpa_minimum_is_raised_and_restored() {
     assert!(d.ok, "drain:\n{}", d.output);
     let peak_min = sampler.await.unwrap_or(0);
     assert!(peak_min > 2, "the HPA minimum was raised (peak {peak_min})");
-    wait_for(
-        "HPA minimum restored to 2 and markers removed",
-        Duration::from_secs(60),
-        || async {
-            let h = hpas.get("h").await.ok()?;
-            let restored = h.spec.as_ref().and_then(|s| s.min_replicas) == Some(2)
-                && !h
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(SURGE));
-            restored.then_some(())
-        },
-    )
-    .await;
+    wait_hpa_min(&hpas, "h", 2, Some(false), Duration::from_secs(60)).await;
     assert!(watcher.finish().await >= 2);
     let events = kubectl_ok(&[
         "get",

@@ -414,17 +414,7 @@ async fn hpa_retargeted_to_another_kind_mid_surge_is_restored() {
     wait_pdb_blocking(&ns, "hr", 3).await;
 
     cordon_and_wait_surge(&ns, node, &[("hr", 6)]).await;
-    wait_for(
-        "the HPA minimum raised with markers",
-        REVERT_TIMEOUT,
-        || async {
-            let h = hpas.get("hr").await.ok()?;
-            (h.spec.as_ref().and_then(|s| s.min_replicas) == Some(6)
-                && markers_present(h.metadata.annotations.as_ref()) == Some(true))
-            .then_some(())
-        },
-    )
-    .await;
+    wait_hpa_min(&hpas, "hr", 6, Some(true), REVERT_TIMEOUT).await;
     let retarget = json!({"spec": {"scaleTargetRef":
         {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "hr"}}});
     hpas.patch("hr", &PatchParams::default(), &Patch::Merge(&retarget))
@@ -432,17 +422,7 @@ async fn hpa_retargeted_to_another_kind_mid_surge_is_restored() {
         .expect("retarget the HPA");
     uncordon(node);
 
-    wait_for(
-        "the retargeted HPA back at minReplicas 3 without markers",
-        REVERT_TIMEOUT,
-        || async {
-            let h = hpas.get("hr").await.ok()?;
-            (h.spec.as_ref().and_then(|s| s.min_replicas) == Some(3)
-                && markers_present(h.metadata.annotations.as_ref()) == Some(false))
-            .then_some(())
-        },
-    )
-    .await;
+    wait_hpa_min(&hpas, "hr", 3, Some(false), REVERT_TIMEOUT).await;
     assert_settled_at(&ns, "hr", 3, REVERT_TIMEOUT).await;
     let h = hpas.get("hr").await.expect("HPA");
     assert_eq!(
@@ -544,11 +524,7 @@ async fn a_users_scale_to_the_raised_minimum_under_an_hpa_surge_is_kept() {
     wait_pdb_blocking(&ns, "hu", 3).await;
 
     cordon_and_wait_surge(&ns, node, &[("hu", 6)]).await;
-    wait_for("the HPA minimum raised to 6", REVERT_TIMEOUT, || async {
-        let h = hpas.get("hu").await.ok()?;
-        (h.spec.as_ref().and_then(|s| s.min_replicas) == Some(6)).then_some(())
-    })
-    .await;
+    wait_hpa_min(&hpas, "hu", 6, None, REVERT_TIMEOUT).await;
     kubectl_ok(&["scale", "deployment/hu", "-n", &ns.name, "--replicas=0"]);
     wait_for("the user's 0 recorded", REVERT_TIMEOUT, || async {
         let d = deps.get("hu").await.ok()?;
@@ -574,16 +550,6 @@ async fn a_users_scale_to_the_raised_minimum_under_an_hpa_surge_is_kept() {
     );
     uncordon(node);
 
-    wait_for(
-        "the HPA back at minReplicas 3 without markers",
-        REVERT_TIMEOUT,
-        || async {
-            let h = hpas.get("hu").await.ok()?;
-            (h.spec.as_ref().and_then(|s| s.min_replicas) == Some(3)
-                && markers_present(h.metadata.annotations.as_ref()) == Some(false))
-            .then_some(())
-        },
-    )
-    .await;
+    wait_hpa_min(&hpas, "hu", 3, Some(false), REVERT_TIMEOUT).await;
     assert_settled_at(&ns, "hu", 6, REVERT_TIMEOUT).await;
 }

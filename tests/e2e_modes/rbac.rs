@@ -415,21 +415,7 @@ async fn features_work_as_the_service_account_through_its_token() {
     assert!(run.ok, "drain:\n{}", run.output);
     let peak = sampler.await.unwrap_or(0);
     assert!(peak > 2, "the HPA minimum was raised (peak {peak})");
-    wait_for(
-        "HPA minimum back at 2 without markers",
-        Duration::from_secs(60),
-        || async {
-            let h = hpas.get("r").await.ok()?;
-            let back = h.spec.as_ref().and_then(|s| s.min_replicas) == Some(2)
-                && !h
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key("evictionSurgeReplicas"));
-            back.then_some(())
-        },
-    )
-    .await;
+    wait_hpa_min(&hpas, "r", 2, Some(false), Duration::from_secs(60)).await;
     for reason in ["SurgeStarted", "SurgeReverted"] {
         assert!(
             event_total(&ns.name, reason) >= 1,
