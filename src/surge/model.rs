@@ -515,6 +515,12 @@ impl State {
     /// Deployment to the minimum when below it, and leaves a Deployment
     /// scaled to 0 alone (autoscaling disabled). A raise that the user's own
     /// minimum makes is theirs: the expected end state follows it.
+    /// No autoscaler on `web`, in the cluster or as the product last saw it:
+    /// the Deployment is its own applier.
+    fn plain_web(&self) -> bool {
+        self.hpa.is_none() && self.so.is_none() && self.seen_hpa.is_none() && self.seen_so.is_none()
+    }
+
     /// The minimum `web`'s autoscaler lifts it to now, and its user's
     /// minimum (at least 1: KEDA's HPA lifts to 1 at least).
     fn autoscaler_mins(&self) -> Option<(i32, i32)> {
@@ -841,9 +847,14 @@ impl State {
             let recorded = Markers::from_annotations(d.metadata.annotations.as_ref());
             // Known limit, as with `Fault::Race`: a value set to exactly our
             // surged number after a change we did not see (GitOps lowering it
-            // within a pass) is taken for ours; the revert goes to the baseline.
+            // within a pass) is taken for ours under an autoscaler, or when
+            // set through the scale subresource; the revert goes to the
+            // baseline. Through the Deployment itself with no autoscaler,
+            // managedFields tell it is theirs (surge::writer).
             if let Some(m) = recorded.filter(|m| m.surged_to == v && m.baseline != v) {
-                self.web_also = Some(m.baseline);
+                if scale || !self.plain_web() {
+                    self.web_also = Some(m.baseline);
+                }
             }
             if let (true, Some(m), Some((min, user_min))) =
                 (scale, recorded, self.autoscaler_mins())
@@ -898,18 +909,19 @@ impl SurgeApi for Model {
             return Err(ApiError::Other("injected failure".into()));
         }
         if let Some(Fault::Race(v)) = fault {
-            // Known limit: a racing change back to exactly our surged number
-            // is taken for our own value once the leader that saw the user's
-            // change restarts. managedFields could tell for a write through
-            // the Deployment, but the planner does not read them there:
-            // builds before this field manager wrote surges as "unknown",
-            // and reading those as someone's would strand their surges. The
-            // model races to any other value.
+            // A racing change (through the Deployment itself) back to exactly
+            // our surged number: managedFields tell it is someone's for a
+            // Deployment that is its own applier. Known limit: under an
+            // autoscaler, and for an autoscaler's minimum, it is taken for
+            // our own value once the leader that saw the user's change
+            // restarts; the model races those to any other value.
             let ours = s
                 .object(target)
                 .and_then(|o| markers_of(&o))
                 .map(|m| m.surged_to);
-            let v = if ours == Some(v) { v + 1 } else { v };
+            let plain =
+                target.kind == ObjKind::Deployment && (target.name != "web" || s.plain_web());
+            let v = if ours == Some(v) && !plain { v + 1 } else { v };
             s.set_by_user(target.kind, &target.name, v, false);
             s.restamp();
         }

@@ -139,6 +139,10 @@ pub struct Snapshot<'a> {
     /// A user's change was seen and its adoption not yet persisted (the
     /// write failed): adopt the current value even if it equals the surge.
     pub adoption_pending: bool,
+    /// The applier's value was last written through the object itself by
+    /// someone other than this product (a Deployment's managedFields,
+    /// [`crate::surge::writer`]): a value equal to the surge is theirs.
+    pub set_by_someone: bool,
     /// May a surge start or grow? False out of scope (section 2: invisible);
     /// an active surge is still carried to its end (section 6).
     pub may_surge: bool,
@@ -279,8 +283,11 @@ fn plan_idle(s: &Snapshot, displaced: i32, current: Option<i32>) -> Action {
 fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -> Action {
     if let Some(current) = current {
         let ours = m.baseline >= 0 && m.surged_to >= m.baseline;
-        // We write value and markers together, so a different value is someone else's.
-        if !ours || current != m.surged_to || s.adoption_pending {
+        // We write value and markers together, so a different value is
+        // someone else's; so is our number written by someone else after
+        // our surge (changed away and back between two of our reads).
+        let theirs = s.set_by_someone && m.surged_to != m.baseline;
+        if !ours || current != m.surged_to || s.adoption_pending || theirs {
             return Action::AdoptUserChange {
                 new_baseline: current,
                 displaced,
@@ -631,6 +638,7 @@ mod tests {
             markers: None,
             adopted_displaced: None,
             adoption_pending: false,
+            set_by_someone: false,
             may_surge: true,
             pods: (0..3)
                 .map(|i| pod(&format!("p{i}"), &format!("n{i}")))
@@ -1813,6 +1821,7 @@ mod tests {
                 markers: self.markers,
                 adopted_displaced: None,
                 adoption_pending: false,
+                set_by_someone: false,
                 may_surge: true,
                 pods: self.pods.clone(),
                 other_pods: 0,
@@ -2052,6 +2061,7 @@ mod invariant_tests {
             markers: None,
             adopted_displaced: None,
             adoption_pending: false,
+            set_by_someone: false,
             may_surge: true,
             pods: pods(3, "a"),
             other_pods: 0,

@@ -585,6 +585,8 @@ pub fn step(
             .filter_map(|o| markers::adopted_displaced(o.annotations))
             .max(),
         adoption_pending: primary.is_some_and(|p| facts.pending_on(&p.key).is_some()),
+        set_by_someone: matches!(applier, Applier::Deployment)
+            && dep_s.writer == ReplicasWriter::Someone,
         may_surge: objs.in_scope,
         pods: own,
         other_pods,
@@ -952,6 +954,41 @@ mod tests {
         let w = &s.writes[0];
         assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(6)));
         assert_eq!(op_value(w, "replace", "/spec/replicas"), Some(json!(3)));
+    }
+
+    /// Our surged number written by someone else through the Deployment
+    /// (changed away and back between two of our reads) is theirs: adopted,
+    /// not reverted. Written by us, or by an earlier build of ours (no
+    /// User-Agent: "unknown"), or through the scale subresource, it is ours.
+    #[test]
+    fn our_number_written_by_someone_else_is_theirs() {
+        use crate::surge::writer::replicas_entry;
+        let world = |manager: &str, sub: Option<&str>| {
+            let mut d = (*dep(6, Some((3, 6)))).clone();
+            d.metadata.managed_fields = Some(vec![replicas_entry(manager, sub)]);
+            NsObjects {
+                deployments: vec![Arc::new(d)],
+                pods: pods(6, "n1"),
+                in_scope: true,
+                ..Default::default()
+            }
+        };
+        let s = run(&world("kubectl-patch", None), &[], &quiet());
+        assert_eq!(
+            s.action,
+            Action::AdoptUserChange {
+                new_baseline: 6,
+                displaced: 0
+            }
+        );
+        for (manager, sub) in [
+            (crate::names::MANAGER, None),
+            ("unknown", None),
+            ("kubectl", Some("scale")),
+        ] {
+            let s = run(&world(manager, sub), &[], &quiet());
+            assert_eq!(s.action, Action::Revert { baseline: 3 }, "{manager}");
+        }
     }
 
     #[test]

@@ -26,12 +26,18 @@ use crate::names;
 /// The field manager of the HPA controller.
 pub const AUTOSCALER_MANAGER: &str = "kube-controller-manager";
 
+/// The manager the apiserver records for a client that sends no
+/// User-Agent. Builds of this product before [`names::MANAGER`] wrote their
+/// surges so; read as someone's value, a surge of theirs would stay.
+const UNNAMED: &str = "unknown";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplicasWriter {
     /// Only the HPA controller owns the value.
     Autoscaler,
     /// Some owner wrote through the Deployment itself and is not this
-    /// product (`kubectl patch`, `edit`, `apply`, a GitOps tool).
+    /// product (`kubectl patch`, `edit`, `apply`, a GitOps tool), nor a
+    /// client without a name (which earlier builds of this product were).
     Someone,
     /// Anything else: no evidence either way. An owner other than the HPA
     /// controller writing through the scale subresource may be a user
@@ -68,7 +74,7 @@ pub fn replicas_writer(meta: &ObjectMeta) -> ReplicasWriter {
         ReplicasWriter::Autoscaler
     } else if owners.iter().any(|e| {
         e.subresource.as_deref().unwrap_or_default().is_empty()
-            && e.manager.as_deref() != Some(names::MANAGER)
+            && !matches!(e.manager.as_deref(), None | Some(names::MANAGER | UNNAMED))
     }) {
         ReplicasWriter::Someone
     } else {
@@ -187,6 +193,11 @@ mod tests {
             ),
             (
                 vec![entry(names::MANAGER, None, replicas.clone())],
+                ReplicasWriter::Unknown,
+            ),
+            // A surge written by an earlier build (no User-Agent).
+            (
+                vec![entry(UNNAMED, None, replicas.clone())],
                 ReplicasWriter::Unknown,
             ),
             (

@@ -21,4 +21,5 @@ mod no_webhook;
 mod proxy;
 mod recount;
 mod rolling;
+mod set_back;
 mod slow_apiserver;

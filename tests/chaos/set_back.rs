@@ -1,0 +1,96 @@
+//! A Deployment's replicas set back to exactly our surged number while the
+//! product was down (someone lowered it, then wrote our number themselves):
+//! nothing of ours saw the change, and the value equals the surge. The
+//! Deployment's managedFields show that someone other than the product
+//! wrote it through the Deployment itself, so it is theirs: kept, not
+//! reverted to the baseline (invariant 4, `surge::writer`).
+//!
+//! It also checks the premise on the real apiserver: created by a
+//! server-side apply (a GitOps tool), the Deployment's `spec.replicas`
+//! belongs to our field manager once the surge is written, so a surge over
+//! a GitOps-owned value is never read as someone's.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+
+use eviction_autoscaler::surge::writer::{replicas_writer, ReplicasWriter};
+
+use crate::support::*;
+
+/// The shared server started again and the node uncordoned, however the
+/// test ends.
+struct Restore(&'static str);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        uncordon(self.0);
+        let _ = restart_server(&[]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn our_number_set_back_while_the_product_was_down_is_kept() {
+    let _g = nodes_lock().await;
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("chaos-setback").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-1";
+    let d = rolling_max_surge(
+        deployment("back", 3, Some(node)),
+        IntOrString::String("100%".into()),
+    );
+    deps.patch("back", &PatchParams::apply("gitops"), &Patch::Apply(&d))
+        .await
+        .expect("server-side apply");
+    let on_node = wait_ready(&ns, "back", 3)
+        .await
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .count() as i32;
+    assert!(on_node > 0, "pods of back prefer {node}");
+    wait_pdb_blocking(&ns, "back", 3).await;
+
+    let restore = Restore(node);
+    kubectl_ok(&["cordon", node]);
+    let t = 3 + on_node;
+    wait_deployment(&ns, "back", t, true, Duration::from_secs(30)).await;
+    let surged = deps.get("back").await.expect("Deployment");
+    assert_eq!(
+        replicas_writer(&surged.metadata),
+        ReplicasWriter::Unknown,
+        "the surge took spec.replicas from the server-side apply: {:?}",
+        surged.metadata.managed_fields
+    );
+
+    // The product down; someone lowers the Deployment and sets it back to
+    // exactly our number.
+    stop_server();
+    for v in [2, t] {
+        kubectl_ok(&[
+            "patch",
+            "deployment/back",
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"spec":{{"replicas":{v}}}}}"#),
+        ]);
+    }
+    let set_back = deps.get("back").await.expect("Deployment");
+    assert_eq!(
+        replicas_writer(&set_back.metadata),
+        ReplicasWriter::Someone,
+        "{:?}",
+        set_back.metadata.managed_fields
+    );
+
+    // Back, and the drain over: their value stays, our markers go.
+    let _ = restart_server(&[]);
+    uncordon(node);
+    assert_settled_at(&ns, "back", t, Duration::from_secs(60)).await;
+    drop(restore);
+}
