@@ -1418,6 +1418,21 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
         (
+            // A user's write racing one of ours sets the Deployment to
+            // exactly our surged number after a change of theirs we did not
+            // see: managedFields show it is theirs, so it is kept (the
+            // first random history to fail when the planner ignored them).
+            3,
+            3,
+            "25%",
+            vec![
+                Op::OptOut(false),
+                Op::Drain(0),
+                Op::Fault(Fault::Race(4)),
+                Op::UserScale(0, 0),
+            ],
+        ),
+        (
             // A follower's clock a day ahead: its second denial (the first
             // one made the EvictionAutoScaler, at an age no one can vouch
             // for) is news, and its surge ends after the cooldown, not in a day.
