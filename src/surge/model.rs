@@ -54,7 +54,7 @@ use crate::surge::clock::{Look, SignalClock};
 use crate::surge::signals::SignalBook;
 use crate::surge::step::{lift_baseline, ObjKey, ObjKind};
 use crate::surge::view::ClusterView;
-use crate::surge::writer::{replicas_entry, AUTOSCALER_MANAGER};
+use crate::surge::writer::{replicas_entry, replicas_writer, ReplicasWriter, AUTOSCALER_MANAGER};
 use crate::webhook::Signal;
 
 const NS: &str = "shop";
@@ -145,9 +145,9 @@ struct State {
     user: BTreeMap<(ObjKind, String), i32>,
     /// A GitOps tool re-asserts `web`'s replicas every tick.
     gitops: bool,
-    /// Other end values accepted for `web` since its user's last write: the
-    /// known limits' outcomes (see [`State::autoscaler`]).
-    web_also: Vec<i32>,
+    /// Other end values accepted for a Deployment since its user's last
+    /// write: the known limits' outcomes (see [`State::autoscaler`]).
+    also: BTreeMap<String, Vec<i32>>,
     /// `lastEviction` by Deployment (the durable signal).
     last_eviction: BTreeMap<String, (String, Timestamp)>,
     /// The next blocked eviction is answered by a follower.
@@ -318,7 +318,7 @@ impl State {
             opt_out: false,
             user: BTreeMap::new(),
             gitops: false,
-            web_also: Vec::new(),
+            also: BTreeMap::new(),
             last_eviction: BTreeMap::new(),
             via_follower: false,
             follower_skew: 0,
@@ -516,6 +516,30 @@ impl State {
     /// Deployment to the minimum when below it, and leaves a Deployment
     /// scaled to 0 alone (autoscaling disabled). A raise that the user's own
     /// minimum makes is theirs: the expected end state follows it.
+    /// Known limit: `web` lifted by its autoscaler to a value we have not
+    /// recorded (our record of the lift failed, or no pass saw the lift)
+    /// when its last autoscaler goes away is taken for someone's value and
+    /// kept: nothing left tells a lift to our raised minimum from one to
+    /// the user's own (found by `make model-long`; docs/how-it-works.md).
+    fn autoscaler_removed(&mut self) {
+        if self.hpa.is_some() || self.so.is_some() {
+            return;
+        }
+        let Some(d) = self.deployments.get("web") else {
+            return;
+        };
+        let v = replicas_of(d);
+        let unrecorded = Markers::from_annotations(d.metadata.annotations.as_ref())
+            .is_some_and(|m| m.surged_to != v);
+        if unrecorded && replicas_writer(&d.metadata) == ReplicasWriter::Autoscaler {
+            self.also_for("web").push(v);
+        }
+    }
+
+    fn also_for(&mut self, dep: &str) -> &mut Vec<i32> {
+        self.also.entry(dep.to_string()).or_default()
+    }
+
     /// No autoscaler on `web`, in the cluster or as the product last saw it:
     /// the Deployment is its own applier.
     fn plain_web(&self) -> bool {
@@ -551,7 +575,9 @@ impl State {
         // Known limit, as with `Fault::Race`: a Deployment lifted back to
         // exactly our surged number before we saw someone's change looks
         // like our value, and the surge's revert goes back to its baseline
-        // (also when that number is the autoscaler's own minimum).
+        // (also when that number is the autoscaler's own minimum), which
+        // the autoscaler lifts to its user's minimum unless it is removed
+        // before that.
         let ours = self
             .deployments
             .get("web")
@@ -564,8 +590,11 @@ impl State {
         if theirs > *want {
             *want = theirs;
         }
+        let want = *want;
         if let Some(m) = ours {
-            self.web_also.push(m.baseline);
+            self.also_for("web").push(m.baseline);
+            self.also_for("web")
+                .push(lift_baseline(m.baseline, user_min, min));
         }
         // Also a known limit: a value lifted before it is seen is lost; the
         // surge goes back to where the autoscaler would hold the value it
@@ -577,8 +606,8 @@ impl State {
             .filter(|m| m.surged_to != min);
         if let Some(m) = recorded {
             let estimate = lift_baseline(m.baseline, user_min, min);
-            if estimate != *want {
-                self.web_also.push(estimate);
+            if estimate != want {
+                self.also_for("web").push(estimate);
             }
         }
     }
@@ -837,15 +866,18 @@ impl State {
                 }
             }
         }
-        if kind == ObjKind::Deployment && name == "web" {
-            self.web_also.clear();
+        if kind == ObjKind::Deployment {
+            self.also_for(name).clear();
             // Known limit: `web` set to exactly its autoscaler's raised
             // minimum through the scale subresource (which a lift by KEDA's
             // operator also uses) is read as the autoscaler's lift
             // (surge::writer), which goes back to where the autoscaler would
             // hold the recorded value.
-            let d = &self.deployments["web"];
-            let recorded = Markers::from_annotations(d.metadata.annotations.as_ref());
+            let recorded = self
+                .deployments
+                .get(name)
+                .and_then(|d| Markers::from_annotations(d.metadata.annotations.as_ref()));
+            let plain = name != "web" || self.plain_web();
             // Known limit, as with `Fault::Race`: a value set to exactly our
             // surged number after a change we did not see (GitOps lowering it
             // within a pass) is taken for ours under an autoscaler, or when
@@ -853,15 +885,16 @@ impl State {
             // baseline. Through the Deployment itself with no autoscaler,
             // managedFields tell it is theirs (surge::writer).
             if let Some(m) = recorded.filter(|m| m.surged_to == v && m.baseline != v) {
-                if scale || !self.plain_web() {
-                    self.web_also.push(m.baseline);
+                if scale || !plain {
+                    self.also_for(name).push(m.baseline);
                 }
             }
-            if let (true, Some(m), Some((min, user_min))) =
-                (scale, recorded, self.autoscaler_mins())
+            if let (true, Some(m), Some((min, user_min)), "web") =
+                (scale, recorded, self.autoscaler_mins(), name)
             {
                 if min == v && v > 0 {
-                    self.web_also.push(lift_baseline(m.baseline, user_min, min));
+                    self.also_for("web")
+                        .push(lift_baseline(m.baseline, user_min, min));
                 }
             }
         }
@@ -933,7 +966,7 @@ impl SurgeApi for Model {
             // value, is taken for the one lifted (the race's is lost).
             if let (Some(seen), true) = (seen, target.name == "web" && !s.plain_web()) {
                 if seen > 0 {
-                    s.web_also.push(seen);
+                    s.also_for("web").push(seen);
                 }
             }
             s.restamp();
@@ -1165,6 +1198,7 @@ impl Run {
             Op::HpaRemove => self.with(|s| {
                 s.hpa = None;
                 s.user.remove(&(ObjKind::Hpa, "web".into()));
+                s.autoscaler_removed();
             }),
             Op::SoAdd(min) => self.with(|s| {
                 if s.so.is_none() {
@@ -1181,6 +1215,7 @@ impl Run {
             Op::SoRemove => self.with(|s| {
                 s.so = None;
                 s.user.remove(&(ObjKind::ScaledObject, "web".into()));
+                s.autoscaler_removed();
             }),
             Op::UserScale(d, v) => {
                 self.with(|s| s.set_by_user(ObjKind::Deployment, DEPS[d % 2], v, true))
@@ -1314,7 +1349,10 @@ impl Run {
                     _ => None,
                 };
                 // Never 0 by us (as for `want` below).
-                let also = if dep == "web" { &s.web_also[..] } else { &[] }
+                let also = s
+                    .also
+                    .get(dep)
+                    .map_or(&[][..], |a| &a[..])
                     .iter()
                     .map(|a| (*a).max(1))
                     .map(|a| match floor {
@@ -1432,6 +1470,68 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 #[test]
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
+        (
+            // `api` reverted by us, its user's 0 racing the revert; our
+            // adoptions of the 0 and then of their `kubectl scale` to exactly
+            // our surged number fail, and the leader restarts: the 3 is taken
+            // for ours (the known limit of the scale subresource).
+            1,
+            2,
+            "25%",
+            vec![
+                Op::Drain(0),
+                Op::Fault(Fault::Race(0)),
+                Op::Fault(Fault::Fail),
+                Op::Tick(1),
+                Op::Drain(0),
+                Op::EvictViaFollower(1),
+                Op::EvictViaSkewedFollower(0, false),
+                Op::Fault(Fault::Fail),
+                Op::Tick(16),
+                Op::UserScale(1, 3),
+                Op::Restart,
+            ],
+        ),
+        (
+            // Under an HPA surge, the user's 5 is lifted by the HPA to our
+            // minimum 8 before a pass sees it (the known limit: lost), and
+            // the HPA is removed after the revert, which went to the
+            // baseline 3 and was lifted to the HPA's own minimum 4.
+            3,
+            1,
+            "100%",
+            vec![
+                Op::Drain(1),
+                Op::HpaAdd(4),
+                Op::Drain(2),
+                Op::Uncordon(1),
+                Op::UserPatch(0, 5),
+                Op::Uncordon(2),
+                Op::Tick(18),
+                Op::HpaRemove,
+            ],
+        ),
+        (
+            // Under an HPA surge whose last raise of the HPA failed, the
+            // user's 1 is lifted by the HPA to our minimum 5; our record of
+            // that lift fails, and the HPA is removed before the retry: the
+            // 5 is then taken for someone's value (the known limit of
+            // `State::autoscaler_removed`; the model accepts 3 or 5).
+            2,
+            1,
+            "100%",
+            vec![
+                Op::HpaAdd(3),
+                Op::Uncordon(0),
+                Op::Cordon(1),
+                Op::Fault(Fault::LostAnswer),
+                Op::PdbShared(5),
+                Op::Tick(1),
+                Op::Fault(Fault::Fail),
+                Op::UserPatch(0, 1),
+                Op::HpaRemove,
+            ],
+        ),
         (
             // Under an HPA surge, the user's scale to 0 is adopted with two
             // racing writes of theirs: 5 (seen by our second adoption, which
