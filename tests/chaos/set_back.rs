@@ -69,23 +69,10 @@ async fn our_number_set_back_while_the_product_was_down_is_kept() {
     // The product down; someone lowers the Deployment and sets it back to
     // exactly our number.
     stop_server();
-    for v in [2, t] {
-        kubectl_ok(&[
-            "patch",
-            "deployment/back",
-            "-n",
-            &ns.name,
-            "--type=merge",
-            "-p",
-            &format!(r#"{{"spec":{{"replicas":{v}}}}}"#),
-        ]);
-    }
-    let set_back = deps.get("back").await.expect("Deployment");
     assert_eq!(
-        replicas_writer(&set_back.metadata),
+        patch_replicas(&ns, "back", &[2, t]).await,
         ReplicasWriter::Someone,
-        "{:?}",
-        set_back.metadata.managed_fields
+        "kubectl patch is read as someone's"
     );
 
     // Back, and the drain over: their value stays, our markers go.

@@ -29,6 +29,8 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
+use eviction_autoscaler::surge::writer::{replicas_writer, ReplicasWriter};
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -707,6 +709,31 @@ pub async fn wait_hpa_min(
         (at && markers.is_none_or(|want| marked == Some(want))).then_some(())
     })
     .await;
+}
+
+/// `kubectl patch` of Deployment `name`'s replicas to each of `values` in
+/// turn (through the Deployment itself); then who the apiserver records as
+/// having written them (`surge::writer`).
+pub async fn patch_replicas(ns: &TestNs, name: &str, values: &[i32]) -> ReplicasWriter {
+    for v in values {
+        kubectl_ok(&[
+            "patch",
+            &format!("deployment/{name}"),
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"spec":{{"replicas":{v}}}}}"#),
+        ]);
+    }
+    let deps: Api<Deployment> = ns.api();
+    let d = deps.get(name).await.expect("Deployment");
+    let writer = replicas_writer(&d.metadata);
+    eprintln!(
+        "{name} written by {writer:?}: {:?}",
+        d.metadata.managed_fields
+    );
+    writer
 }
 
 /// A RollingUpdate strategy with this maxSurge (and maxUnavailable 0).

@@ -532,21 +532,10 @@ async fn a_users_scale_to_the_raised_minimum_under_an_hpa_surge_is_kept() {
         (a.get(BASELINE_MARKER).map(String::as_str) == Some("0")).then_some(())
     })
     .await;
-    kubectl_ok(&[
-        "patch",
-        "deployment/hu",
-        "-n",
-        &ns.name,
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"replicas":6}}"#,
-    ]);
-    let d = deps.get("hu").await.expect("Deployment");
     assert_eq!(
-        replicas_writer(&d.metadata),
+        patch_replicas(&ns, "hu", &[6]).await,
         ReplicasWriter::Someone,
-        "kubectl patch is read as someone's: {:?}",
-        d.metadata.managed_fields
+        "kubectl patch is read as someone's"
     );
     uncordon(node);
 
