@@ -540,10 +540,14 @@ impl State {
         self.also.entry(dep.to_string()).or_default()
     }
 
-    /// No autoscaler on `web`, in the cluster or as the product last saw it:
-    /// the Deployment is its own applier.
-    fn plain_web(&self) -> bool {
-        self.hpa.is_none() && self.so.is_none() && self.seen_hpa.is_none() && self.seen_so.is_none()
+    /// No autoscaler on Deployment `name` (only `web` ever has one), in the
+    /// cluster or as the product last saw it: the Deployment is its own applier.
+    fn plain(&self, name: &str) -> bool {
+        name != "web"
+            || (self.hpa.is_none()
+                && self.so.is_none()
+                && self.seen_hpa.is_none()
+                && self.seen_so.is_none())
     }
 
     /// The minimum `web`'s autoscaler lifts it to now, and its user's
@@ -877,7 +881,7 @@ impl State {
                 .deployments
                 .get(name)
                 .and_then(|d| Markers::from_annotations(d.metadata.annotations.as_ref()));
-            let plain = name != "web" || self.plain_web();
+            let plain = self.plain(name);
             // Known limit, as with `Fault::Race`: a value set to exactly our
             // surged number after a change we did not see (GitOps lowering it
             // within a pass) is taken for ours under an autoscaler, or when
@@ -953,8 +957,7 @@ impl SurgeApi for Model {
                 .object(target)
                 .and_then(|o| markers_of(&o))
                 .map(|m| m.surged_to);
-            let plain =
-                target.kind == ObjKind::Deployment && (target.name != "web" || s.plain_web());
+            let plain = target.kind == ObjKind::Deployment && s.plain(&target.name);
             let v = if ours == Some(v) && !plain { v + 1 } else { v };
             let seen = match target.kind {
                 ObjKind::Deployment => s.deployments.get(&target.name).map(replicas_of),
@@ -964,7 +967,7 @@ impl SurgeApi for Model {
             // Known limit: the value our write saw, replaced by the race and
             // lifted by an autoscaler before a pass of ours saw the race's
             // value, is taken for the one lifted (the race's is lost).
-            if let (Some(seen), true) = (seen, target.name == "web" && !s.plain_web()) {
+            if let (Some(seen), true) = (seen, target.name == "web" && !s.plain("web")) {
                 if seen > 0 {
                     s.also_for("web").push(seen);
                 }
