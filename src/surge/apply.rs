@@ -192,6 +192,8 @@ pub struct Core<A> {
     /// The object per Deployment whose adoption write failed: the user's
     /// change was seen there.
     adoptions: Mutex<HashMap<Key, step::Adoption>>,
+    /// The lift record per Deployment whose write failed.
+    lifts: Mutex<HashMap<Key, crate::markers::Markers>>,
     /// Node → the Deployments whose pods it held at the last pass.
     last_nodes: Mutex<HashMap<String, std::collections::BTreeSet<Key>>>,
     /// Deployments whose step is running, with the surge replicas it keeps
@@ -232,6 +234,7 @@ impl<A: SurgeApi> Core<A> {
             },
             backoff: Mutex::new(HashMap::new()),
             adoptions: Mutex::new(HashMap::new()),
+            lifts: Mutex::new(HashMap::new()),
             last_nodes: Mutex::new(HashMap::new()),
             in_flight: Default::default(),
         }
@@ -257,6 +260,15 @@ impl<A: SurgeApi> Core<A> {
         self.in_flight
             .lock()
             .is_ok_and(|s| s.contains_key(&(ns.to_string(), dep.to_string())))
+    }
+
+    /// The lift record this replica remembers as failed for a Deployment.
+    #[cfg(test)]
+    pub(crate) fn lift_pending(&self, ns: &str, dep: &str) -> Option<crate::markers::Markers> {
+        self.lifts
+            .lock()
+            .ok()
+            .and_then(|l| l.get(&(ns.to_string(), dep.to_string())).copied())
     }
 
     fn take_slot(&self, s: &Step) -> Option<InFlight> {
@@ -308,10 +320,16 @@ impl<A: SurgeApi> Core<A> {
                     .lock()
                     .ok()
                     .and_then(|a| a.get(&(ns.clone(), name.clone())).cloned());
+                let lift_pending = self
+                    .lifts
+                    .lock()
+                    .ok()
+                    .and_then(|l| l.get(&(ns.clone(), name.clone())).copied());
                 let facts = Facts {
                     since_signal,
                     denied: denied.into_iter().collect(),
                     adoption_pending,
+                    lift_pending,
                     lead_for: now.saturating_duration_since(self.lead_start),
                 };
                 let s = step::step(
@@ -435,6 +453,17 @@ impl<A: SurgeApi> Core<A> {
                 }
                 (_, None) => {
                     a.remove(&key);
+                }
+                (None, Some(_)) => {}
+            }
+        }
+        if let Ok(mut l) = self.lifts.lock() {
+            match (o.step.lifting, &o.error) {
+                (Some(m), Some(_)) => {
+                    l.insert(key.clone(), m);
+                }
+                (_, None) => {
+                    l.remove(&key);
                 }
                 (None, Some(_)) => {}
             }

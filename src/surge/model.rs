@@ -521,7 +521,7 @@ impl State {
     /// when its last autoscaler goes away is taken for someone's value and
     /// kept: nothing left tells a lift to our raised minimum from one to
     /// the user's own (found by `make model-long`; docs/how-it-works.md).
-    fn autoscaler_removed(&mut self) {
+    fn autoscaler_removed(&mut self, remembered: Option<Markers>) {
         if self.hpa.is_some() || self.so.is_some() {
             return;
         }
@@ -531,7 +531,13 @@ impl State {
         let v = replicas_of(d);
         let unrecorded = Markers::from_annotations(d.metadata.annotations.as_ref())
             .is_some_and(|m| m.surged_to != v);
-        if unrecorded && replicas_writer(&d.metadata) == ReplicasWriter::Autoscaler {
+        // The leader remembers a failed record of this lift: it records it
+        // still (`Facts::lift_pending`), so the value must come back.
+        let recorded_later = remembered.is_some_and(|l| l.surged_to == v);
+        if unrecorded
+            && !recorded_later
+            && replicas_writer(&d.metadata) == ReplicasWriter::Autoscaler
+        {
             self.also_for("web").push(v);
         }
     }
@@ -1198,11 +1204,14 @@ impl Run {
                     s.user.insert((ObjKind::Hpa, "web".into()), min);
                 }
             }),
-            Op::HpaRemove => self.with(|s| {
+            Op::HpaRemove => {
+                let remembered = self.core.lift_pending(NS, "web");
+                self.with(|s| {
                 s.hpa = None;
                 s.user.remove(&(ObjKind::Hpa, "web".into()));
-                s.autoscaler_removed();
-            }),
+                s.autoscaler_removed(remembered);
+                })
+            }
             Op::SoAdd(min) => self.with(|s| {
                 if s.so.is_none() {
                     let ar = ApiResource::from_gvk_with_plural(
@@ -1215,11 +1224,14 @@ impl Run {
                     s.user.insert((ObjKind::ScaledObject, "web".into()), min);
                 }
             }),
-            Op::SoRemove => self.with(|s| {
+            Op::SoRemove => {
+                let remembered = self.core.lift_pending(NS, "web");
+                self.with(|s| {
                 s.so = None;
                 s.user.remove(&(ObjKind::ScaledObject, "web".into()));
-                s.autoscaler_removed();
-            }),
+                s.autoscaler_removed(remembered);
+                })
+            }
             Op::UserScale(d, v) => {
                 self.with(|s| s.set_by_user(ObjKind::Deployment, DEPS[d % 2], v, true))
             }
@@ -1243,6 +1255,9 @@ impl Run {
                 // A new leader has none of the old one's memory.
                 self.book = self.core.book.clone();
                 self.clock = SignalClock::default();
+                // A lift whose failed record only the old leader remembered,
+                // its autoscaler gone: the known limit again.
+                self.with(|s| s.autoscaler_removed(None));
             }
             Op::Hold(_) => {}
             Op::CrashLoop(d) => self.with(|s| {
@@ -1518,8 +1533,10 @@ fn regression_histories() {
             // Under an HPA surge whose last raise of the HPA failed, the
             // user's 1 is lifted by the HPA to our minimum 5; our record of
             // that lift fails, and the HPA is removed before the retry: the
-            // 5 is then taken for someone's value (the known limit of
-            // `State::autoscaler_removed`; the model accepts 3 or 5).
+            // leader remembers the failed record and records the lift then
+            // (`Facts::lift_pending`), so the 5 goes back to 1; after a
+            // restart it would be taken for someone's value (the known limit
+            // of `State::autoscaler_removed`).
             2,
             1,
             "100%",

@@ -101,6 +101,10 @@ pub struct Facts {
     /// The object whose adoption of a user's value failed to persist (see
     /// [`Snapshot::adoption_pending`]).
     pub adoption_pending: Option<Adoption>,
+    /// The record of a lift to our raised minimum whose write failed (see
+    /// [`Step::lifting`]): kept here, the lift is still recorded as ours if
+    /// the autoscaler goes before the retry.
+    pub lift_pending: Option<Markers>,
     /// How long this replica has led: a surge found at start counts as
     /// signalled then, so a restart never cuts a cooldown short.
     pub lead_for: Duration,
@@ -132,6 +136,9 @@ pub struct Step {
     pub reverted: bool,
     /// The object a user's value is adopted on, when the action adopts.
     pub adopting: Option<Adoption>,
+    /// The markers a Deployment the autoscaler lifted to our minimum is
+    /// recorded with, when the step records the lift.
+    pub lifting: Option<Markers>,
     /// Nodes the Deployment's pods run on now (the next pass counts a node
     /// found draining as a signal even if the pods left it in between).
     pub nodes: BTreeSet<String>,
@@ -497,6 +504,7 @@ pub fn step(
         active: None,
         reverted: false,
         adopting: None,
+        lifting: None,
         nodes: BTreeSet::new(),
     };
 
@@ -653,8 +661,22 @@ pub fn step(
         }
         _ => None,
     });
+    // A lift seen under a raised minimum whose record failed, and the
+    // autoscaler (or its markers) gone before the retry: the value is still
+    // the lift (no one wrote it through the Deployment since), so it is
+    // recorded now; taken for someone's value, the surge's extra replicas
+    // would stay. Only this replica's memory knows it (lost on restart).
+    let lifted = lifted.or_else(|| {
+        let l = facts.lift_pending?;
+        (raised.is_none()
+            && dep_s.raw == Some(l.surged_to)
+            && dep_s.writer != ReplicasWriter::Someone
+            && dep_s.markers().is_some_and(|m| m != l))
+        .then_some(l)
+    });
     if let Some(l) = lifted {
         writes.extend(dep_s.surge(l.baseline, l.surged_to));
+        out.lifting = Some(l);
         out.writes = writes;
         return out;
     }
@@ -1278,6 +1300,62 @@ mod tests {
         // waits a pass, so the Deployment is never left lifted unrecorded.
         let s = run(&lifted_world(), &[], &quiet());
         assert_lift_recorded(&s);
+    }
+
+    #[test]
+    fn a_failed_lift_record_is_kept_when_the_autoscaler_goes() {
+        let s = run(&lifted_world(), &[], &quiet());
+        let l = Markers {
+            baseline: 3,
+            surged_to: 4,
+        };
+        assert_eq!(s.lifting, Some(l));
+        // That write failed, and the HPA was deleted before the retry.
+        let gone = NsObjects {
+            hpas: vec![],
+            ..lifted_world()
+        };
+        // Without the memory (a restart), the lift reads as someone's 4.
+        let s = run(&gone, &[], &quiet());
+        assert!(
+            matches!(
+                s.action,
+                Action::AdoptUserChange {
+                    new_baseline: 4,
+                    ..
+                }
+            ),
+            "{s:?}"
+        );
+        // With it, the lift is recorded as ours first ...
+        let facts = Facts {
+            lift_pending: Some(l),
+            ..quiet()
+        };
+        let s = run(&gone, &[], &facts);
+        assert_lift_recorded(&s);
+        assert_eq!(s.lifting, Some(l));
+        // ... but not over a value someone wrote through the Deployment.
+        let mut d = (*gone.deployments[0]).clone();
+        d.metadata.managed_fields = Some(vec![crate::surge::writer::replicas_entry(
+            "kubectl-patch",
+            None,
+        )]);
+        let theirs = NsObjects {
+            deployments: vec![Arc::new(d)],
+            ..gone.clone()
+        };
+        assert!(run(&theirs, &[], &facts).lifting.is_none());
+        // Recorded, the Deployment goes back to 3 once the drain is over.
+        let mut d = (*dep(4, Some((3, 4)))).clone();
+        d.spec = gone.deployments[0].spec.clone();
+        let recorded = NsObjects {
+            deployments: vec![Arc::new(d)],
+            ..gone
+        };
+        let s = run(&recorded, &[], &facts);
+        assert_eq!(s.action, Action::Revert { baseline: 3 }, "{s:?}");
+        assert!(s.lifting.is_none());
     }
 
     /// The EvictionAutoScaler of a PDB over `web` and `api`, targeting
