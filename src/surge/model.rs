@@ -1489,6 +1489,26 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
         (
+            // Under an HPA surge (its minimum 4 raised to 5), the user's
+            // scale to 0 races their write of 1, which our failed adoption
+            // saw; the HPA lifts the 1 to our 5 and is removed. The lift goes
+            // back to where the HPA held the 1 without the surge, its own
+            // minimum 4, not to the 1 (`make model-long`, session 23).
+            4,
+            1,
+            "25%",
+            vec![
+                Op::HpaAdd(4),
+                Op::Drain(0),
+                Op::UserPatch(0, 6),
+                Op::Fault(Fault::Race(1)),
+                Op::Fault(Fault::Fail),
+                Op::UserScale(0, 0),
+                Op::Tick(1),
+                Op::HpaRemove,
+            ],
+        ),
+        (
             // `api` reverted by us, its user's 0 racing the revert; our
             // adoptions of the 0 and then of their `kubectl scale` to exactly
             // our surged number fail, and the leader restarts: the 3 is taken

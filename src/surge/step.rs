@@ -315,10 +315,10 @@ fn under_autoscaler(
     };
     match pending {
         // Someone's value was seen and not yet recorded: lifted from it, if
-        // the autoscaler lifts such a value (not 0: scaling disabled).
-        Some(Some(v)) if raw == Some(t) && v > 0 && v < t => {
-            UnderAutoscaler::Lifted { baseline: v }
-        }
+        // the autoscaler lifts such a value (not 0: scaling disabled), to
+        // where the autoscaler holds it without the surge (their minimum
+        // lifts a value below it too: kept after the autoscaler goes).
+        Some(Some(v)) if raw == Some(t) && v > 0 && v < t => lift(v),
         // A seen value the autoscaler does not lift (0, or at least our
         // minimum), and now our minimum not written by someone through the
         // Deployment: someone set another value after it, lifted before it
@@ -1183,8 +1183,10 @@ mod tests {
             (Some(6), mk(7, 7), None, Autoscaler, Lifted { baseline: 3 }),
             (Some(6), mk(0, 0), None, Unknown, Lifted { baseline: 3 }),
             (Some(6), mk(7, 7), None, Unknown, Lifted { baseline: 3 }),
-            // A failed adoption of 2, then the lift.
-            (Some(6), mk(3, 6), Some(Some(2)), Autoscaler, Lifted { baseline: 2 }),
+            // A failed adoption of 2 or 4, then the lift: where the HPA
+            // holds that value without the surge (2 goes to its minimum 3).
+            (Some(6), mk(3, 6), Some(Some(2)), Autoscaler, Lifted { baseline: 3 }),
+            (Some(6), mk(3, 6), Some(Some(4)), Autoscaler, Lifted { baseline: 4 }),
             // A failed adoption of 0, then a lift of an unseen value.
             (Some(6), mk(3, 6), Some(Some(0)), Autoscaler, Lifted { baseline: 3 }),
             (Some(6), mk(5, 6), Some(Some(0)), Unknown, Lifted { baseline: 5 }),
