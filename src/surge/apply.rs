@@ -180,6 +180,36 @@ struct Retry {
 
 type Key = (String, String);
 
+/// Per Deployment, what a step planned to persist and could not (the write
+/// failed): known only here until a later step of that Deployment succeeds.
+struct Unpersisted<T>(Mutex<HashMap<Key, T>>);
+
+impl<T: Clone> Unpersisted<T> {
+    fn new() -> Self {
+        Unpersisted(Mutex::new(HashMap::new()))
+    }
+
+    fn get(&self, ns: &str, dep: &str) -> Option<T> {
+        let m = self.0.lock().ok()?;
+        m.get(&(ns.to_string(), dep.to_string())).cloned()
+    }
+
+    /// After a step of `key` that `planned` this: kept when its writes
+    /// failed, forgotten once a step succeeds.
+    fn record(&self, key: &Key, planned: Option<&T>, failed: bool) {
+        let Ok(mut m) = self.0.lock() else { return };
+        match (planned, failed) {
+            (Some(v), true) => {
+                m.insert(key.clone(), v.clone());
+            }
+            (_, false) => {
+                m.remove(key);
+            }
+            (None, true) => {}
+        }
+    }
+}
+
 /// The surge worker's decisions and writes, without the run loop, Events or
 /// metrics: what the in-memory model drives.
 pub struct Core<A> {
@@ -191,9 +221,9 @@ pub struct Core<A> {
     backoff: Mutex<HashMap<Key, Retry>>,
     /// The object per Deployment whose adoption write failed: the user's
     /// change was seen there.
-    adoptions: Mutex<HashMap<Key, step::Adoption>>,
+    adoptions: Unpersisted<step::Adoption>,
     /// The lift record per Deployment whose write failed.
-    lifts: Mutex<HashMap<Key, crate::markers::Markers>>,
+    lifts: Unpersisted<crate::markers::Markers>,
     /// Node → the Deployments whose pods it held at the last pass.
     last_nodes: Mutex<HashMap<String, std::collections::BTreeSet<Key>>>,
     /// Deployments whose step is running, with the surge replicas it keeps
@@ -233,8 +263,8 @@ impl<A: SurgeApi> Core<A> {
                 zero_surge_override,
             },
             backoff: Mutex::new(HashMap::new()),
-            adoptions: Mutex::new(HashMap::new()),
-            lifts: Mutex::new(HashMap::new()),
+            adoptions: Unpersisted::new(),
+            lifts: Unpersisted::new(),
             last_nodes: Mutex::new(HashMap::new()),
             in_flight: Default::default(),
         }
@@ -265,10 +295,7 @@ impl<A: SurgeApi> Core<A> {
     /// The lift record this replica remembers as failed for a Deployment.
     #[cfg(test)]
     pub(crate) fn lift_pending(&self, ns: &str, dep: &str) -> Option<crate::markers::Markers> {
-        self.lifts
-            .lock()
-            .ok()
-            .and_then(|l| l.get(&(ns.to_string(), dep.to_string())).copied())
+        self.lifts.get(ns, dep)
     }
 
     fn take_slot(&self, s: &Step) -> Option<InFlight> {
@@ -315,21 +342,11 @@ impl<A: SurgeApi> Core<A> {
                     continue;
                 }
                 let (since_signal, denied) = self.book.get(ns, &name, cooldown, now);
-                let adoption_pending = self
-                    .adoptions
-                    .lock()
-                    .ok()
-                    .and_then(|a| a.get(&(ns.clone(), name.clone())).cloned());
-                let lift_pending = self
-                    .lifts
-                    .lock()
-                    .ok()
-                    .and_then(|l| l.get(&(ns.clone(), name.clone())).copied());
                 let facts = Facts {
                     since_signal,
                     denied: denied.into_iter().collect(),
-                    adoption_pending,
-                    lift_pending,
+                    adoption_pending: self.adoptions.get(ns, &name),
+                    lift_pending: self.lifts.get(ns, &name),
                     lead_for: now.saturating_duration_since(self.lead_start),
                 };
                 let s = step::step(
@@ -446,28 +463,10 @@ impl<A: SurgeApi> Core<A> {
 
     fn record(&self, o: &Outcome, now: Instant) {
         let key = (o.step.namespace.clone(), o.step.deployment.clone());
-        if let Ok(mut a) = self.adoptions.lock() {
-            match (&o.step.adopting, &o.error) {
-                (Some(obj), Some(_)) => {
-                    a.insert(key.clone(), obj.clone());
-                }
-                (_, None) => {
-                    a.remove(&key);
-                }
-                (None, Some(_)) => {}
-            }
-        }
-        if let Ok(mut l) = self.lifts.lock() {
-            match (o.step.lifting, &o.error) {
-                (Some(m), Some(_)) => {
-                    l.insert(key.clone(), m);
-                }
-                (_, None) => {
-                    l.remove(&key);
-                }
-                (None, Some(_)) => {}
-            }
-        }
+        let failed = o.error.is_some();
+        self.adoptions
+            .record(&key, o.step.adopting.as_ref(), failed);
+        self.lifts.record(&key, o.step.lifting.as_ref(), failed);
         let Ok(mut b) = self.backoff.lock() else {
             return;
         };
