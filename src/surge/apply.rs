@@ -224,6 +224,8 @@ pub struct Core<A> {
     adoptions: Unpersisted<step::Adoption>,
     /// The lift record per Deployment whose write failed.
     lifts: Unpersisted<crate::markers::Markers>,
+    /// Per Deployment, its autoscalers' minimum as read and since when.
+    mins: Mutex<HashMap<Key, (i32, Instant)>>,
     /// Node → the Deployments whose pods it held at the last pass.
     last_nodes: Mutex<HashMap<String, std::collections::BTreeSet<Key>>>,
     /// Deployments whose step is running, with the surge replicas it keeps
@@ -265,6 +267,7 @@ impl<A: SurgeApi> Core<A> {
             backoff: Mutex::new(HashMap::new()),
             adoptions: Unpersisted::new(),
             lifts: Unpersisted::new(),
+            mins: Mutex::new(HashMap::new()),
             last_nodes: Mutex::new(HashMap::new()),
             in_flight: Default::default(),
         }
@@ -333,11 +336,14 @@ impl<A: SurgeApi> Core<A> {
             }
         }
         let mut steps = Vec::new();
+        let mut looked_at = std::collections::HashSet::new();
         for (ns, objs) in &idx.namespaces {
             let empty = Default::default();
             let sig = signalled.get(ns).unwrap_or(&empty);
             let durable = idx.wall_now.map(|t| (t, window));
             for name in objs.candidates(&idx.draining, sig, durable) {
+                let key = (ns.clone(), name.clone());
+                looked_at.insert(key.clone());
                 if self.backing_off(ns, &name, now) || self.in_flight(ns, &name) {
                     continue;
                 }
@@ -347,6 +353,7 @@ impl<A: SurgeApi> Core<A> {
                     denied: denied.into_iter().collect(),
                     adoption_pending: self.adoptions.get(ns, &name),
                     lift_pending: self.lifts.get(ns, &name),
+                    autoscaler_min: self.min_read(&key, now),
                     lead_for: now.saturating_duration_since(self.lead_start),
                 };
                 let s = step::step(
@@ -358,12 +365,16 @@ impl<A: SurgeApi> Core<A> {
                     self.settings,
                     idx.wall_now,
                 );
+                self.note_min(key, s.autoscaler_min, now);
                 if s.on_draining > 0 {
                     // A draining node that still holds pods is a signal (section 6).
                     self.book.touch(ns, &name, now);
                 }
                 steps.push((s, facts));
             }
+        }
+        if let Ok(mut m) = self.mins.lock() {
+            m.retain(|k, _| looked_at.contains(k));
         }
         let idx = &idx;
         let started = Instant::now();
@@ -473,7 +484,11 @@ impl<A: SurgeApi> Core<A> {
         match &o.error {
             None => {
                 b.remove(&key);
-                if matches!(o.step.action, Action::Revert { .. }) && o.step.active.is_none() {
+                // Over once nothing is left in place (the Deployment's
+                // scale-back may come a few seconds after its autoscaler's).
+                if (o.step.reverted || matches!(o.step.action, Action::Revert { .. }))
+                    && o.step.active.is_none()
+                {
                     self.book.forget(&key.0, &key.1);
                 }
             }
@@ -494,6 +509,26 @@ impl<A: SurgeApi> Core<A> {
                         failures,
                     },
                 );
+            }
+        }
+    }
+
+    /// The autoscalers' minimum read at earlier passes, and how long it has stood.
+    fn min_read(&self, key: &Key, now: Instant) -> Option<(i32, Duration)> {
+        let m = self.mins.lock().ok()?;
+        m.get(key)
+            .map(|&(v, at)| (v, now.saturating_duration_since(at)))
+    }
+
+    fn note_min(&self, key: Key, min: Option<i32>, now: Instant) {
+        let Ok(mut m) = self.mins.lock() else { return };
+        match min {
+            Some(v) if m.get(&key).is_some_and(|e| e.0 == v) => {}
+            Some(v) => {
+                m.insert(key, (v, now));
+            }
+            None => {
+                m.remove(&key);
             }
         }
     }

@@ -105,10 +105,21 @@ pub struct Facts {
     /// [`Step::lifting`]): kept here, the lift is still recorded as ours if
     /// the autoscaler goes before the retry.
     pub lift_pending: Option<Markers>,
+    /// The autoscalers' minimum this replica read at earlier passes (see
+    /// [`Step::autoscaler_min`]), and how long it has stood since it was
+    /// first read; `None` when not read before (or forgotten on restart).
+    pub autoscaler_min: Option<(i32, Duration)>,
     /// How long this replica has led: a surge found at start counts as
     /// signalled then, so a restart never cuts a cooldown short.
     pub lead_for: Duration,
 }
+
+/// How long the autoscalers' minimum must have stood, as read, before a
+/// Deployment under them is scaled back: their controller lifts a Deployment
+/// to the minimum it read from its own cache, which may still be the one
+/// before (a raised minimum just reverted, or a user's edit); KEDA's
+/// operator adds its own step.
+pub const SETTLE: Duration = Duration::from_secs(3);
 
 /// Settings the step reads.
 #[derive(Debug, Clone, Copy)]
@@ -139,6 +150,8 @@ pub struct Step {
     /// The markers a Deployment the autoscaler lifted to our minimum is
     /// recorded with, when the step records the lift.
     pub lifting: Option<Markers>,
+    /// The highest minimum of the autoscalers over the Deployment, as read.
+    pub autoscaler_min: Option<i32>,
     /// Nodes the Deployment's pods run on now (the next pass counts a node
     /// found draining as a signal even if the pods left it in between).
     pub nodes: BTreeSet<String>,
@@ -505,6 +518,11 @@ pub fn step(
         reverted: false,
         adopting: None,
         lifting: None,
+        autoscaler_min: all
+            .iter()
+            .filter(|o| o.key.kind != ObjKind::Deployment)
+            .map(|o| o.value())
+            .max(),
         nodes: BTreeSet::new(),
     };
 
@@ -747,6 +765,8 @@ pub fn step(
     // Every other object with markers: back once the drain is over.
     let primary_key = primary.map(|p| &p.key);
     let over = plan::drain_over(&snapshot) || matches!(action, Action::Revert { .. });
+    // The Deployment's scale-back, decided once every autoscaler's write is known.
+    let mut lower = None;
     for o in &all {
         if Some(&o.key) == primary_key || (dep_written && o.key == dep_s.key) {
             continue;
@@ -785,15 +805,34 @@ pub fn step(
             // The gate guards a scale-down; removing markers from a value
             // someone else set lowers nothing.
             let lowers = o.raw == Some(m.surged_to) && restore < m.surged_to;
-            if !lowers || plan::safe_to_scale_back(&snapshot, m.surged_to, restore) {
+            if !lowers {
                 writes.extend(o.revert(m, restore));
                 out.reverted = true;
+            } else if plan::safe_to_scale_back(&snapshot, m.surged_to, restore) {
+                lower = Some((o, m, restore));
             } else {
                 out.active = out.active.or(Some(m));
             }
         } else {
             writes.extend(o.revert(m, m.baseline.max(0)));
             out.reverted = true;
+        }
+    }
+    if let Some((o, m, restore)) = lower {
+        // Under autoscalers, only once their minimum has stood (SETTLE),
+        // with none of them written in this step.
+        let written = writes.iter().any(|w| w.target.kind != ObjKind::Deployment);
+        let stood = out.autoscaler_min.is_none_or(|min| {
+            !written
+                && facts
+                    .autoscaler_min
+                    .is_some_and(|(v, d)| v == min && d >= SETTLE)
+        });
+        if stood {
+            writes.extend(o.revert(m, restore));
+            out.reverted = true;
+        } else {
+            out.active = out.active.or(Some(m));
         }
     }
     out.action = action;
@@ -1055,16 +1094,20 @@ mod tests {
         assert!(draining.writes.is_empty(), "markers kept while displaced");
         assert!(draining.active.is_some());
         let over = run(&objs, &[], &quiet());
-        let mut t = targets(&over);
-        t.sort();
-        assert_eq!(
-            t,
-            vec![
-                (ObjKind::Deployment, "web".into()),
-                (ObjKind::ScaledObject, "web".into())
-            ]
-        );
+        assert_eq!(targets(&over), vec![(ObjKind::ScaledObject, "web".into())]);
         assert!(over.reverted);
+        // The Deployment once the minimum (the higher of the two) has stood.
+        let reverted = NsObjects {
+            scaled_objects: vec![scaled_object(2, None)],
+            ..objs
+        };
+        let facts = Facts {
+            autoscaler_min: Some((2, SETTLE)),
+            ..quiet()
+        };
+        let over = run(&reverted, &[], &facts);
+        assert_eq!(targets(&over), vec![(ObjKind::Deployment, "web".into())]);
+        assert!(over.reverted && over.active.is_none());
     }
 
     #[test]
@@ -1302,6 +1345,61 @@ mod tests {
         // waits a pass, so the Deployment is never left lifted unrecorded.
         let s = run(&lifted_world(), &[], &quiet());
         assert_lift_recorded(&s);
+    }
+
+    #[test]
+    fn a_deployment_is_lowered_only_once_its_autoscalers_minimum_has_stood() {
+        // HPA minimum 2 raised to 3, the Deployment 2 -> 3; the drain is over.
+        let mut h = (*hpa()).clone();
+        h.metadata.annotations = ann(Some((2, 3)));
+        if let Some(spec) = h.spec.as_mut() {
+            spec.min_replicas = Some(3);
+        }
+        let surged = NsObjects {
+            deployments: vec![dep(3, Some((2, 3)))],
+            hpas: vec![Arc::new(h)],
+            pods: pods(3, "n1"),
+            pdbs: vec![blocking_pdb(3)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let stood = |min: i32, secs: u64| Facts {
+            autoscaler_min: Some((min, Duration::from_secs(secs))),
+            ..quiet()
+        };
+        // The HPA's revert goes alone, however long its minimum stood.
+        let s = run(&surged, &[], &stood(3, 600));
+        assert_eq!(s.action, Action::Revert { baseline: 2 });
+        assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())]);
+        assert_eq!(s.autoscaler_min, Some(3));
+        let m = Markers {
+            baseline: 2,
+            surged_to: 3,
+        };
+        assert_eq!(
+            s.active,
+            Some(m),
+            "the Deployment's surge is still in place"
+        );
+        // The HPA as that write left it: its new minimum must stand first
+        // (unknown after a restart, or read as another before).
+        let reverted = NsObjects {
+            hpas: vec![hpa()],
+            ..surged
+        };
+        let just_read = stood(2, SETTLE.as_secs() - 1);
+        for facts in [quiet(), stood(3, 600), just_read] {
+            let s = run(&reverted, &[], &facts);
+            assert!(s.writes.is_empty(), "{facts:?}: {s:?}");
+            assert_eq!((s.active, s.autoscaler_min), (Some(m), Some(2)));
+        }
+        let s = run(&reverted, &[], &stood(2, SETTLE.as_secs()));
+        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
+        assert_eq!(
+            op_value(&s.writes[0], "replace", "/spec/replicas"),
+            Some(json!(2))
+        );
+        assert!(s.reverted && s.active.is_none(), "{s:?}");
     }
 
     #[test]

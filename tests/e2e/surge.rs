@@ -347,6 +347,9 @@ async fn hpa_minimum_is_raised_and_restored() {
     let peak_min = sampler.await.unwrap_or(0);
     assert!(peak_min > 2, "the HPA minimum was raised (peak {peak_min})");
     wait_hpa_min(&hpas, "h", 2, Some(false), Duration::from_secs(60)).await;
+    // The Deployment goes back too, a few seconds after its HPA (SETTLE),
+    // and without markers: nothing lifts it again.
+    wait_replicas(&ns, "h", 2, false, Duration::from_secs(30)).await;
     assert!(watcher.finish().await >= 2);
     let events = kubectl_ok(&[
         "get",
