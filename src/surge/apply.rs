@@ -194,6 +194,14 @@ impl<T: Clone> Unpersisted<T> {
         m.get(&(ns.to_string(), dep.to_string())).cloned()
     }
 
+    /// Forgets the Deployments a pass did not look at: one with something
+    /// unpersisted still carries markers, so it is looked at while it exists.
+    fn retain(&self, looked_at: &std::collections::HashSet<Key>) {
+        if let Ok(mut m) = self.0.lock() {
+            m.retain(|k, _| looked_at.contains(k));
+        }
+    }
+
     /// After a step of `key` that `planned` this: kept when its writes
     /// failed, forgotten once a step succeeds.
     fn record(&self, key: &Key, planned: Option<&T>, failed: bool) {
@@ -376,6 +384,8 @@ impl<A: SurgeApi> Core<A> {
         if let Ok(mut m) = self.mins.lock() {
             m.retain(|k, _| looked_at.contains(k));
         }
+        self.adoptions.retain(&looked_at);
+        self.lifts.retain(&looked_at);
         let idx = &idx;
         let started = Instant::now();
         // Each step holds its Deployment's slot while it runs, so a pass

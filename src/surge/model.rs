@@ -978,17 +978,20 @@ impl SurgeApi for Model {
         }
         if let Some(Fault::Race(v)) = fault {
             // A racing change (through the Deployment itself) back to exactly
-            // our surged number: managedFields tell it is someone's for a
-            // Deployment that is its own applier. Known limit: under an
-            // autoscaler, and for an autoscaler's minimum, it is taken for
-            // our own value once the leader that saw the user's change
-            // restarts; the model races those to any other value.
+            // our surged number: managedFields tell it is someone's, under
+            // an autoscaler too. Known limit: for an autoscaler's minimum
+            // (no such evidence) it is taken for our own value once the
+            // leader that saw the user's change restarts; the model races
+            // those to any other value.
             let ours = s
                 .object(target)
                 .and_then(|o| markers_of(&o))
                 .map(|m| m.surged_to);
-            let plain = target.kind == ObjKind::Deployment && s.plain(&target.name);
-            let v = if ours == Some(v) && !plain { v + 1 } else { v };
+            let v = if ours == Some(v) && target.kind != ObjKind::Deployment {
+                v + 1
+            } else {
+                v
+            };
             let seen = match target.kind {
                 ObjKind::Deployment => s.deployments.get(&target.name).map(replicas_of),
                 _ => None,

@@ -182,6 +182,15 @@ impl Surgeable<'_> {
     fn markers(&self) -> Option<Markers> {
         Markers::from_annotations(self.annotations)
     }
+    /// Our surged number written again since, by someone else through the
+    /// Deployment itself (managedFields): theirs, as for a Deployment that is
+    /// its own applier (an autoscaler's lift writes through `scale`).
+    fn ours_rewritten(&self, m: Markers) -> bool {
+        self.key.kind == ObjKind::Deployment
+            && self.writer == ReplicasWriter::Someone
+            && self.raw == Some(m.surged_to)
+            && m.baseline != m.surged_to
+    }
     fn write(&self, ops: Vec<Value>) -> Option<Write> {
         (!ops.is_empty()).then(|| Write {
             target: self.key.clone(),
@@ -341,7 +350,7 @@ fn under_autoscaler(
         Some(_) => UnderAutoscaler::Other,
         // Already recorded at the raised minimum: ours (a surge), or theirs
         // (an adoption of that number).
-        None if raw == Some(t) && m.surged_to == t => {
+        None if raw == Some(t) && m.surged_to == t && writer != ReplicasWriter::Someone => {
             if m.baseline < t {
                 UnderAutoscaler::Lifted {
                     baseline: m.baseline,
@@ -641,7 +650,8 @@ pub fn step(
     // surged again through the autoscaler for as many displaced pods (a
     // raised minimum would lift the Deployment past their value).
     let someone_elses = dep_state.is_some_and(|(m, state)| {
-        (dep_pending.is_some() || dep_s.raw != Some(m.surged_to)) && state == UnderAutoscaler::Other
+        (dep_pending.is_some() || dep_s.raw != Some(m.surged_to) || dep_s.ours_rewritten(m))
+            && state == UnderAutoscaler::Other
     });
     if autoscaled && (someone_elses || (dep_pending.is_some() && dep_state.is_none())) {
         let n = plan::displaced_count(&snapshot);
@@ -719,7 +729,11 @@ pub fn step(
                     let pending = dep_pending.is_some();
                     match dep_state {
                         Some((_, UnderAutoscaler::AtBaseline)) => {}
-                        Some((m, _)) if dep_s.raw != Some(m.surged_to) || pending => {
+                        Some((m, _))
+                            if dep_s.raw != Some(m.surged_to)
+                                || pending
+                                || dep_s.ours_rewritten(m) =>
+                        {
                             writes.extend(dep_s.adopt(dep_s.value(), out.displaced));
                             out.adopting = Some(dep_s.adoption());
                         }
@@ -789,7 +803,7 @@ pub fn step(
                 out.active = out.active.or(Some(m));
                 continue;
             }
-            if o.raw != Some(m.surged_to) || pending {
+            if o.raw != Some(m.surged_to) || pending || o.ours_rewritten(m) {
                 out.adopting = Some(o.adoption());
                 // Someone else's value: persist it as the baseline now, so a
                 // later return to our number is not mistaken for ours.
@@ -798,7 +812,11 @@ pub fn step(
             out.active = out.active.or(Some(m));
             continue;
         }
-        if o.key.kind == ObjKind::Deployment {
+        if o.ours_rewritten(m) {
+            // Their value: kept, only our markers go.
+            writes.extend(o.clean());
+            out.reverted = true;
+        } else if o.key.kind == ObjKind::Deployment {
             // Exactly the recorded baseline (section 6), never 0 by us; an
             // autoscaler above it raises the Deployment itself.
             let restore = m.baseline.max(1);
@@ -1207,9 +1225,10 @@ mod tests {
         );
         #[rustfmt::skip]
         let cases: Vec<Case> = vec![
-            // Our surge of the Deployment, whoever owns the field.
+            // Our surge of the Deployment; our number written again by
+            // someone through the Deployment itself is theirs.
             (Some(6), mk(3, 6), None, Unknown, Lifted { baseline: 3 }),
-            (Some(6), mk(3, 6), None, Someone, Lifted { baseline: 3 }),
+            (Some(6), mk(3, 6), None, Someone, Other),
             // Lifted by the HPA from a recorded 4 or 2: where the HPA would
             // hold it without the surge (also with no owner recorded).
             (Some(6), mk(4, 4), None, Autoscaler, Lifted { baseline: 4 }),
@@ -1399,6 +1418,59 @@ mod tests {
             op_value(&s.writes[0], "replace", "/spec/replicas"),
             Some(json!(2))
         );
+        assert!(s.reverted && s.active.is_none(), "{s:?}");
+    }
+
+    #[test]
+    fn our_number_written_by_someone_under_an_autoscaler_is_theirs() {
+        // HPA minimum 2 raised to 3, the Deployment 2 -> 3, and then someone
+        // wrote 3 through the Deployment itself (away and back unseen).
+        let mut h = (*hpa()).clone();
+        h.metadata.annotations = ann(Some((2, 3)));
+        if let Some(spec) = h.spec.as_mut() {
+            spec.min_replicas = Some(3);
+        }
+        let mut d = (*dep(3, Some((2, 3)))).clone();
+        d.metadata.managed_fields = Some(vec![crate::surge::writer::replicas_entry(
+            "kubectl-patch",
+            None,
+        )]);
+        let objs = NsObjects {
+            deployments: vec![Arc::new(d)],
+            hpas: vec![Arc::new(h)],
+            pods: pods(3, "n1"),
+            pdbs: vec![blocking_pdb(3)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let baseline_of = |w: &Write| {
+            w.ops
+                .iter()
+                .find(|o| {
+                    o["path"]
+                        .as_str()
+                        .is_some_and(|p| p.ends_with("original-min-replicas"))
+                })
+                .map(|o| o["value"].clone())
+        };
+        // While draining: adopted as the Deployment's baseline, not changed.
+        let s = run(&objs, &["n1"], &quiet());
+        let w = s
+            .writes
+            .iter()
+            .find(|w| w.target.kind == ObjKind::Deployment);
+        let w = w.unwrap_or_else(|| panic!("an adoption: {s:?}"));
+        assert_eq!(op_value(w, "replace", "/spec/replicas"), None, "{w:?}");
+        assert_eq!(baseline_of(w), Some(json!("3")), "{w:?}");
+        // Once over: the HPA goes back, the Deployment keeps their 3.
+        let s = run(&objs, &[], &quiet());
+        assert_eq!(s.action, Action::Revert { baseline: 2 });
+        let w = s
+            .writes
+            .iter()
+            .find(|w| w.target.kind == ObjKind::Deployment);
+        let w = w.unwrap_or_else(|| panic!("markers removed: {s:?}"));
+        assert_eq!(op_value(w, "replace", "/spec/replicas"), None, "{w:?}");
         assert!(s.reverted && s.active.is_none(), "{s:?}");
     }
 

@@ -13,8 +13,9 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
 
 use eviction_autoscaler::surge::writer::{replicas_writer, ReplicasWriter};
@@ -79,5 +80,59 @@ async fn our_number_set_back_while_the_product_was_down_is_kept() {
     let _ = restart_server(&[]);
     uncordon(node);
     assert_settled_at(&ns, "back", t, Duration::from_secs(60)).await;
+    drop(restore);
+}
+
+/// The same under an HPA surge (its minimum and the Deployment raised):
+/// while the product is down, someone changes the Deployment and writes our
+/// number back through the Deployment itself. Their value is kept, and the
+/// HPA goes back to its own minimum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn our_number_set_back_under_an_hpa_while_the_product_was_down_is_kept() {
+    let _g = nodes_lock().await;
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("chaos-setback-hpa").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-1";
+    let d = rolling_max_surge(
+        deployment("hback", 3, Some(node)),
+        IntOrString::String("100%".into()),
+    );
+    deps.create(&PostParams::default(), &d)
+        .await
+        .expect("create Deployment");
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa("hback", "hback", 3))
+        .await
+        .expect("create HPA");
+    let on_node = wait_ready(&ns, "hback", 3)
+        .await
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .count() as i32;
+    assert!(on_node > 0, "pods of hback prefer {node}");
+    wait_pdb_blocking(&ns, "hback", 3).await;
+
+    let restore = Restore(node);
+    kubectl_ok(&["cordon", node]);
+    let t = 3 + on_node;
+    wait_deployment(&ns, "hback", t, true, Duration::from_secs(30)).await;
+    wait_hpa_min(&hpas, "hback", t, Some(true), Duration::from_secs(30)).await;
+
+    // The product down; someone scales up and back to exactly our number
+    // (above the HPA's minimum, so the HPA lifts nothing in between).
+    stop_server();
+    assert_eq!(
+        patch_replicas(&ns, "hback", &[t + 1, t]).await,
+        ReplicasWriter::Someone,
+        "kubectl patch is read as someone's"
+    );
+
+    // Back, and the drain over: the HPA's minimum goes back to 3, their
+    // value stays (no metrics: the HPA keeps it), our markers go.
+    let _ = restart_server(&[]);
+    uncordon(node);
+    wait_hpa_min(&hpas, "hback", 3, Some(false), Duration::from_secs(60)).await;
+    assert_settled_at(&ns, "hback", t, Duration::from_secs(60)).await;
     drop(restore);
 }

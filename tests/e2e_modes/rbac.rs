@@ -416,12 +416,15 @@ async fn features_work_as_the_service_account_through_its_token() {
     let peak = sampler.await.unwrap_or(0);
     assert!(peak > 2, "the HPA minimum was raised (peak {peak})");
     wait_hpa_min(&hpas, "r", 2, Some(false), Duration::from_secs(60)).await;
+    // The Deployment a few seconds after its HPA (surge::step::SETTLE); the
+    // surge's end is reported when its last marker goes.
+    wait_deployment(&ns, "r", 2, false, Duration::from_secs(30)).await;
     for reason in ["SurgeStarted", "SurgeReverted"] {
-        assert!(
-            event_total(&ns.name, reason) >= 1,
-            "{reason}:\n{}",
-            event_log(&ns.name)
-        );
+        let what = format!("a {reason} Event");
+        let found = wait_for(&what, Duration::from_secs(10), || async {
+            (event_total(&ns.name, reason) >= 1).then_some(true)
+        });
+        assert!(found.await, "{reason}:\n{}", event_log(&ns.name));
     }
     let holder = kubectl_ok(&[
         "-n",
