@@ -1006,6 +1006,15 @@ mod tests {
         };
         step("ns", objs, &draining, "web", facts, settings, None)
     }
+    /// `hpa()` with its minimum raised by us from `from` to `to`.
+    fn raised_hpa(from: i32, to: i32) -> Arc<HorizontalPodAutoscaler> {
+        let mut h = (*hpa()).clone();
+        h.metadata.annotations = ann(Some((from, to)));
+        if let Some(spec) = h.spec.as_mut() {
+            spec.min_replicas = Some(to);
+        }
+        Arc::new(h)
+    }
     fn targets(s: &Step) -> Vec<(ObjKind, String)> {
         s.writes
             .iter()
@@ -1181,14 +1190,10 @@ mod tests {
     fn a_deployment_lifted_by_its_autoscaler_to_our_minimum_goes_back_to_its_baseline() {
         // A user's 3 was adopted on the Deployment mid-surge; the HPA, its
         // minimum raised to 4 by us, lifted it to 4.
-        let mut h = (*hpa()).clone();
-        h.metadata.annotations = ann(Some((2, 4)));
-        if let Some(spec) = h.spec.as_mut() {
-            spec.min_replicas = Some(4);
-        }
+        let h = raised_hpa(2, 4);
         let objs = NsObjects {
             deployments: vec![dep(4, Some((3, 3)))],
-            hpas: vec![Arc::new(h)],
+            hpas: vec![h],
             pods: pods(4, "n1"),
             pdbs: vec![blocking_pdb(2)],
             in_scope: true,
@@ -1279,11 +1284,7 @@ mod tests {
 
     /// The HPA (ours: 2 -> 4) lifted a Deployment whose user's 3 was adopted.
     fn lifted_world() -> NsObjects {
-        let mut h = (*hpa()).clone();
-        h.metadata.annotations = ann(Some((2, 4)));
-        if let Some(spec) = h.spec.as_mut() {
-            spec.min_replicas = Some(4);
-        }
+        let h = raised_hpa(2, 4);
         let mut d = (*dep(4, Some((3, 3)))).clone();
         if let Some(a) = d.metadata.annotations.as_mut() {
             a.insert(markers::ADOPTED_DISPLACED.into(), "1".into());
@@ -1299,7 +1300,7 @@ mod tests {
         }
         NsObjects {
             deployments: vec![Arc::new(d)],
-            hpas: vec![Arc::new(h)],
+            hpas: vec![h],
             pods: pods(4, "n1"),
             pdbs: vec![blocking_pdb(2)],
             in_scope: true,
@@ -1369,14 +1370,10 @@ mod tests {
     #[test]
     fn a_deployment_is_lowered_only_once_its_autoscalers_minimum_has_stood() {
         // HPA minimum 2 raised to 3, the Deployment 2 -> 3; the drain is over.
-        let mut h = (*hpa()).clone();
-        h.metadata.annotations = ann(Some((2, 3)));
-        if let Some(spec) = h.spec.as_mut() {
-            spec.min_replicas = Some(3);
-        }
+        let h = raised_hpa(2, 3);
         let surged = NsObjects {
             deployments: vec![dep(3, Some((2, 3)))],
-            hpas: vec![Arc::new(h)],
+            hpas: vec![h],
             pods: pods(3, "n1"),
             pdbs: vec![blocking_pdb(3)],
             in_scope: true,
@@ -1425,11 +1422,7 @@ mod tests {
     fn our_number_written_by_someone_under_an_autoscaler_is_theirs() {
         // HPA minimum 2 raised to 3, the Deployment 2 -> 3, and then someone
         // wrote 3 through the Deployment itself (away and back unseen).
-        let mut h = (*hpa()).clone();
-        h.metadata.annotations = ann(Some((2, 3)));
-        if let Some(spec) = h.spec.as_mut() {
-            spec.min_replicas = Some(3);
-        }
+        let h = raised_hpa(2, 3);
         let mut d = (*dep(3, Some((2, 3)))).clone();
         d.metadata.managed_fields = Some(vec![crate::surge::writer::replicas_entry(
             "kubectl-patch",
@@ -1437,7 +1430,7 @@ mod tests {
         )]);
         let objs = NsObjects {
             deployments: vec![Arc::new(d)],
-            hpas: vec![Arc::new(h)],
+            hpas: vec![h],
             pods: pods(3, "n1"),
             pdbs: vec![blocking_pdb(3)],
             in_scope: true,

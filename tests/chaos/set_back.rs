@@ -33,6 +33,17 @@ impl Drop for Restore {
     }
 }
 
+/// Waits for `n` Ready pods of `app` and counts those on `node` (at least one).
+async fn ready_on_node(ns: &TestNs, app: &str, n: usize, node: &str) -> i32 {
+    let on = wait_ready(ns, app, n)
+        .await
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .count() as i32;
+    assert!(on > 0, "pods of {app} prefer {node}");
+    on
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn our_number_set_back_while_the_product_was_down_is_kept() {
     let _g = nodes_lock().await;
@@ -47,12 +58,7 @@ async fn our_number_set_back_while_the_product_was_down_is_kept() {
     deps.patch("back", &PatchParams::apply("gitops"), &Patch::Apply(&d))
         .await
         .expect("server-side apply");
-    let on_node = wait_ready(&ns, "back", 3)
-        .await
-        .iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-        .count() as i32;
-    assert!(on_node > 0, "pods of back prefer {node}");
+    let on_node = ready_on_node(&ns, "back", 3, node).await;
     wait_pdb_blocking(&ns, "back", 3).await;
 
     let restore = Restore(node);
@@ -105,12 +111,7 @@ async fn our_number_set_back_under_an_hpa_while_the_product_was_down_is_kept() {
     hpas.create(&PostParams::default(), &hpa("hback", "hback", 3))
         .await
         .expect("create HPA");
-    let on_node = wait_ready(&ns, "hback", 3)
-        .await
-        .iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-        .count() as i32;
-    assert!(on_node > 0, "pods of hback prefer {node}");
+    let on_node = ready_on_node(&ns, "hback", 3, node).await;
     wait_pdb_blocking(&ns, "hback", 3).await;
 
     let restore = Restore(node);
