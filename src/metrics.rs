@@ -41,6 +41,12 @@ pub struct HoldLabel {
     pub outcome: &'static str,
 }
 
+/// Buckets of `eviction_hold_seconds`: fine below a second (room that came
+/// at once), then every second up to the largest EVICTION_HOLD (8 s).
+pub const HOLD_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
+];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
     pub controller: &'static str,
@@ -78,6 +84,10 @@ pub struct Metrics {
     pub client_cert_missing: Counter,
     pub api_requests: Family<ApiRequestLabels, Counter>,
     pub eviction_holds: Family<HoldLabel, Counter>,
+    /// How long each hold lasted, from the request's arrival (which
+    /// EVICTION_HOLD bounds) to its end: what tells an operator whether the
+    /// hold is long enough for the cluster's replacement pods.
+    pub eviction_hold_seconds: Family<HoldLabel, Histogram>,
     pub evictions_held: Gauge,
     pub events_dropped: Counter,
 }
@@ -188,6 +198,15 @@ impl Metrics {
             "Evictions held (EVICTION_HOLD), by what they waited for and outcome",
             eviction_holds.clone(),
         );
+        let eviction_hold_seconds = Family::<HoldLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(HOLD_BUCKETS.iter().copied())
+        });
+        registry.register(
+            "eviction_hold_seconds",
+            "Time from a held eviction's arrival to the end of its hold, by what it waited \
+             for and outcome",
+            eviction_hold_seconds.clone(),
+        );
         let evictions_held = Gauge::default();
         registry.register(
             "evictions_held",
@@ -218,6 +237,7 @@ impl Metrics {
             client_cert_missing,
             api_requests,
             eviction_holds,
+            eviction_hold_seconds,
             evictions_held,
             events_dropped,
         }

@@ -515,6 +515,13 @@ impl Webhooks {
         )
         .await;
         count(outcome.as_str());
+        self.metrics
+            .eviction_hold_seconds
+            .get_or_create(&HoldLabel {
+                wait: wait.as_str(),
+                outcome: outcome.as_str(),
+            })
+            .observe(started.elapsed().as_secs_f64());
         Some(outcome)
     }
 

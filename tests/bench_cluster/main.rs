@@ -487,6 +487,56 @@ impl Sampler {
 /// Bench item 4, one side: `with_product` or the product off and budgets
 /// that never block (maxUnavailable equal to the replicas).
 const HOLDS: &str = "eviction_autoscaler_eviction_holds_total";
+const HOLD_BUCKETS: &str = "eviction_autoscaler_eviction_hold_seconds_bucket";
+
+/// Cumulative counts of the holds that ended allowed, by bucket bound (s):
+/// from the request's arrival, how long room took to come.
+fn allowed_hold_buckets(metrics: &str) -> BTreeMap<String, f64> {
+    let mut by_le: BTreeMap<String, f64> = BTreeMap::new();
+    for l in metrics
+        .lines()
+        .filter(|l| l.starts_with(HOLD_BUCKETS) && l.contains("outcome=\"allowed\""))
+    {
+        let Some(le) = l.split("le=\"").nth(1).and_then(|r| r.split('"').next()) else {
+            continue;
+        };
+        let Some(v) = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        *by_le.entry(le.to_string()).or_default() += v;
+    }
+    by_le
+}
+
+/// "within 1 s: 4, 2 s: 7, ...": cumulative counts of one drain's allowed
+/// holds (the difference of two scrapes), up to the bound that holds them all.
+fn hold_times(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> String {
+    let mut rows: Vec<(f64, String, f64)> = after
+        .iter()
+        .filter_map(|(le, a)| {
+            let bound = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((
+                bound,
+                le.clone(),
+                a - before.get(le).copied().unwrap_or(0.0),
+            ))
+        })
+        .collect();
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = rows.last().map_or(0.0, |r| r.2);
+    let mut out = Vec::new();
+    for (_, le, n) in rows {
+        out.push(format!("{le} s: {n}"));
+        if n >= total {
+            break;
+        }
+    }
+    format!("{total} in all; within {}", out.join(", "))
+}
 
 async fn drains(with_product: bool) -> DrainFigures {
     let deployments = env_usize("BENCH_DRAIN_DEPLOYMENTS", 100);
@@ -652,6 +702,7 @@ async fn drains(with_product: bool) -> DrainFigures {
         }
         let seats = SeatSampler::start(product.clone());
         let before = product.as_ref().map(holds);
+        let times_before = product.as_ref().map(|i| allowed_hold_buckets(&i.metrics()));
         // -v=6: kubectl logs every request, for the count below.
         let run = drain_node(n, "app", &["--timeout=900s", "-v=6"]).await;
         say(format!("  drain of {n}: {}", seats.finish()));
@@ -677,6 +728,12 @@ async fn drains(with_product: bool) -> DrainFigures {
                 "  drain of {n}: evictions held, by what for and how it ended: {}",
                 per_wait.join("; ")
             ));
+            if let Some(tb) = &times_before {
+                say(format!(
+                    "  drain of {n}: holds that ended allowed, by time from the eviction's arrival: {}",
+                    hold_times(tb, &allowed_hold_buckets(&info.metrics()))
+                ));
+            }
             expired.push(
                 d.chunks(OUTCOMES.len())
                     .filter_map(|c| c.get(2))
