@@ -1164,7 +1164,15 @@ pub fn start(
     });
     r.dirty = Some(ns_dirty.clone());
     let hpas = r.reflect::<HorizontalPodAutoscaler>(None, |h| {
+        // Who set the minimum tells our raised number from someone's
+        // (surge::writer); the rest of managedFields goes.
+        crate::surge::writer::keep_owners(
+            &mut h.metadata,
+            crate::surge::writer::Field::MinReplicas,
+        );
+        let owners = h.metadata.managed_fields.take();
         strip_meta(&mut h.metadata);
+        h.metadata.managed_fields = owners;
         h.status = None;
     });
     let eas = r.reflect::<EvictionAutoScaler>(Some(CRD_MISSING), |e| strip_meta(&mut e.metadata));

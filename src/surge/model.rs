@@ -54,7 +54,9 @@ use crate::surge::clock::{Look, SignalClock};
 use crate::surge::signals::SignalBook;
 use crate::surge::step::{lift_baseline, ObjKey, ObjKind};
 use crate::surge::view::ClusterView;
-use crate::surge::writer::{replicas_entry, replicas_writer, ReplicasWriter, AUTOSCALER_MANAGER};
+use crate::surge::writer::{
+    field_entry, replicas_entry, replicas_writer, Field, ReplicasWriter, AUTOSCALER_MANAGER,
+};
 use crate::webhook::Signal;
 
 const NS: &str = "shop";
@@ -889,14 +891,24 @@ impl State {
                     }
                 }
             }
+            // A change through the object itself: the field is the writer's.
             ObjKind::Hpa => {
-                if let Some(spec) = self.hpa.as_mut().and_then(|h| h.spec.as_mut()) {
-                    spec.min_replicas = Some(v);
+                if let Some(h) = self.hpa.as_mut() {
+                    if let Some(spec) = h.spec.as_mut() {
+                        spec.min_replicas = Some(v);
+                    }
+                    h.metadata.managed_fields =
+                        Some(vec![field_entry(Field::MinReplicas, "kubectl-patch", None)]);
                 }
             }
             ObjKind::ScaledObject => {
                 if let Some(so) = self.so.as_mut() {
                     so.data["spec"]["minReplicaCount"] = json!(v);
+                    so.metadata.managed_fields = Some(vec![field_entry(
+                        Field::MinReplicaCount,
+                        "kubectl-patch",
+                        None,
+                    )]);
                 }
             }
         }
@@ -977,21 +989,8 @@ impl SurgeApi for Model {
             return Err(ApiError::Other("injected failure".into()));
         }
         if let Some(Fault::Race(v)) = fault {
-            // A racing change (through the Deployment itself) back to exactly
-            // our surged number: managedFields tell it is someone's, under
-            // an autoscaler too. Known limit: for an autoscaler's minimum
-            // (no such evidence) it is taken for our own value once the
-            // leader that saw the user's change restarts; the model races
-            // those to any other value.
-            let ours = s
-                .object(target)
-                .and_then(|o| markers_of(&o))
-                .map(|m| m.surged_to);
-            let v = if ours == Some(v) && target.kind != ObjKind::Deployment {
-                v + 1
-            } else {
-                v
-            };
+            // A racing change (through the object itself), also back to
+            // exactly our surged number: managedFields tell it is someone's.
             let seen = match target.kind {
                 ObjKind::Deployment => s.deployments.get(&target.name).map(replicas_of),
                 _ => None,
@@ -1014,16 +1013,40 @@ impl SurgeApi for Model {
             .map_err(|e| ApiError::Other(e.to_string()))?;
         let mut after = before.clone();
         json_patch::patch(&mut after, &patch).map_err(|e| ApiError::Conflict(e.to_string()))?;
-        // The apiserver gives the changed replicas to our field manager.
-        if target.kind == ObjKind::Deployment
-            && before.pointer("/spec/replicas") != after.pointer("/spec/replicas")
-        {
+        // The apiserver gives the changed value to our field manager.
+        let field = match target.kind {
+            ObjKind::Deployment => Field::Replicas,
+            ObjKind::Hpa => Field::MinReplicas,
+            ObjKind::ScaledObject => Field::MinReplicaCount,
+        };
+        if value_of(target.kind, &before) != value_of(target.kind, &after) {
             after["metadata"]["managedFields"] =
-                serde_json::to_value(vec![replicas_entry(names::MANAGER, None)])
+                serde_json::to_value(vec![field_entry(field, names::MANAGER, None)])
                     .map_err(|e| ApiError::Other(e.to_string()))?;
         }
         s.store(target, after.clone()).map_err(ApiError::Other)?;
         s.restamp();
+        // Our markers removed from `web` at or above its autoscaler's own
+        // minimum, where its user's value is below it: as if lowered to
+        // that value and lifted by the autoscaler (the lift's rule below,
+        // `State::autoscaler`); the step leaves it there instead.
+        if target.kind == ObjKind::Deployment
+            && target.name == "web"
+            && markers_of(&before).is_some()
+            && markers_of(&after).is_none()
+        {
+            if let Some((min, user_min)) = s.autoscaler_mins() {
+                let theirs = min.min(user_min);
+                let v = value_of(ObjKind::Deployment, &after).unwrap_or(1) as i32;
+                let want = s
+                    .user
+                    .entry((ObjKind::Deployment, "web".into()))
+                    .or_insert(0);
+                if *want > 0 && *want < theirs && v >= theirs {
+                    *want = theirs;
+                }
+            }
+        }
         s.audits.push(Audit {
             key: target.clone(),
             before,
@@ -1214,6 +1237,11 @@ impl Run {
                         metadata: ObjectMeta {
                             name: Some("web".into()),
                             namespace: Some(NS.into()),
+                            managed_fields: Some(vec![field_entry(
+                                Field::MinReplicas,
+                                "kubectl-create",
+                                None,
+                            )]),
                             ..Default::default()
                         },
                         spec: Some(HorizontalPodAutoscalerSpec {
@@ -1247,6 +1275,8 @@ impl Run {
                     );
                     let mut so = DynamicObject::new("web", &ar).within(NS);
                     so.data = json!({"spec": {"minReplicaCount": min, "scaleTargetRef": {"name": "web"}}});
+                    so.metadata.managed_fields =
+                        Some(vec![field_entry(Field::MinReplicaCount, "kubectl-create", None)]);
                     s.so = Some(so);
                     s.user.insert((ObjKind::ScaledObject, "web".into()), min);
                 }
@@ -1515,6 +1545,55 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 #[test]
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
+        (
+            // A surge whose Deployment gets an HPA (minimum 3) mid-surge:
+            // its markers go at 3, not lowered to 2 for the HPA to lift
+            // back; the user's later minimum of 1 leaves it at 3, as the
+            // lift would have (the model's expectation, session 25).
+            2,
+            1,
+            "25%",
+            vec![
+                Op::EvictViaFollower(0),
+                Op::HpaAdd(3),
+                Op::Tick(18),
+                Op::SoRemove,
+                Op::Tick(2),
+                Op::UserHpaMin(1),
+            ],
+        ),
+        (
+            // The user's scale to 0 races our surge, then an HPA comes: the
+            // Deployment is not kept at the HPA's minimum (an autoscaler
+            // leaves 0 alone), it goes back to 1 (`make model-long` against
+            // the first version of that floor, session 25).
+            4,
+            1,
+            "100%",
+            vec![
+                Op::PdbUser(2),
+                Op::Drain(0),
+                Op::Fault(Fault::Race(0)),
+                Op::HpaAdd(3),
+                Op::PdbUser(0),
+            ],
+        ),
+        (
+            // The user's HPA minimum set, racing our write, to exactly a
+            // number of ours: theirs by managedFields (surge::writer). Found
+            // as soon as the model raced an autoscaler's minimum to our
+            // number (session 25); without the minimum's writer read it
+            // ends at 3 against the user's 4.
+            3,
+            2,
+            "25%",
+            vec![
+                Op::HpaAdd(3),
+                Op::Drain(0),
+                Op::Fault(Fault::Race(4)),
+                Op::UserHpaMin(1),
+            ],
+        ),
         (
             // An HPA surge reverted: the HPA controller, reading its cache,
             // may still lift to our raised minimum a Deployment lowered right

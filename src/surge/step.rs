@@ -48,7 +48,7 @@ use crate::patch::{annotation_ops, escape, guarded_set, version_guard};
 use crate::pdb::matching_pdbs;
 use crate::surge::plan::{self, Action, Applier, PodState, Snapshot};
 use crate::surge::view::{hpa_carrier, hpa_is_kedas, scaled_object_carrier, NsObjects};
-use crate::surge::writer::{replicas_writer, ReplicasWriter};
+use crate::surge::writer::{replicas_writer, writer, Field, ReplicasWriter};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjKind {
@@ -171,7 +171,7 @@ struct Surgeable<'a> {
     annotations: Option<&'a BTreeMap<String, String>>,
     /// As read: guards the writes that rest on an absence.
     resource_version: Option<&'a str>,
-    /// Who set the value last (Deployments; `Unknown` for autoscalers).
+    /// Who set the value last (managedFields, surge::writer).
     writer: ReplicasWriter,
 }
 
@@ -183,11 +183,11 @@ impl Surgeable<'_> {
         Markers::from_annotations(self.annotations)
     }
     /// Our surged number written again since, by someone else through the
-    /// Deployment itself (managedFields): theirs, as for a Deployment that is
-    /// its own applier (an autoscaler's lift writes through `scale`).
+    /// object itself (managedFields): theirs (an autoscaler's lift of a
+    /// Deployment writes through `scale`, and no controller writes an
+    /// autoscaler's minimum).
     fn ours_rewritten(&self, m: Markers) -> bool {
-        self.key.kind == ObjKind::Deployment
-            && self.writer == ReplicasWriter::Someone
+        self.writer == ReplicasWriter::Someone
             && self.raw == Some(m.surged_to)
             && m.baseline != m.surged_to
     }
@@ -402,7 +402,7 @@ fn of_hpa<'a>(ns: &str, h: &'a HorizontalPodAutoscaler) -> Surgeable<'a> {
         ceiling: h.spec.as_ref().map(|s| s.max_replicas),
         annotations: h.metadata.annotations.as_ref(),
         resource_version: h.metadata.resource_version.as_deref(),
-        writer: ReplicasWriter::Unknown,
+        writer: writer(&h.metadata, Field::MinReplicas),
     }
 }
 
@@ -423,7 +423,7 @@ fn of_scaled_object<'a>(ns: &str, so: &'a DynamicObject) -> Surgeable<'a> {
         ),
         annotations: so.metadata.annotations.as_ref(),
         resource_version: so.metadata.resource_version.as_deref(),
-        writer: ReplicasWriter::Unknown,
+        writer: writer(&so.metadata, Field::MinReplicaCount),
     }
 }
 
@@ -620,8 +620,7 @@ pub fn step(
             .filter_map(|o| markers::adopted_displaced(o.annotations))
             .max(),
         adoption_pending: primary.is_some_and(|p| facts.pending_on(&p.key).is_some()),
-        set_by_someone: matches!(applier, Applier::Deployment)
-            && dep_s.writer == ReplicasWriter::Someone,
+        set_by_someone: primary.is_some_and(|p| p.writer == ReplicasWriter::Someone),
         may_surge: objs.in_scope,
         pods: own,
         other_pods,
@@ -847,7 +846,18 @@ pub fn step(
                     .is_some_and(|(v, d)| v == min && d >= SETTLE)
         });
         if stood {
-            writes.extend(o.revert(m, restore));
+            // Not below the autoscaler's own minimum once none of ours is
+            // raised (someone's, adopted): it would lift the Deployment
+            // straight back, a pod deleted and made again for nothing. Not
+            // from 0 (an autoscaler leaves a Deployment at 0 alone), nor with
+            // KEDA and an HPA at once (neither scales then).
+            let floor = match raised {
+                None if autoscaled && m.baseline > 0 => {
+                    out.autoscaler_min.unwrap_or(0).min(m.surged_to)
+                }
+                _ => 0,
+            };
+            writes.extend(o.revert(m, restore.max(floor)));
             out.reverted = true;
         } else {
             out.active = out.active.or(Some(m));
@@ -1464,6 +1474,83 @@ mod tests {
             .find(|w| w.target.kind == ObjKind::Deployment);
         let w = w.unwrap_or_else(|| panic!("markers removed: {s:?}"));
         assert_eq!(op_value(w, "replace", "/spec/replicas"), None, "{w:?}");
+        assert!(s.reverted && s.active.is_none(), "{s:?}");
+    }
+
+    #[test]
+    fn our_minimum_written_by_someone_is_theirs() {
+        // HPA minimum 2 raised to 3 (the Deployment lifted 2 -> 3 with it),
+        // then someone wrote 3 to the HPA itself (away and back unseen).
+        let mut h = (*raised_hpa(2, 3)).clone();
+        h.metadata.managed_fields = Some(vec![crate::surge::writer::field_entry(
+            crate::surge::writer::Field::MinReplicas,
+            "kubectl-patch",
+            None,
+        )]);
+        let objs = NsObjects {
+            deployments: vec![dep(3, Some((2, 3)))],
+            hpas: vec![Arc::new(h.clone())],
+            pods: pods(3, "n1"),
+            pdbs: vec![blocking_pdb(3)],
+            in_scope: true,
+            ..Default::default()
+        };
+        // While draining: adopted as the HPA's baseline, not changed.
+        let s = run(&objs, &["n1"], &quiet());
+        assert!(
+            matches!(
+                s.action,
+                Action::AdoptUserChange {
+                    new_baseline: 3,
+                    ..
+                }
+            ),
+            "{s:?}"
+        );
+        let hw = s.writes.iter().find(|w| w.target.kind == ObjKind::Hpa);
+        let hw = hw.unwrap_or_else(|| panic!("an adoption: {s:?}"));
+        assert_eq!(op_value(hw, "replace", "/spec/minReplicas"), None, "{hw:?}");
+        // Once over: only our markers go from the HPA; their 3 stays.
+        let s = run(&objs, &[], &quiet());
+        let hw = s.writes.iter().find(|w| w.target.kind == ObjKind::Hpa);
+        let hw = hw.unwrap_or_else(|| panic!("markers removed: {s:?}"));
+        assert_eq!(op_value(hw, "replace", "/spec/minReplicas"), None, "{hw:?}");
+        // After the adoption persisted: markers {3, 3}.
+        h.metadata.annotations = ann(Some((3, 3)));
+        let adopted = NsObjects {
+            hpas: vec![Arc::new(h)],
+            ..objs
+        };
+        let s = run(&adopted, &[], &quiet());
+        assert_eq!(s.action, Action::Revert { baseline: 3 });
+        let hw = s.writes.iter().find(|w| w.target.kind == ObjKind::Hpa);
+        let hw = hw.unwrap_or_else(|| panic!("markers removed: {s:?}"));
+        assert_eq!(op_value(hw, "replace", "/spec/minReplicas"), None, "{hw:?}");
+        // The Deployment waits for the minimum to stand, and then is not
+        // lowered below their 3 (the HPA would lift it straight back).
+        assert!(
+            !targets(&s).iter().any(|t| t.0 == ObjKind::Deployment),
+            "{s:?}"
+        );
+        let mut plain = (*hpa()).clone();
+        if let Some(spec) = plain.spec.as_mut() {
+            spec.min_replicas = Some(3);
+        }
+        let stood = NsObjects {
+            hpas: vec![Arc::new(plain)],
+            ..adopted
+        };
+        let facts = Facts {
+            autoscaler_min: Some((3, SETTLE)),
+            ..quiet()
+        };
+        let s = run(&stood, &[], &facts);
+        let dw = s
+            .writes
+            .iter()
+            .find(|w| w.target.kind == ObjKind::Deployment);
+        let dw = dw.unwrap_or_else(|| panic!("markers removed: {s:?}"));
+        assert_eq!(op_value(dw, "replace", "/spec/replicas"), None, "{dw:?}");
         assert!(s.reverted && s.active.is_none(), "{s:?}");
     }
 

@@ -1,4 +1,6 @@
-//! Who last set a Deployment's `spec.replicas`, read from its managedFields.
+//! Who last set the value a surge changes (a Deployment's `spec.replicas`,
+//! an HPA's `spec.minReplicas`, a ScaledObject's `spec.minReplicaCount`),
+//! read from the object's managedFields.
 //!
 //! Under an autoscaler surge the Deployment can reach our raised minimum in
 //! two ways: the autoscaler lifts it (a smaller value, ours to take back) or
@@ -17,6 +19,10 @@
 //! next `kubectl scale` nor the HPA's lift is recorded until someone writes
 //! the replicas through the Deployment itself (`kubectl patch`, `apply`,
 //! `edit`, GitOps, or a surge of ours).
+//!
+//! An autoscaler's minimum has no subresource and no controller writing it:
+//! every write is someone's (`kubectl patch`, `apply`, `edit`, Helm, GitOps)
+//! or ours, so the same rule reads it.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use serde_json::json;
@@ -49,24 +55,51 @@ pub enum ReplicasWriter {
     Unknown,
 }
 
-fn owns_replicas(e: &ManagedFieldsEntry) -> bool {
-    e.fields_v1.as_ref().is_some_and(|f| {
-        f.0.get("f:spec")
-            .and_then(|s| s.get("f:replicas"))
-            .is_some()
-    })
+/// The field a surge changes, by the kind of object that carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// A Deployment's `spec.replicas`.
+    Replicas,
+    /// An HPA's `spec.minReplicas`.
+    MinReplicas,
+    /// A KEDA ScaledObject's `spec.minReplicaCount`.
+    MinReplicaCount,
+}
+
+impl Field {
+    /// Its key under `f:spec` in a FieldsV1 set.
+    fn key(self) -> &'static str {
+        match self {
+            Field::Replicas => "f:replicas",
+            Field::MinReplicas => "f:minReplicas",
+            Field::MinReplicaCount => "f:minReplicaCount",
+        }
+    }
+}
+
+fn owns(e: &ManagedFieldsEntry, field: Field) -> bool {
+    e.fields_v1
+        .as_ref()
+        .is_some_and(|f| f.0.get("f:spec").and_then(|s| s.get(field.key())).is_some())
 }
 
 fn is_autoscaler(e: &ManagedFieldsEntry) -> bool {
     e.manager.as_deref() == Some(AUTOSCALER_MANAGER) && e.subresource.as_deref() == Some("scale")
 }
 
+/// Who set a Deployment's `spec.replicas`.
 pub fn replicas_writer(meta: &ObjectMeta) -> ReplicasWriter {
+    writer(meta, Field::Replicas)
+}
+
+/// Who set `field` of an object. Only a Deployment's replicas can be
+/// [`ReplicasWriter::Autoscaler`]'s (the scale subresource).
+pub fn writer(meta: &ObjectMeta, field: Field) -> ReplicasWriter {
     let owners: Vec<&ManagedFieldsEntry> = meta
         .managed_fields
         .iter()
         .flatten()
-        .filter(|e| owns_replicas(e))
+        .filter(|e| owns(e, field))
         .collect();
     if owners.is_empty() {
         ReplicasWriter::Unknown
@@ -85,15 +118,21 @@ pub fn replicas_writer(meta: &ObjectMeta) -> ReplicasWriter {
 /// What the caches keep of a Deployment's managedFields: the owners of
 /// `spec.replicas` (manager, operation, subresource), nothing else.
 pub fn keep_replicas_owners(meta: &mut ObjectMeta) {
+    keep_owners(meta, Field::Replicas);
+}
+
+/// What the caches keep of an object's managedFields: the owners of
+/// `field` (manager, operation, subresource), nothing else.
+pub fn keep_owners(meta: &mut ObjectMeta, field: Field) {
     let Some(entries) = meta.managed_fields.take() else {
         return;
     };
     let kept: Vec<ManagedFieldsEntry> = entries
         .into_iter()
-        .filter(owns_replicas)
+        .filter(|e| owns(e, field))
         .map(|e| ManagedFieldsEntry {
             fields_type: e.fields_type,
-            fields_v1: Some(replicas_only()),
+            fields_v1: Some(only(field)),
             manager: e.manager,
             operation: e.operation,
             subresource: e.subresource,
@@ -104,16 +143,22 @@ pub fn keep_replicas_owners(meta: &mut ObjectMeta) {
     meta.managed_fields = (!kept.is_empty()).then_some(kept);
 }
 
-fn replicas_only() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1 {
-    k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(json!({"f:spec": {"f:replicas": {}}}))
+fn only(field: Field) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1 {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(json!({"f:spec": {field.key(): {}}}))
 }
 
 /// A managedFields entry owning `spec.replicas` (tests and the model).
 #[cfg(test)]
 pub fn replicas_entry(manager: &str, subresource: Option<&str>) -> ManagedFieldsEntry {
+    field_entry(Field::Replicas, manager, subresource)
+}
+
+/// A managedFields entry owning `field` (tests and the model).
+#[cfg(test)]
+pub fn field_entry(field: Field, manager: &str, subresource: Option<&str>) -> ManagedFieldsEntry {
     ManagedFieldsEntry {
         fields_type: Some("FieldsV1".into()),
-        fields_v1: Some(replicas_only()),
+        fields_v1: Some(only(field)),
         manager: Some(manager.into()),
         operation: Some("Update".into()),
         subresource: subresource.map(str::to_string),
@@ -238,5 +283,63 @@ mod tests {
         let mut none = meta(vec![entry("kubectl-create", None, json!({"f:spec": {}}))]);
         keep_replicas_owners(&mut none);
         assert_eq!(none.managed_fields, None);
+    }
+
+    #[test]
+    fn an_autoscalers_minimum_is_read_from_its_own_field() {
+        let min = json!({"f:spec": {"f:minReplicas": {}, "f:maxReplicas": {}}});
+        let count = json!({"f:spec": {"f:minReplicaCount": {}}});
+        let replicas = json!({"f:spec": {"f:replicas": {}}});
+        let cases = [
+            // `kubectl patch`, `edit`, Helm, GitOps: someone's.
+            (
+                Field::MinReplicas,
+                vec![entry("kubectl-patch", None, min.clone())],
+                ReplicasWriter::Someone,
+            ),
+            (
+                Field::MinReplicaCount,
+                vec![entry("helm", None, count.clone())],
+                ReplicasWriter::Someone,
+            ),
+            // Our surge took the field.
+            (
+                Field::MinReplicas,
+                vec![entry(names::MANAGER, None, min.clone())],
+                ReplicasWriter::Unknown,
+            ),
+            // An owner of another field says nothing of this one.
+            (
+                Field::MinReplicas,
+                vec![entry("kubectl-patch", None, replicas.clone())],
+                ReplicasWriter::Unknown,
+            ),
+            (
+                Field::MinReplicaCount,
+                vec![entry("kubectl-patch", None, min.clone())],
+                ReplicasWriter::Unknown,
+            ),
+            (
+                Field::Replicas,
+                vec![entry("kubectl-patch", None, min)],
+                ReplicasWriter::Unknown,
+            ),
+        ];
+        for (field, entries, want) in cases {
+            assert_eq!(
+                writer(&meta(entries.clone()), field),
+                want,
+                "{field:?} {entries:?}"
+            );
+        }
+        let mut m = meta(vec![
+            entry("kubectl-create", None, replicas),
+            entry("keda-user", None, count),
+        ]);
+        keep_owners(&mut m, Field::MinReplicaCount);
+        let kept = m.managed_fields.clone().unwrap_or_default();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].manager.as_deref(), Some("keda-user"));
+        assert_eq!(writer(&m, Field::MinReplicaCount), ReplicasWriter::Someone);
     }
 }
