@@ -5,6 +5,8 @@
 //! wrote it through the Deployment itself, so it is theirs: kept, not
 //! reverted to the baseline (invariant 4, `surge::writer`).
 //!
+//! The same holds for an HPA's minimum set back to our raised number.
+//!
 //! It also checks the premise on the real apiserver: created by a
 //! server-side apply (a GitOps tool), the Deployment's `spec.replicas`
 //! belongs to our field manager once the surge is written, so a surge over
@@ -18,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
 
-use eviction_autoscaler::surge::writer::{replicas_writer, ReplicasWriter};
+use eviction_autoscaler::surge::writer::{replicas_writer, writer, Field, ReplicasWriter};
 
 use crate::support::*;
 
@@ -135,5 +137,91 @@ async fn our_number_set_back_under_an_hpa_while_the_product_was_down_is_kept() {
     uncordon(node);
     wait_hpa_min(&hpas, "hback", 3, Some(false), Duration::from_secs(60)).await;
     assert_settled_at(&ns, "hback", t, Duration::from_secs(60)).await;
+    drop(restore);
+}
+
+/// The HPA's own minimum, raised by a surge, set back to exactly our number
+/// while the product was down (`kubectl patch` to t + 1, then t): its
+/// managedFields show someone wrote `spec.minReplicas`, so t is theirs. The
+/// HPA keeps t (our markers go), and the Deployment is not lowered below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn our_minimum_set_back_on_the_hpa_while_the_product_was_down_is_kept() {
+    let _g = nodes_lock().await;
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("chaos-setback-min").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-1";
+    let d = rolling_max_surge(
+        deployment("mback", 3, Some(node)),
+        IntOrString::String("100%".into()),
+    );
+    deps.create(&PostParams::default(), &d)
+        .await
+        .expect("create Deployment");
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa("mback", "mback", 3))
+        .await
+        .expect("create HPA");
+    let on_node = ready_on_node(&ns, "mback", 3, node).await;
+    wait_pdb_blocking(&ns, "mback", 3).await;
+
+    let restore = Restore(node);
+    kubectl_ok(&["cordon", node]);
+    let t = 3 + on_node;
+    wait_hpa_min(&hpas, "mback", t, Some(true), Duration::from_secs(30)).await;
+    wait_deployment(&ns, "mback", t, true, Duration::from_secs(30)).await;
+    let raised = hpas.get("mback").await.expect("HPA");
+    assert_eq!(
+        writer(&raised.metadata, Field::MinReplicas),
+        ReplicasWriter::Unknown,
+        "the surge took spec.minReplicas: {:?}",
+        raised.metadata.managed_fields
+    );
+
+    // The product down; someone raises the HPA's minimum and sets it back
+    // to exactly our number.
+    stop_server();
+    for v in [t + 1, t] {
+        kubectl_ok(&[
+            "patch",
+            "hpa/mback",
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"spec":{{"minReplicas":{v}}}}}"#),
+        ]);
+    }
+    let set = hpas.get("mback").await.expect("HPA");
+    assert_eq!(
+        writer(&set.metadata, Field::MinReplicas),
+        ReplicasWriter::Someone,
+        "kubectl patch is read as someone's: {:?}",
+        set.metadata.managed_fields
+    );
+    // The HPA controller reads the HPA from its cache every 15 s, so it
+    // has likely not lifted the Deployment to t + 1 in between; if it has,
+    // it lowers nothing back (no metrics).
+
+    // Back, and the drain over: their minimum stays at t, our markers go
+    // from the HPA, and the Deployment keeps at least t.
+    let _ = restart_server(&[]);
+    uncordon(node);
+    wait_hpa_min(&hpas, "mback", t, Some(false), Duration::from_secs(60)).await;
+    wait_for(
+        "the Deployment without markers",
+        Duration::from_secs(60),
+        || async {
+            let d = deps.get("mback").await.ok()?;
+            (markers_present(d.metadata.annotations.as_ref()) == Some(false)).then_some(())
+        },
+    )
+    .await;
+    let d = deps.get("mback").await.expect("Deployment");
+    let replicas = d.spec.as_ref().and_then(|s| s.replicas);
+    assert!(
+        replicas >= Some(t),
+        "the Deployment went below their minimum {t}: {replicas:?}"
+    );
     drop(restore);
 }
