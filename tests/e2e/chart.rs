@@ -353,7 +353,7 @@ fn chart_values_reach_the_server_settings() {
         assert!(!env.contains_key(name), "{name} is set by default");
     }
     // The hold is on by default, as in manifests/deployment.yaml.
-    assert_eq!(env.get("EVICTION_HOLD"), Some(&json!("4s")));
+    assert_eq!(env.get("EVICTION_HOLD"), Some(&json!("6s")));
 }
 
 /// Every source of certificates renders objects the apiserver accepts.

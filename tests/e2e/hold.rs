@@ -1,5 +1,5 @@
 //! EVICTION_HOLD (behaviour.md section 4, drain speed) and the API request
-//! counter, against the default server (EVICTION_HOLD unset: 4 s).
+//! counter, against the default server (EVICTION_HOLD unset: 6 s).
 
 use std::time::Duration;
 
@@ -102,7 +102,7 @@ async fn a_blocked_drain_is_held_until_the_surge_makes_room() {
     );
     let denied = held.output.matches("denied the request").count();
     record_figure(format!(
-        "eviction hold (EVICTION_HOLD=4s): 3-pod drain under a budget that never blocks {:.2}s; \
+        "eviction hold (EVICTION_HOLD=6s): 3-pod drain under a budget that never blocks {:.2}s; \
          the same drain blocked by our PDB, held until the surge made room {:.2}s \
          (difference {:+.2}s; {} held evictions allowed, {denied} 429s seen by kubectl)",
         free.took.as_secs_f64(),
