@@ -1510,12 +1510,14 @@ mod tests {
         let hw = s.writes.iter().find(|w| w.target.kind == ObjKind::Hpa);
         let hw = hw.unwrap_or_else(|| panic!("an adoption: {s:?}"));
         assert_eq!(op_value(hw, "replace", "/spec/minReplicas"), None, "{hw:?}");
-        // Once over: only our markers go from the HPA; their 3 stays.
+        // Once over, before that adoption persisted: adopted again, the
+        // value untouched.
         let s = run(&objs, &[], &quiet());
         let hw = s.writes.iter().find(|w| w.target.kind == ObjKind::Hpa);
         let hw = hw.unwrap_or_else(|| panic!("markers removed: {s:?}"));
         assert_eq!(op_value(hw, "replace", "/spec/minReplicas"), None, "{hw:?}");
-        // After the adoption persisted: markers {3, 3}.
+        // After the adoption persisted (markers {3, 3}): only our markers
+        // go from the HPA, their 3 stays.
         h.metadata.annotations = ann(Some((3, 3)));
         let adopted = NsObjects {
             hpas: vec![Arc::new(h)],
