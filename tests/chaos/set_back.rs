@@ -46,6 +46,33 @@ async fn ready_on_node(ns: &TestNs, app: &str, n: usize, node: &str) -> i32 {
     on
 }
 
+/// Deployment `name` (3 replicas, maxSurge 100%, pods preferring `node`)
+/// under an HPA of minimum 3, surged by a cordon of `node`: the Deployment
+/// and the HPA's minimum at t, with markers. Returns the guard and t.
+async fn surged_under_an_hpa(ns: &TestNs, name: &str, node: &'static str) -> (Restore, i32) {
+    let deps: Api<Deployment> = ns.api();
+    let d = rolling_max_surge(
+        deployment(name, 3, Some(node)),
+        IntOrString::String("100%".into()),
+    );
+    deps.create(&PostParams::default(), &d)
+        .await
+        .expect("create Deployment");
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa(name, name, 3))
+        .await
+        .expect("create HPA");
+    let on_node = ready_on_node(ns, name, 3, node).await;
+    wait_pdb_blocking(ns, name, 3).await;
+
+    let restore = Restore(node);
+    kubectl_ok(&["cordon", node]);
+    let t = 3 + on_node;
+    wait_deployment(ns, name, t, true, Duration::from_secs(30)).await;
+    wait_hpa_min(&hpas, name, t, Some(true), Duration::from_secs(30)).await;
+    (restore, t)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn our_number_set_back_while_the_product_was_down_is_kept() {
     let _g = nodes_lock().await;
@@ -100,27 +127,9 @@ async fn our_number_set_back_under_an_hpa_while_the_product_was_down_is_kept() {
     let _g = nodes_lock().await;
     let _ = restart_server(&[]);
     let ns = TestNs::new("chaos-setback-hpa").await;
-    let deps: Api<Deployment> = ns.api();
     let node = "kwok-node-1";
-    let d = rolling_max_surge(
-        deployment("hback", 3, Some(node)),
-        IntOrString::String("100%".into()),
-    );
-    deps.create(&PostParams::default(), &d)
-        .await
-        .expect("create Deployment");
+    let (restore, t) = surged_under_an_hpa(&ns, "hback", node).await;
     let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-    hpas.create(&PostParams::default(), &hpa("hback", "hback", 3))
-        .await
-        .expect("create HPA");
-    let on_node = ready_on_node(&ns, "hback", 3, node).await;
-    wait_pdb_blocking(&ns, "hback", 3).await;
-
-    let restore = Restore(node);
-    kubectl_ok(&["cordon", node]);
-    let t = 3 + on_node;
-    wait_deployment(&ns, "hback", t, true, Duration::from_secs(30)).await;
-    wait_hpa_min(&hpas, "hback", t, Some(true), Duration::from_secs(30)).await;
 
     // The product down; someone scales up and back to exactly our number
     // (above the HPA's minimum, so the HPA lifts nothing in between).
@@ -149,27 +158,10 @@ async fn our_minimum_set_back_on_the_hpa_while_the_product_was_down_is_kept() {
     let _g = nodes_lock().await;
     let _ = restart_server(&[]);
     let ns = TestNs::new("chaos-setback-min").await;
-    let deps: Api<Deployment> = ns.api();
     let node = "kwok-node-1";
-    let d = rolling_max_surge(
-        deployment("mback", 3, Some(node)),
-        IntOrString::String("100%".into()),
-    );
-    deps.create(&PostParams::default(), &d)
-        .await
-        .expect("create Deployment");
+    let (restore, t) = surged_under_an_hpa(&ns, "mback", node).await;
+    let deps: Api<Deployment> = ns.api();
     let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-    hpas.create(&PostParams::default(), &hpa("mback", "mback", 3))
-        .await
-        .expect("create HPA");
-    let on_node = ready_on_node(&ns, "mback", 3, node).await;
-    wait_pdb_blocking(&ns, "mback", 3).await;
-
-    let restore = Restore(node);
-    kubectl_ok(&["cordon", node]);
-    let t = 3 + on_node;
-    wait_hpa_min(&hpas, "mback", t, Some(true), Duration::from_secs(30)).await;
-    wait_deployment(&ns, "mback", t, true, Duration::from_secs(30)).await;
     let raised = hpas.get("mback").await.expect("HPA");
     assert_eq!(
         writer(&raised.metadata, Field::MinReplicas),
