@@ -495,6 +495,15 @@ pub fn strip_meta(meta: &mut ObjectMeta) {
     }
 }
 
+/// [`strip_meta`], but the owners of the value a surge changes stay: who set
+/// it tells our number from someone's (surge::writer).
+fn strip_meta_keeping_owners(meta: &mut ObjectMeta, field: crate::surge::writer::Field) {
+    crate::surge::writer::keep_owners(meta, field);
+    let owners = meta.managed_fields.take();
+    strip_meta(meta);
+    meta.managed_fields = owners;
+}
+
 /// Default of `WATCH_STALE_AFTER`: how long a store may go without a working
 /// list/watch before its contents count as stale. An apiserver restart or a
 /// short overload recovers well within it (the watcher retries with a
@@ -1136,12 +1145,7 @@ pub fn start(
         })),
     );
     let deployments = r.reflect::<Deployment>(None, |d| {
-        // Who set the replicas tells an autoscaler's lift from a user's
-        // write (surge::writer); the rest of managedFields goes.
-        crate::surge::writer::keep_replicas_owners(&mut d.metadata);
-        let owners = d.metadata.managed_fields.take();
-        strip_meta(&mut d.metadata);
-        d.metadata.managed_fields = owners;
+        strip_meta_keeping_owners(&mut d.metadata, crate::surge::writer::Field::Replicas);
         if let Some(spec) = d.spec.as_mut() {
             // Pod template labels matter (PDB selectors); containers do not.
             spec.template.spec = None;
@@ -1164,15 +1168,7 @@ pub fn start(
     });
     r.dirty = Some(ns_dirty.clone());
     let hpas = r.reflect::<HorizontalPodAutoscaler>(None, |h| {
-        // Who set the minimum tells our raised number from someone's
-        // (surge::writer); the rest of managedFields goes.
-        crate::surge::writer::keep_owners(
-            &mut h.metadata,
-            crate::surge::writer::Field::MinReplicas,
-        );
-        let owners = h.metadata.managed_fields.take();
-        strip_meta(&mut h.metadata);
-        h.metadata.managed_fields = owners;
+        strip_meta_keeping_owners(&mut h.metadata, crate::surge::writer::Field::MinReplicas);
         h.status = None;
     });
     let eas = r.reflect::<EvictionAutoScaler>(Some(CRD_MISSING), |e| strip_meta(&mut e.metadata));

@@ -42,7 +42,8 @@ pub struct HoldLabel {
 }
 
 /// Buckets of `eviction_hold_seconds`: fine below a second (room that came
-/// at once), then every second up to the largest EVICTION_HOLD (8 s).
+/// at once), then every second up to the longest answer (the largest
+/// EVICTION_HOLD, 8 s, plus the live read after it).
 pub const HOLD_BUCKETS: [f64; 13] = [
     0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
 ];

@@ -115,12 +115,6 @@ pub fn writer(meta: &ObjectMeta, field: Field) -> ReplicasWriter {
     }
 }
 
-/// What the caches keep of a Deployment's managedFields: the owners of
-/// `spec.replicas` (manager, operation, subresource), nothing else.
-pub fn keep_replicas_owners(meta: &mut ObjectMeta) {
-    keep_owners(meta, Field::Replicas);
-}
-
 /// What the caches keep of an object's managedFields: the owners of
 /// `field` (manager, operation, subresource), nothing else.
 pub fn keep_owners(meta: &mut ObjectMeta, field: Field) {
@@ -274,14 +268,14 @@ mod tests {
                 json!({"f:spec": {"f:replicas": {}}}),
             ),
         ]);
-        keep_replicas_owners(&mut m);
+        keep_owners(&mut m, Field::Replicas);
         let kept = m.managed_fields.clone().unwrap_or_default();
         assert_eq!(kept.len(), 1);
         assert_eq!(kept[0].manager.as_deref(), Some(AUTOSCALER_MANAGER));
         assert_eq!(kept[0].time, None);
         assert_eq!(replicas_writer(&m), ReplicasWriter::Autoscaler);
         let mut none = meta(vec![entry("kubectl-create", None, json!({"f:spec": {}}))]);
-        keep_replicas_owners(&mut none);
+        keep_owners(&mut none, Field::Replicas);
         assert_eq!(none.managed_fields, None);
     }
 
