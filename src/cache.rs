@@ -504,6 +504,20 @@ fn strip_meta_keeping_owners(meta: &mut ObjectMeta, field: crate::surge::writer:
     meta.managed_fields = owners;
 }
 
+/// What of a ScaledObject the decisions read: its spec (target, minimum,
+/// maximum), annotations (our markers) and the owners of its minimum. KEDA
+/// writes its status (conditions, health, resource names) and every scaler's
+/// managedFields, none of which we read.
+fn strip_scaled_object(so: &mut DynamicObject) {
+    strip_meta_keeping_owners(
+        &mut so.metadata,
+        crate::surge::writer::Field::MinReplicaCount,
+    );
+    if let Some(o) = so.data.as_object_mut() {
+        o.remove("status");
+    }
+}
+
 /// Default of `WATCH_STALE_AFTER`: how long a store may go without a working
 /// list/watch before its contents count as stale. An apiserver restart or a
 /// short overload recovers well within it (the watcher retries with a
@@ -1583,6 +1597,7 @@ async fn follow_scaled_objects(
     tracing::info!("KEDA ScaledObjects found; watching them");
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(strip_scaled_object)
         .reflect(writer);
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
@@ -1618,6 +1633,66 @@ mod tests {
 
     fn health() -> StoreHealth {
         StoreHealth::new("pods", Instant::now())
+    }
+
+    #[test]
+    fn a_cached_scaled_object_keeps_what_the_decisions_read() {
+        use crate::surge::writer::{writer, Field};
+        let fields =
+            |f: serde_json::Value| serde_json::json!({"fieldsType": "FieldsV1", "fieldsV1": f});
+        let mut owners = Vec::new();
+        for (manager, f) in [
+            (
+                "kubectl-client-side-apply",
+                serde_json::json!({"f:spec": {"f:minReplicaCount": {}, "f:triggers": {}}}),
+            ),
+            (
+                "keda",
+                serde_json::json!({"f:status": {"f:conditions": {}, "f:hpaName": {}}}),
+            ),
+            (
+                "eviction-autoscaler",
+                serde_json::json!({"f:metadata": {"f:annotations": {}}}),
+            ),
+        ] {
+            let mut e = fields(f);
+            e["manager"] = manager.into();
+            e["operation"] = "Update".into();
+            owners.push(e);
+        }
+        let so: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"name": "web", "namespace": "a", "resourceVersion": "7",
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"big\": true}",
+                    "keep": "me"},
+                "managedFields": owners},
+            "spec": {"scaleTargetRef": {"name": "web"}, "minReplicaCount": 2, "maxReplicaCount": 9,
+                "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]},
+            "status": {"hpaName": "keda-hpa-web", "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let mut cached = so.clone();
+        strip_scaled_object(&mut cached);
+        assert_eq!(cached.data["spec"], so.data["spec"]);
+        assert!(cached.data.get("status").is_none());
+        let ann = cached.metadata.annotations.clone().unwrap();
+        assert_eq!(ann.keys().collect::<Vec<_>>(), ["keep"]);
+        assert_eq!(cached.metadata.resource_version.as_deref(), Some("7"));
+        // Only the owner of the minimum is left, and it reads the same.
+        let kept = cached.metadata.managed_fields.clone().unwrap();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(
+            kept[0].manager.as_deref(),
+            Some("kubectl-client-side-apply")
+        );
+        assert_eq!(
+            writer(&cached.metadata, Field::MinReplicaCount),
+            writer(&so.metadata, Field::MinReplicaCount)
+        );
+        assert!(
+            serde_json::to_vec(&cached).unwrap().len() < serde_json::to_vec(&so).unwrap().len()
+        );
     }
 
     #[test]

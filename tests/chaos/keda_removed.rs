@@ -15,9 +15,10 @@ use kube::Api;
 use crate::fleet::blocked_on_node;
 use crate::support::*;
 
-const CRD: &str = "scaledobjects.keda.sh";
+pub(crate) const CRD: &str = "scaledobjects.keda.sh";
 
-fn apply_crd() {
+/// Applies KEDA's CRD (the e2e suite's copy) and waits until it is served.
+pub(crate) fn apply_crd() {
     let crd = repo().join("tests/e2e/keda-crd.yaml");
     kubectl_ok(&["apply", "-f", &path_str(&crd)]);
     kubectl_ok(&[

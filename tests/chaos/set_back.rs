@@ -5,7 +5,8 @@
 //! wrote it through the Deployment itself, so it is theirs: kept, not
 //! reverted to the baseline (invariant 4, `surge::writer`).
 //!
-//! The same holds for an HPA's minimum set back to our raised number.
+//! The same holds for an HPA's or a ScaledObject's minimum set back to our
+//! raised number.
 //!
 //! It also checks the premise on the real apiserver: created by a
 //! server-side apply (a GitOps tool), the Deployment's `spec.replicas`
@@ -18,10 +19,13 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::Api;
 
 use eviction_autoscaler::surge::writer::{replicas_writer, writer, Field, ReplicasWriter};
 
+use crate::fleet::blocked_on_node;
+use crate::keda_removed::apply_crd;
 use crate::support::*;
 
 /// The shared server started again and the node uncordoned, however the
@@ -215,5 +219,103 @@ async fn our_minimum_set_back_on_the_hpa_while_the_product_was_down_is_kept() {
         replicas >= Some(t),
         "the Deployment went below their minimum {t}: {replicas:?}"
     );
+    drop(restore);
+}
+
+/// The same for a KEDA ScaledObject's `minReplicaCount` (a custom resource:
+/// the apiserver keeps its managedFields as for a built-in kind). No KEDA
+/// operator runs here, so nothing lifts the Deployment: the product raises
+/// both. While the product is down, someone sets the minimum to t + 1 and
+/// back to t through the ScaledObject: theirs. It stays at t without our
+/// markers, and the Deployment is lowered to t, not below their minimum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn our_minimum_set_back_on_a_scaled_object_while_the_product_was_down_is_kept() {
+    let _g = nodes_lock().await;
+    apply_crd();
+    let wh = restart_server(&[]);
+    wait_for(
+        "the server watches ScaledObjects",
+        Duration::from_secs(30),
+        || async { wh.log().contains("KEDA ScaledObjects found").then_some(()) },
+    )
+    .await;
+    let ns = TestNs::new("chaos-setback-keda").await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    );
+    let sos: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &ar);
+    let so: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": "kback"},
+        "spec": {"scaleTargetRef": {"name": "kback"}, "minReplicaCount": 3, "maxReplicaCount": 10,
+                 "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}
+    }))
+    .expect("ScaledObject");
+    sos.create(&PostParams::default(), &so)
+        .await
+        .expect("create ScaledObject");
+    let node = "kwok-node-1";
+    let t = 3 + blocked_on_node(&ns, "kback", node).await.len() as i32;
+    let restore = Restore(node);
+    kubectl_ok(&["cordon", node]);
+    let min_of = |so: &DynamicObject| so.data["spec"]["minReplicaCount"].as_i64();
+    let raised = wait_for(
+        "the ScaledObject's minReplicaCount raised with markers",
+        Duration::from_secs(30),
+        || async {
+            let so = sos.get("kback").await.ok()?;
+            (min_of(&so) == Some(t.into())
+                && markers_present(so.metadata.annotations.as_ref()) == Some(true))
+            .then_some(so)
+        },
+    )
+    .await;
+    wait_deployment(&ns, "kback", t, true, Duration::from_secs(30)).await;
+    assert_eq!(
+        writer(&raised.metadata, Field::MinReplicaCount),
+        ReplicasWriter::Unknown,
+        "the surge took spec.minReplicaCount: {:?}",
+        raised.metadata.managed_fields
+    );
+
+    // The product down; someone raises the minimum and sets it back to
+    // exactly our number.
+    stop_server();
+    for v in [t + 1, t] {
+        kubectl_ok(&[
+            "patch",
+            "scaledobject.keda.sh/kback",
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"spec":{{"minReplicaCount":{v}}}}}"#),
+        ]);
+    }
+    let set = sos.get("kback").await.expect("ScaledObject");
+    assert_eq!(
+        writer(&set.metadata, Field::MinReplicaCount),
+        ReplicasWriter::Someone,
+        "kubectl patch is read as someone's: {:?}",
+        set.metadata.managed_fields
+    );
+
+    // Back, and the drain over: their minimum stays at t without our
+    // markers, and the Deployment settles at t (not at 3, below it).
+    let _ = restart_server(&[]);
+    uncordon(node);
+    wait_for(
+        "the ScaledObject at t without markers",
+        Duration::from_secs(60),
+        || async {
+            let so = sos.get("kback").await.ok()?;
+            (markers_present(so.metadata.annotations.as_ref()) == Some(false)).then_some(so)
+        },
+    )
+    .await;
+    let kept = sos.get("kback").await.expect("ScaledObject");
+    assert_eq!(min_of(&kept), Some(t.into()), "their minimum was not kept");
+    assert_settled_at(&ns, "kback", t, Duration::from_secs(60)).await;
     drop(restore);
 }
