@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -454,9 +454,11 @@ pub fn router_with_limits(state: AppState, request_timeout: Duration, limits: Li
             within(request_timeout, next.run(req))
         }))
         .with_state(state)
-        // Webhook bodies are limited by read_limited, per request.
+        // Webhook bodies are limited by read_limited, per request. No
+        // DefaultBodyLimit layer: the handlers take the raw `Request`, which
+        // axum never limits, and a layer would box every route and insert
+        // an extension (an allocation) into every request.
         .merge(webhooks)
-        .layer(DefaultBodyLimit::disable())
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -192,6 +192,33 @@ fn serves_without_a_cluster_and_survives_bad_input() {
         "eviction_autoscaler_admission_requests_total{webhook=\"evictions\",decision=\"not_synced\",code=\"200\"} 1"
     ), "{metrics}");
 
+    // A review under MAX_BODY_BYTES (3 MiB) but past axum's own default
+    // body limit (2 MiB) is answered: no layer of axum's limits it.
+    let padded = EVICTION.replacen(
+        r#""request":{"#,
+        &format!(
+            r#""request":{{"pad":"{}","#,
+            "x".repeat(2 * 1024 * 1024 + 512 * 1024)
+        ),
+        1,
+    );
+    let at_padded = s.dir.join("padded.json");
+    std::fs::write(&at_padded, padded).unwrap();
+    let at_padded = format!("@{}", at_padded.display());
+    for proto in ["--http2", "--http1.1"] {
+        let (code, body) = curl(
+            &s,
+            &[
+                proto,
+                "--data-binary",
+                &at_padded,
+                "https://127.0.0.1:PORT/validate/evictions",
+            ],
+        );
+        assert_eq!(code, 200, "{proto}: {body}");
+        assert!(body.contains(r#""allowed":true"#), "{proto}: {body}");
+    }
+
     // Still serving after all of that.
     assert_eq!(curl(&s, &["https://127.0.0.1:PORT/healthz"]).0, 200);
 }
