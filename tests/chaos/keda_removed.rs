@@ -15,10 +15,9 @@ use kube::Api;
 use crate::fleet::blocked_on_node;
 use crate::support::*;
 
-pub(crate) const CRD: &str = "scaledobjects.keda.sh";
+const CRD: &str = "scaledobjects.keda.sh";
 
-/// Applies KEDA's CRD (the e2e suite's copy) and waits until it is served.
-pub(crate) fn apply_crd() {
+fn apply_crd() {
     let crd = repo().join("tests/e2e/keda-crd.yaml");
     kubectl_ok(&["apply", "-f", &path_str(&crd)]);
     kubectl_ok(&[
@@ -27,6 +26,40 @@ pub(crate) fn apply_crd() {
         &format!("crd/{CRD}"),
         "--timeout=60s",
     ]);
+}
+
+/// KEDA's CRD applied and the shared server restarted, watching ScaledObjects.
+pub(crate) async fn server_with_keda() -> WebhookInfo {
+    apply_crd();
+    let wh = restart_server(&[]);
+    wait_for(
+        "the server watches ScaledObjects",
+        Duration::from_secs(30),
+        || async { wh.log().contains("KEDA ScaledObjects found").then_some(()) },
+    )
+    .await;
+    wh
+}
+
+/// A ScaledObject `name` (minimum `min`, a CPU trigger) targeting the
+/// Deployment of that name; the API of ScaledObjects in `ns`.
+pub(crate) async fn create_scaled_object(ns: &TestNs, name: &str, min: i64) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    );
+    let sos: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &ar);
+    let so: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": name},
+        "spec": {"scaleTargetRef": {"name": name}, "minReplicaCount": min, "maxReplicaCount": 10,
+                 "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}
+    }))
+    .expect("ScaledObject");
+    sos.create(&PostParams::default(), &so)
+        .await
+        .expect("create ScaledObject");
+    sos
 }
 
 /// Puts KEDA's CRD back however the test ends.
@@ -42,31 +75,10 @@ impl Drop for KedaBack {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keda_removed_mid_surge_the_surge_is_still_reverted() {
     let _g = nodes_lock().await;
-    apply_crd();
     let _back = KedaBack;
-    let wh = restart_server(&[]);
-    wait_for(
-        "the server watches ScaledObjects",
-        Duration::from_secs(30),
-        || async { wh.log().contains("KEDA ScaledObjects found").then_some(()) },
-    )
-    .await;
+    let wh = server_with_keda().await;
     let ns = TestNs::new("chaos-keda").await;
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
-        "scaledobjects",
-    );
-    let sos: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &ar);
-    let so: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-        "metadata": {"name": "kr"},
-        "spec": {"scaleTargetRef": {"name": "kr"}, "minReplicaCount": 3, "maxReplicaCount": 10,
-                 "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}
-    }))
-    .expect("ScaledObject");
-    sos.create(&PostParams::default(), &so)
-        .await
-        .expect("create ScaledObject");
+    let sos = create_scaled_object(&ns, "kr", 3).await;
     let node = "kwok-node-1";
     let on_node = blocked_on_node(&ns, "kr", node).await.len() as i64;
 

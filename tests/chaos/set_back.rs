@@ -19,13 +19,13 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::DynamicObject;
 use kube::Api;
 
 use eviction_autoscaler::surge::writer::{replicas_writer, writer, Field, ReplicasWriter};
 
 use crate::fleet::blocked_on_node;
-use crate::keda_removed::apply_crd;
+use crate::keda_removed::{create_scaled_object, server_with_keda};
 use crate::support::*;
 
 /// The shared server started again and the node uncordoned, however the
@@ -231,30 +231,9 @@ async fn our_minimum_set_back_on_the_hpa_while_the_product_was_down_is_kept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn our_minimum_set_back_on_a_scaled_object_while_the_product_was_down_is_kept() {
     let _g = nodes_lock().await;
-    apply_crd();
-    let wh = restart_server(&[]);
-    wait_for(
-        "the server watches ScaledObjects",
-        Duration::from_secs(30),
-        || async { wh.log().contains("KEDA ScaledObjects found").then_some(()) },
-    )
-    .await;
+    server_with_keda().await;
     let ns = TestNs::new("chaos-setback-keda").await;
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
-        "scaledobjects",
-    );
-    let sos: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &ar);
-    let so: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-        "metadata": {"name": "kback"},
-        "spec": {"scaleTargetRef": {"name": "kback"}, "minReplicaCount": 3, "maxReplicaCount": 10,
-                 "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}
-    }))
-    .expect("ScaledObject");
-    sos.create(&PostParams::default(), &so)
-        .await
-        .expect("create ScaledObject");
+    let sos = create_scaled_object(&ns, "kback", 3).await;
     let node = "kwok-node-1";
     let t = 3 + blocked_on_node(&ns, "kback", node).await.len() as i32;
     let restore = Restore(node);
