@@ -177,17 +177,7 @@ async fn our_minimum_set_back_on_the_hpa_while_the_product_was_down_is_kept() {
     // The product down; someone raises the HPA's minimum and sets it back
     // to exactly our number.
     stop_server();
-    for v in [t + 1, t] {
-        kubectl_ok(&[
-            "patch",
-            "hpa/mback",
-            "-n",
-            &ns.name,
-            "--type=merge",
-            "-p",
-            &format!(r#"{{"spec":{{"minReplicas":{v}}}}}"#),
-        ]);
-    }
+    patch_spec(&ns, "hpa/mback", "minReplicas", &[t + 1, t]);
     let set = hpas.get("mback").await.expect("HPA");
     assert_eq!(
         writer(&set.metadata, Field::MinReplicas),
@@ -261,17 +251,12 @@ async fn our_minimum_set_back_on_a_scaled_object_while_the_product_was_down_is_k
     // The product down; someone raises the minimum and sets it back to
     // exactly our number.
     stop_server();
-    for v in [t + 1, t] {
-        kubectl_ok(&[
-            "patch",
-            "scaledobject.keda.sh/kback",
-            "-n",
-            &ns.name,
-            "--type=merge",
-            "-p",
-            &format!(r#"{{"spec":{{"minReplicaCount":{v}}}}}"#),
-        ]);
-    }
+    patch_spec(
+        &ns,
+        "scaledobject.keda.sh/kback",
+        "minReplicaCount",
+        &[t + 1, t],
+    );
     let set = sos.get("kback").await.expect("ScaledObject");
     assert_eq!(
         writer(&set.metadata, Field::MinReplicaCount),
@@ -284,8 +269,8 @@ async fn our_minimum_set_back_on_a_scaled_object_while_the_product_was_down_is_k
     // markers, and the Deployment settles at t (not at 3, below it).
     let _ = restart_server(&[]);
     uncordon(node);
-    wait_for(
-        "the ScaledObject at t without markers",
+    let kept = wait_for(
+        "the ScaledObject without markers",
         Duration::from_secs(60),
         || async {
             let so = sos.get("kback").await.ok()?;
@@ -293,7 +278,6 @@ async fn our_minimum_set_back_on_a_scaled_object_while_the_product_was_down_is_k
         },
     )
     .await;
-    let kept = sos.get("kback").await.expect("ScaledObject");
     assert_eq!(min_of(&kept), Some(t.into()), "their minimum was not kept");
     assert_settled_at(&ns, "kback", t, Duration::from_secs(60)).await;
     drop(restore);

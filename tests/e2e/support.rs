@@ -711,21 +711,26 @@ pub async fn wait_hpa_min(
     .await;
 }
 
-/// `kubectl patch` of Deployment `name`'s replicas to each of `values` in
-/// turn (through the Deployment itself); then who the apiserver records as
-/// having written them (`surge::writer`).
-pub async fn patch_replicas(ns: &TestNs, name: &str, values: &[i32]) -> ReplicasWriter {
+/// `kubectl patch` of `object`'s (`kind/name`) `spec.<field>` to each of
+/// `values` in turn, through the object itself, as a user would.
+pub fn patch_spec(ns: &TestNs, object: &str, field: &str, values: &[i32]) {
     for v in values {
         kubectl_ok(&[
             "patch",
-            &format!("deployment/{name}"),
+            object,
             "-n",
             &ns.name,
             "--type=merge",
             "-p",
-            &format!(r#"{{"spec":{{"replicas":{v}}}}}"#),
+            &format!(r#"{{"spec":{{"{field}":{v}}}}}"#),
         ]);
     }
+}
+
+/// [`patch_spec`] of Deployment `name`'s replicas; then who the apiserver
+/// records as having written them (`surge::writer`).
+pub async fn patch_replicas(ns: &TestNs, name: &str, values: &[i32]) -> ReplicasWriter {
+    patch_spec(ns, &format!("deployment/{name}"), "replicas", values);
     let deps: Api<Deployment> = ns.api();
     let d = deps.get(name).await.expect("Deployment");
     let writer = replicas_writer(&d.metadata);
