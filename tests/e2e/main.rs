@@ -5,6 +5,7 @@
 
 mod chart;
 mod doctor;
+mod gitops;
 mod hold;
 pub mod pdbs;
 mod safety;

@@ -1,0 +1,270 @@
+//! A GitOps tool (Flux, or Argo CD with server-side apply) re-applies its
+//! manifest every few seconds during a drain, forcing conflicts: its value
+//! wins once, and nothing of ours writes back (behaviour.md section 5: "no
+//! write loop with GitOps tools", invariant 4).
+//!
+//! Also the premise on the real apiserver: once the surge is written, the
+//! field belongs to our field manager, so an apply that does not force
+//! conflicts is refused (409) rather than silently undone.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{EvictParams, Patch, PatchParams, PostParams};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use eviction_autoscaler::surge::writer::{writer, Field, ReplicasWriter};
+
+use crate::support::*;
+
+const GITOPS: &str = "gitops";
+/// The tool's sync interval here, and how long it keeps syncing: past the
+/// e2e cooldown (5 s) several times, with the node still cordoned.
+const SYNC_EVERY: Duration = Duration::from_millis(1500);
+const SYNCS: usize = 10;
+
+/// One sync: a server-side apply of `obj` as the GitOps tool, forcing
+/// conflicts when `force`.
+async fn sync<K>(api: &Api<K>, obj: &K, force: bool) -> kube::Result<K>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let name = obj.meta().name.clone().expect("a name");
+    let mut pp = PatchParams::apply(GITOPS);
+    pp.force = force;
+    api.patch(&name, &pp, &Patch::Apply(obj)).await
+}
+
+/// The premise: without `--force-conflicts` the apply is refused, since the
+/// surge's write made our field manager the owner of the value.
+async fn unforced_sync_conflicts<K>(api: &Api<K>, obj: &K)
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    match sync(api, obj, false).await {
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        other => panic!("an unforced apply over our surge: want a 409 conflict, got {other:?}"),
+    }
+}
+
+/// What a write of ours would change: the spec (its generation) and the
+/// annotations (the markers). The controllers' status writes change neither.
+fn ours<K: Resource>(
+    k: &K,
+) -> (
+    Option<i64>,
+    Option<std::collections::BTreeMap<String, String>>,
+) {
+    (k.meta().generation, k.meta().annotations.clone())
+}
+
+/// Syncs `obj` (forced) `SYNCS` times, reading `value` of the live object
+/// every 100 ms in between; after each sync, `between` runs (a drain's
+/// eviction). Returns the readings after the first sync, and the live
+/// object after the last sync but one and at the end.
+async fn sync_loop<K, F, B, Fut>(
+    api: &Api<K>,
+    obj: &K,
+    value: F,
+    mut between: B,
+) -> (Vec<Option<i32>>, K, K)
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    F: Fn(&K) -> Option<i32>,
+    B: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let name = obj.meta().name.clone().expect("a name");
+    let mut seen = Vec::new();
+    let mut before_last = None;
+    for i in 0..SYNCS {
+        let synced = sync(api, obj, true).await.expect("forced apply");
+        if i + 2 == SYNCS {
+            before_last = Some(synced);
+        }
+        between().await;
+        let until = tokio::time::Instant::now() + SYNC_EVERY;
+        while tokio::time::Instant::now() < until {
+            if let Ok(live) = api.get(&name).await {
+                seen.push(value(&live));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let last = api.get(&name).await.expect("get");
+    (seen, before_last.expect("two syncs or more"), last)
+}
+
+/// Nothing of ours wrote between the last two syncs.
+fn assert_no_write_between<K: Resource + std::fmt::Debug>(before_last: &K, last: &K, what: &str) {
+    assert_eq!(
+        ours(before_last),
+        ours(last),
+        "something wrote the {what}'s spec or annotations after a sync: {:?} then {:?}",
+        before_last.meta(),
+        last.meta()
+    );
+}
+
+/// Waits for `n` Ready pods of `app` and returns the names of those on
+/// `node` (at least one).
+async fn ready_on_node(ns: &TestNs, app: &str, n: usize, node: &str) -> Vec<String> {
+    let on: Vec<String> = wait_ready(ns, app, n)
+        .await
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert!(!on.is_empty(), "pods of {app} prefer {node}");
+    on
+}
+
+fn assert_never_raised_again(seen: &[Option<i32>], want: i32, what: &str) {
+    assert!(!seen.is_empty(), "no reading of {what}");
+    let other: Vec<_> = seen.iter().filter(|v| **v != Some(want)).collect();
+    assert!(
+        other.is_empty(),
+        "{what} left the GitOps value {want} between syncs (a write loop): {seen:?}"
+    );
+}
+
+/// The Deployment's replicas, owned by the GitOps tool (server-side apply,
+/// 3), surged by a cordon. The tool re-syncs 3 every 1.5 s for 15 s with
+/// the node cordoned, and a drain tries to evict a pod of the node after
+/// each sync. The pods on the node carry a high pod-deletion-cost, so the
+/// scale-down to 3 removes the surge's pods and the node keeps holding the
+/// pods the surge counted: each pass of the surge worker, woken by the
+/// blocked eviction, still has a reason to surge. 3 is adopted at the
+/// first sync and never raised again; the evictions are refused (the budget
+/// allows none, as the tool wants); nothing of ours writes the Deployment
+/// after the adoption; and with the node uncordoned the Deployment settles
+/// at 3 without markers.
+#[tokio::test]
+async fn a_gitops_tool_forcing_its_replicas_mid_surge_wins_once_without_a_write_loop() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-gitops").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-1";
+    let d = rolling_max_surge(
+        deployment("g", 3, Some(node)),
+        IntOrString::String("100%".into()),
+    );
+    sync(&deps, &d, false).await.expect("create by apply");
+    let on_node = ready_on_node(&ns, "g", 3, node).await;
+    for pod in &on_node {
+        kubectl_ok(&[
+            "annotate",
+            "-n",
+            &ns.name,
+            &format!("pod/{pod}"),
+            "controller.kubernetes.io/pod-deletion-cost=1000",
+        ]);
+    }
+    wait_pdb_blocking(&ns, "g", 3).await;
+
+    kubectl_ok(&["cordon", node]);
+    let t = 3 + on_node.len() as i32;
+    wait_deployment(&ns, "g", t, true, Duration::from_secs(30)).await;
+    unforced_sync_conflicts(&deps, &d).await;
+
+    // The first sync, adopted; the budget counts the scale-down before the
+    // drain's next eviction, so the apiserver refuses it too.
+    sync(&deps, &d, true).await.expect("forced apply");
+    wait_pdb_blocking(&ns, "g", 3).await;
+    // A 429 must fail the eviction, not be retried by the client.
+    let pods: Api<Pod> = Api::namespaced(client_retrying(false).await, &ns.name);
+    let victim = on_node[0].clone();
+    let mut refused = 0;
+    let replicas = |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas);
+    let (seen, before_last, last) = sync_loop(&deps, &d, replicas, || {
+        let (pods, victim) = (pods.clone(), victim.clone());
+        refused += 1;
+        async move {
+            match pods.evict(&victim, &EvictParams::default()).await {
+                Err(kube::Error::Api(e)) if e.code == 429 => {}
+                other => panic!(
+                    "the eviction was not refused after the sync of 3 (raised again?): {other:?}"
+                ),
+            }
+        }
+    })
+    .await;
+    assert_eq!(refused, SYNCS, "one eviction after each sync");
+    let still: Vec<String> = wait_ready(&ns, "g", 3)
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .filter(|p| on_node.contains(p))
+        .collect();
+    assert_eq!(
+        still, on_node,
+        "the node still holds the pods the surge counted"
+    );
+    assert_never_raised_again(&seen, 3, "spec.replicas");
+    assert_no_write_between(&before_last, &last, "Deployment");
+    let synced = deps.get("g").await.expect("Deployment");
+    assert_eq!(
+        writer(&synced.metadata, Field::Replicas),
+        ReplicasWriter::Someone,
+        "spec.replicas is the GitOps tool's: {:?}",
+        synced.metadata.managed_fields
+    );
+
+    uncordon(node);
+    assert_settled_at(&ns, "g", 3, Duration::from_secs(60)).await;
+}
+
+/// The same for an HPA's minimum: the GitOps tool owns the HPA (minimum 3),
+/// a cordon raises the minimum and the Deployment, and the tool re-syncs
+/// minimum 3 for 15 s with the node cordoned. 3 is adopted once and never
+/// raised again, nothing of ours writes the HPA after it, and once the node is
+/// uncordoned the HPA keeps 3 without markers and the Deployment goes back
+/// to its baseline 3 without markers.
+#[tokio::test]
+async fn a_gitops_tool_forcing_an_hpa_minimum_mid_surge_wins_once_without_a_write_loop() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-gitops-hpa").await;
+    let deps: Api<Deployment> = ns.api();
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    let node = "kwok-node-1";
+    deps.create(
+        &PostParams::default(),
+        &rolling_max_surge(
+            deployment("gh", 3, Some(node)),
+            IntOrString::String("100%".into()),
+        ),
+    )
+    .await
+    .expect("create Deployment");
+    let h = hpa("gh", "gh", 3);
+    sync(&hpas, &h, false).await.expect("create HPA by apply");
+    let on_node = ready_on_node(&ns, "gh", 3, node).await.len() as i32;
+    wait_pdb_blocking(&ns, "gh", 3).await;
+
+    kubectl_ok(&["cordon", node]);
+    let t = 3 + on_node;
+    wait_hpa_min(&hpas, "gh", t, Some(true), Duration::from_secs(30)).await;
+    wait_deployment(&ns, "gh", t, true, Duration::from_secs(30)).await;
+    unforced_sync_conflicts(&hpas, &h).await;
+
+    let min = |h: &HorizontalPodAutoscaler| h.spec.as_ref().and_then(|s| s.min_replicas);
+    let (seen, before_last, last) = sync_loop(&hpas, &h, min, || async {}).await;
+    assert_never_raised_again(&seen, 3, "the HPA's minReplicas");
+    assert_no_write_between(&before_last, &last, "HPA");
+    let synced = hpas.get("gh").await.expect("HPA");
+    assert_eq!(
+        writer(&synced.metadata, Field::MinReplicas),
+        ReplicasWriter::Someone,
+        "spec.minReplicas is the GitOps tool's: {:?}",
+        synced.metadata.managed_fields
+    );
+
+    uncordon(node);
+    wait_hpa_min(&hpas, "gh", 3, Some(false), Duration::from_secs(60)).await;
+    assert_settled_at(&ns, "gh", 3, Duration::from_secs(60)).await;
+}
