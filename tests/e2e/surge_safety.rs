@@ -485,6 +485,71 @@ async fn last_eviction_in_the_future_does_not_strand_the_surge() {
     assert!(min >= 3, "Ready pods went down to {min}");
 }
 
+/// 3b. A replica whose clock is an hour behind denies an eviction and writes
+///    the durable signal with its time: read as written, it would be long
+///    expired and the drain would wait on a surge that never comes. The
+///    leader knew the EvictionAutoScaler before the value came, so it ages
+///    the value from when it saw it (surge::clock): the Deployment surges,
+///    and once the value has aged past the cooldown on the leader's clock
+///    the surge is reverted. (The test writes the value as that replica
+///    would: the same patch of `spec.lastEviction`.)
+#[tokio::test]
+async fn last_eviction_written_on_a_clock_an_hour_behind_still_surges_then_reverts() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-behind").await;
+    let node = "kwok-node-2";
+    create_deployment(&ns, &on_node("behind", 3, node)).await;
+    ready_on(&ns, "behind", 3, node).await;
+    wait_pdb_blocking(&ns, "behind", 3).await;
+    let eas = Api::<kube::core::DynamicObject>::namespaced_with(
+        ns.client.clone(),
+        &ns.name,
+        &crate::pdbs::eas_resource(),
+    );
+    // The leader must know the object before the value comes (the
+    // reconciler makes it beside the PDB), and see it without a signal.
+    wait_for(
+        "the EvictionAutoScaler, without a lastEviction",
+        Duration::from_secs(30),
+        || async {
+            let e = eas.get_opt("behind").await.ok().flatten()?;
+            e.data["spec"]["lastEviction"].is_null().then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(deployment_state(&ns, "behind").await, (3, Some(false)));
+
+    let watch = AvailabilityWatcher::start(&ns, "behind");
+    let pod = ready_pods(&ns, "behind")
+        .await
+        .into_iter()
+        .find_map(|p| p.metadata.name)
+        .expect("a Ready pod of behind");
+    let hour_behind =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
+    let patch = json!({"spec": {"lastEviction": {
+        "podName": pod,
+        "evictionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(hour_behind),
+    }}});
+    eas.patch("behind", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("write lastEviction an hour behind");
+    wait_for(
+        "a surge for the eviction denied on a clock an hour behind",
+        Duration::from_secs(30),
+        || async {
+            let (n, markers) = deployment_state(&ns, "behind").await;
+            (n > 3 && markers == Some(true)).then_some(())
+        },
+    )
+    .await;
+
+    assert_settled_at(&ns, "behind", 3, REVERT_TIMEOUT).await;
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+}
+
 /// 4. Under an HPA surge the user scales the Deployment to 0 and then
 ///    patches it to exactly the HPA's raised minimum. The value alone looks
 ///    like the HPA lifting theirs to our minimum (ours to take back); the
