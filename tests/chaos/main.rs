@@ -2,7 +2,8 @@
 //! kills during drains, control-plane restarts, a paused link to the
 //! apiserver, all webhook replicas down, rolling restarts and certificate
 //! rotations under load, the product's CRD or KEDA's deleted mid-surge, an
-//! eviction racing a scale-down the PDB has not counted. They restart
+//! eviction racing a scale-down the PDB has not counted, two replicas whose
+//! clocks are 10 minutes apart. They restart
 //! the server and bring replicas of their own, or delete cluster-wide
 //! objects, so they run one at a time (`--test-threads=1`): a short
 //! version in `make test`, the long leader loop in `make chaos`
@@ -11,6 +12,7 @@
 #[path = "../e2e/support.rs"]
 mod support;
 
+mod clock_skew;
 mod control_plane;
 mod crd_deleted;
 mod fleet;
