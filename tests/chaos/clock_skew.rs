@@ -24,8 +24,6 @@
 //!    the Lease as after any other kill, once it has gone unrenewed for the
 //!    lease duration.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,26 +38,6 @@ use crate::support::*;
 
 const SKEW_SECS: i64 = 600;
 const NODE: &str = "kwok-node-0";
-
-/// libfaketime as tests/tools/build.sh builds it (`make tools`).
-fn faketime_lib() -> PathBuf {
-    let out = Command::new(repo().join("tests/tools/build.sh"))
-        .arg("--print-env")
-        .output()
-        .expect("run tests/tools/build.sh --print-env");
-    let env = String::from_utf8_lossy(&out.stdout);
-    let path = env
-        .lines()
-        .find_map(|l| l.strip_prefix("FAKETIME_LIB="))
-        .map(|p| PathBuf::from(p.trim_matches('\'')))
-        .expect("build.sh prints FAKETIME_LIB");
-    assert!(
-        path.is_file(),
-        "libfaketime is not built ({}): run `make tools` (tests/tools/build.sh faketime)",
-        path.display()
-    );
-    path
-}
 
 /// The last timestamp in a replica's log (tracing stamps each line with
 /// the process's wall clock; the log file is appended to across runs).
@@ -121,11 +99,7 @@ async fn evict_until_allowed(ns: &TestNs, app: &str) -> usize {
 
 /// The `lastEviction.evictionTime` of `app`'s EvictionAutoScaler.
 async fn signal_time(ns: &TestNs, app: &str) -> Option<Timestamp> {
-    let eas = Api::<kube::core::DynamicObject>::namespaced_with(
-        ns.client.clone(),
-        &ns.name,
-        &eas_resource(),
-    );
+    let eas = eas_api(ns);
     let e = eas.get_opt(app).await.ok().flatten()?;
     e.data["spec"]["lastEviction"]["evictionTime"]
         .as_str()?
@@ -142,17 +116,6 @@ async fn wait_signal(ns: &TestNs, app: &str) -> Timestamp {
         || signal_time(ns, app),
     )
     .await
-}
-
-fn eas_resource() -> kube::core::ApiResource {
-    kube::core::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk(
-            "eviction-autoscaler.azure.com",
-            "v1",
-            "EvictionAutoScaler",
-        ),
-        "evictionautoscalers",
-    )
 }
 
 /// Seconds from `a` to `b` (negative when `b` is earlier).
@@ -173,7 +136,7 @@ impl Drop for SharedBack {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_ten_minutes_apart_surge_revert_and_hand_over_the_lease() {
     let _g = nodes_lock().await;
-    let lib = faketime_lib();
+    let lib = built_tool("FAKETIME_LIB", "faketime");
     let wh = WebhookInfo::get();
     let ns = TestNs::new("chaos-clock").await;
     blocked_on_node(&ns, "sk-a", NODE).await;
@@ -186,11 +149,7 @@ async fn replicas_ten_minutes_apart_surge_revert_and_hand_over_the_lease() {
             &format!("{app}'s EvictionAutoScaler"),
             Duration::from_secs(30),
             || async {
-                let eas = Api::<kube::core::DynamicObject>::namespaced_with(
-                    ns.client.clone(),
-                    &ns.name,
-                    &eas_resource(),
-                );
+                let eas = eas_api(&ns);
                 eas.get_opt(app).await.ok().flatten().map(|_| ())
             },
         )

@@ -26,22 +26,7 @@ fn helm() -> PathBuf {
     if let Some(h) = std::env::var_os("HELM") {
         return PathBuf::from(h);
     }
-    let out = Command::new(repo().join("tests/tools/build.sh"))
-        .arg("--print-env")
-        .output()
-        .expect("run tests/tools/build.sh --print-env");
-    let env = String::from_utf8_lossy(&out.stdout);
-    let path = env
-        .lines()
-        .find_map(|l| l.strip_prefix("HELM_BIN="))
-        .map(|p| PathBuf::from(p.trim_matches('\'')))
-        .expect("build.sh prints HELM_BIN");
-    assert!(
-        path.is_file(),
-        "helm is not built ({}): run `make tools` (tests/tools/build.sh helm)",
-        path.display()
-    );
-    path
+    built_tool("HELM_BIN", "helm")
 }
 
 fn run_helm(args: &[&str]) -> String {

@@ -137,7 +137,7 @@ async fn min_available_follows_replicas_and_hpa_and_cleanup_cascades() {
         .unwrap();
     wait_min(&ns, "app", 2).await;
 
-    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &eas_resource());
+    let eas = eas_api(&ns);
     wait_for(
         "EvictionAutoScaler for app",
         Duration::from_secs(30),
@@ -359,7 +359,7 @@ async fn opt_in_scope_follows_annotations_at_run_time() {
         .await
         .unwrap();
     wait_min(&ns, "z", 2).await;
-    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &eas_resource());
+    let eas = eas_api(&ns);
     wait_for("EvictionAutoScaler z", Duration::from_secs(30), || async {
         eas.get_opt("z").await.ok().flatten()
     })
@@ -481,7 +481,7 @@ async fn status_columns_and_name_conflict_without_a_loop() {
         .await
         .unwrap();
     wait_ready(&ns, "shown", 2).await;
-    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &eas_resource());
+    let eas = eas_api(&ns);
     wait_for("status written", Duration::from_secs(30), || async {
         let e = eas.get_opt("shown").await.ok().flatten()?;
         (e.data["status"]["disruptionsAllowed"].as_i64() == Some(0)).then_some(e)
@@ -630,13 +630,6 @@ async fn status_columns_and_name_conflict_without_a_loop() {
         "Degraded again: {:?}",
         e.data["status"]
     );
-}
-
-pub fn eas_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("eviction-autoscaler.azure.com", "v1", "EvictionAutoScaler"),
-        "evictionautoscalers",
-    )
 }
 
 pub fn keda_resource() -> ApiResource {

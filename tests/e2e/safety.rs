@@ -10,11 +10,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::core::DynamicObject;
 use kube::Api;
 use serde_json::json;
 
-use crate::pdbs::eas_resource;
 use crate::support::*;
 use crate::user_pdb;
 
@@ -267,7 +265,7 @@ async fn status_field_we_stop_setting_is_cleared() {
         .await
         .unwrap();
     wait_ready(&ns, "flip", 2).await;
-    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &eas_resource());
+    let eas = eas_api(&ns);
     wait_for("status minReplicas 2", Duration::from_secs(30), || async {
         let e = eas.get_opt("flip-pdb").await.ok().flatten()?;
         (e.data["status"]["minReplicas"].as_i64() == Some(2)).then_some(())
@@ -310,7 +308,7 @@ async fn namespace_deletion_is_not_a_reconcile_error() {
     let wh = WebhookInfo::get();
     let ns = TestNs::new("e2e-nsdel").await;
     let deps: Api<Deployment> = ns.api();
-    let eas = Api::<DynamicObject>::namespaced_with(ns.client.clone(), &ns.name, &eas_resource());
+    let eas = eas_api(&ns);
     let names = ["del-a", "del-b", "del-c", "del-d"];
     for n in names {
         deps.create(&PostParams::default(), &deployment(n, 2, None))

@@ -531,6 +531,46 @@ pub fn uncordon(node: &str) {
     let _ = kubectl(&["uncordon", node]);
 }
 
+/// The product's EvictionAutoScaler resource.
+pub fn eas_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(
+            "eviction-autoscaler.azure.com",
+            "v1",
+            "EvictionAutoScaler",
+        ),
+        "evictionautoscalers",
+    )
+}
+
+/// The test namespace's EvictionAutoScalers.
+pub fn eas_api(ns: &TestNs) -> Api<kube::core::DynamicObject> {
+    Api::namespaced_with(ns.client.clone(), &ns.name, &eas_resource())
+}
+
+/// A file tests/tools/build.sh builds (`make tools`), by the variable its
+/// `--print-env` names it with (`HELM_BIN`, `FAKETIME_LIB`); panics with
+/// the command that builds it when it is missing.
+pub fn built_tool(var: &str, tool: &str) -> PathBuf {
+    let out = Command::new(repo().join("tests/tools/build.sh"))
+        .arg("--print-env")
+        .output()
+        .expect("run tests/tools/build.sh --print-env");
+    let env = String::from_utf8_lossy(&out.stdout);
+    let prefix = format!("{var}=");
+    let path = env
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map(|p| PathBuf::from(p.trim_matches('\'')))
+        .unwrap_or_else(|| panic!("build.sh prints {var}"));
+    assert!(
+        path.is_file(),
+        "{tool} is not built ({}): run `make tools` (tests/tools/build.sh {tool})",
+        path.display()
+    );
+    path
+}
+
 pub fn path_str(p: &Path) -> String {
     p.display().to_string()
 }

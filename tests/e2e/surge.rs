@@ -555,11 +555,7 @@ async fn plain_eviction_api_call_surges_and_succeeds() {
     ]);
     assert!(events.contains("SurgeStarted"), "{events}");
     // The durable copy of the signal, for whichever replica leads.
-    let eas = kube::Api::<kube::core::DynamicObject>::namespaced_with(
-        ns.client.clone(),
-        &ns.name,
-        &crate::pdbs::eas_resource(),
-    );
+    let eas = eas_api(&ns);
     // Written off the admission path (and retried while the CR is being
     // created), so it may land a moment after the eviction succeeded.
     let e = wait_for(

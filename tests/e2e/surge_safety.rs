@@ -456,11 +456,7 @@ async fn last_eviction_in_the_future_does_not_strand_the_surge() {
         .expect("a Ready pod of fut");
     let day_ahead =
         k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_hours(24);
-    let eas = Api::<kube::core::DynamicObject>::namespaced_with(
-        ns.client.clone(),
-        &ns.name,
-        &crate::pdbs::eas_resource(),
-    );
+    let eas = eas_api(&ns);
     let patch = json!({"spec": {"lastEviction": {
         "podName": pod,
         "evictionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(day_ahead),
@@ -501,11 +497,7 @@ async fn last_eviction_written_on_a_clock_an_hour_behind_still_surges_then_rever
     create_deployment(&ns, &on_node("behind", 3, node)).await;
     ready_on(&ns, "behind", 3, node).await;
     wait_pdb_blocking(&ns, "behind", 3).await;
-    let eas = Api::<kube::core::DynamicObject>::namespaced_with(
-        ns.client.clone(),
-        &ns.name,
-        &crate::pdbs::eas_resource(),
-    );
+    let eas = eas_api(&ns);
     // The leader must know the object before the value comes (the
     // reconciler makes it beside the PDB), and see it without a signal.
     wait_for(
