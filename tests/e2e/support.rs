@@ -531,6 +531,97 @@ pub fn uncordon(node: &str) {
     let _ = kubectl(&["uncordon", node]);
 }
 
+/// A ValidatingAdmissionPolicy and its binding that refuse, in one test
+/// namespace, every UPDATE of a resource (`group`, version v1) whose new
+/// object fails the CEL `expression`: a write of ours that fails on the
+/// real apiserver. Both objects are deleted on drop, however the test ends.
+pub struct DenyUpdates {
+    name: String,
+    ns: String,
+}
+
+impl DenyUpdates {
+    pub fn apply(ns: &TestNs, group: &str, resource: &str, expression: &str) -> DenyUpdates {
+        let name = format!("e2e-deny-{resource}-{}", ns.name);
+        let manifest = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+             "metadata": {"name": name},
+             "spec": {"failurePolicy": "Fail",
+                      "matchConstraints": {"resourceRules": [{"apiGroups": [group],
+                          "apiVersions": ["v1", "v2"], "operations": ["UPDATE"],
+                          "resources": [resource]}]},
+                      "validations": [{"expression": expression,
+                                       "message": format!("e2e: {resource} updates refused")}]}},
+            {"apiVersion": "admissionregistration.k8s.io/v1",
+             "kind": "ValidatingAdmissionPolicyBinding",
+             "metadata": {"name": name},
+             "spec": {"policyName": name, "validationActions": ["Deny"],
+                      "matchResources": {"namespaceSelector": {"matchLabels":
+                          {"kubernetes.io/metadata.name": ns.name}}}}}]});
+        let file = std::env::temp_dir().join(format!("{name}.json"));
+        std::fs::write(&file, manifest.to_string()).expect("write the policy");
+        kubectl_ok(&["apply", "-f", &path_str(&file)]);
+        let _ = std::fs::remove_file(&file);
+        DenyUpdates {
+            name,
+            ns: ns.name.clone(),
+        }
+    }
+
+    /// Does a server-side dry-run update of `object` (`kind/name`) pass?
+    fn update_passes(&self, object: &str) -> bool {
+        kubectl(&[
+            "annotate",
+            "-n",
+            &self.ns,
+            object,
+            "e2e-probe=1",
+            "--overwrite",
+            "--dry-run=server",
+        ])
+        .status
+        .success()
+    }
+
+    /// Waits until the apiserver has loaded the policy: an update of
+    /// `object` is refused.
+    pub async fn wait_refusing(&self, object: &str) {
+        wait_for(
+            &format!("the policy refusing updates of {object}"),
+            Duration::from_secs(30),
+            || async { (!self.update_passes(object)).then_some(()) },
+        )
+        .await;
+    }
+
+    /// Deletes the policy and waits until an update of `object` passes.
+    pub async fn lift(self, object: &str) {
+        let this = self;
+        this.delete();
+        wait_for(
+            &format!("updates of {object} passing again"),
+            Duration::from_secs(30),
+            || async { this.update_passes(object).then_some(()) },
+        )
+        .await;
+    }
+
+    fn delete(&self) {
+        let _ = kubectl(&[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            &self.name,
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+impl Drop for DenyUpdates {
+    fn drop(&mut self) {
+        self.delete();
+    }
+}
+
 /// The product's EvictionAutoScaler resource.
 pub fn eas_resource() -> kube::core::ApiResource {
     kube::core::ApiResource::from_gvk_with_plural(

@@ -396,6 +396,65 @@ async fn hpa_added_mid_surge_reverts_to_the_baseline() {
     assert!(min >= 3, "Ready pods went down to {min}");
 }
 
+/// A surge write that fails halfway. Under an HPA the surge writes the
+/// Deployment first, then the HPA's minimum; here an admission policy
+/// refuses every update of the HPA through the whole drain, so only the
+/// first write lands. The Deployment's half of the surge is kept while the
+/// node is cordoned (its surge pods let the drain go on) and goes back to
+/// its baseline alone afterwards; once the policy is lifted, no late retry
+/// raises the HPA's minimum after the episode. (Whether the refused write
+/// is retried mid-drain depends on the budget: with the Deployment's surge
+/// pods Ready it allows disruptions, and nothing more is planned.)
+#[tokio::test]
+async fn a_surge_whose_hpa_write_is_refused_keeps_the_deployments_half_and_reverts_it() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-halfway").await;
+    let node = "kwok-node-1";
+    create_deployment(&ns, &on_node("hw", 3, node)).await;
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa("hw", "hw", 3))
+        .await
+        .expect("create HPA");
+    ready_on(&ns, "hw", 3, node).await;
+    wait_pdb_blocking(&ns, "hw", 3).await;
+    let watch = AvailabilityWatcher::start(&ns, "hw");
+    let hpa_state = || async {
+        let h = hpas.get("hw").await.expect("HPA");
+        (
+            h.spec.as_ref().and_then(|s| s.min_replicas),
+            markers_present(h.metadata.annotations.as_ref()),
+        )
+    };
+
+    let deny = DenyUpdates::apply(&ns, "autoscaling", "horizontalpodautoscalers", "false");
+    deny.wait_refusing("hpa/hw").await;
+    cordon_and_wait_surge(&ns, node, &[("hw", 6)]).await;
+    // The surge stands while the node is cordoned, without the HPA's half.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(deployment_state(&ns, "hw").await, (6, Some(true)));
+        assert_eq!(
+            hpa_state().await,
+            (Some(3), Some(false)),
+            "the HPA's update is refused"
+        );
+    }
+    uncordon(node);
+    assert_settled_at(&ns, "hw", 3, REVERT_TIMEOUT).await;
+    deny.lift("hpa/hw").await;
+    // Past the longest backoff a retry of the raise could still be waiting
+    // out here (a few doublings of 0.5 s).
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        hpa_state().await,
+        (Some(3), Some(false)),
+        "a late write raised the HPA after the episode"
+    );
+    assert_eq!(deployment_state(&ns, "hw").await, (3, Some(false)));
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+}
+
 /// An HPA whose minimum a surge raised is retargeted to another kind (a
 /// StatefulSet of the same name) mid-surge. No Deployment step sees it any
 /// more; it is stepped on its own and its minimum goes back to the user's
