@@ -377,20 +377,6 @@ async fn namespace_deletion_is_not_a_reconcile_error() {
     );
 }
 
-/// Removes the cluster-scoped admission policy of a test, however it ends.
-struct PolicyGuard(&'static str);
-
-impl Drop for PolicyGuard {
-    fn drop(&mut self) {
-        let _ = kubectl(&[
-            "delete",
-            "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            self.0,
-            "--ignore-not-found",
-        ]);
-    }
-}
-
 /// A write that keeps failing (an admission policy refuses every update of
 /// one of our PDBs) is retried with per-object backoff, not on every pass,
 /// while the other PDBs of the namespace keep following their Deployments.
@@ -409,58 +395,15 @@ async fn failing_write_backs_off_and_does_not_hold_back_others() {
             .unwrap();
         wait_pdb(&ns, n, "our PDB", ours).await;
     }
-    let name = "e2e-deny-stuck-pdb";
-    let _guard = PolicyGuard(name);
-    let policy = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": ["policy"], "apiVersions": ["v1"],
-                "operations": ["UPDATE"], "resources": ["poddisruptionbudgets"]}]},
-            "validations": [{"expression": "object.metadata.name != 'stuck'",
-                             "message": "e2e: PDB stuck is frozen"}]
-        }
-    });
-    let binding = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": {"matchLabels": {
-                "kubernetes.io/metadata.name": ns.name.clone()}}}
-        }
-    });
-    let file = std::env::temp_dir().join(format!("{}-policy.json", ns.name));
-    std::fs::write(
-        &file,
-        serde_json::to_vec(
-            &json!({"apiVersion": "v1", "kind": "List", "items": [policy, binding]}),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    kubectl_ok(&["apply", "-f", &path_str(&file)]);
-    let _ = std::fs::remove_file(&file);
-    // Policies take effect once the apiserver has loaded them: wait until a
-    // probe update of the frozen PDB is refused.
+    // Every update of PDB stuck refused from now on.
+    let deny = DenyUpdates::apply(
+        &ns,
+        "policy",
+        "poddisruptionbudgets",
+        "object.metadata.name != 'stuck'",
+    );
+    deny.wait_refusing("pdb/stuck").await;
     let pdbs: Api<PodDisruptionBudget> = ns.api();
-    wait_for(
-        "the policy refuses updates",
-        Duration::from_secs(30),
-        || async {
-            let probe = json!({"metadata": {"labels": {"probe": "1"}}});
-            pdbs.patch("stuck", &PatchParams::default(), &Patch::Merge(&probe))
-                .await
-                .is_err()
-                .then_some(())
-        },
-    )
-    .await;
 
     let errors = || {
         wh.metric_sum(

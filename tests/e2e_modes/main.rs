@@ -559,46 +559,13 @@ async fn uninstall_goes_on_past_a_surge_it_cannot_revert() {
     stop_server();
 
     // Updates of "denied" denied from now on.
-    let policy = format!("e2e-deny-denied-{}", ns.name);
-    let manifest = json!({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-         "metadata": {"name": policy},
-         "spec": {"failurePolicy": "Fail",
-                  "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"],
-                      "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["deployments"]}]},
-                  "validations": [{"expression": "object.metadata.name != 'denied'",
-                                   "message": "e2e: updates of Deployment denied are denied"}]}},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-         "metadata": {"name": policy},
-         "spec": {"policyName": policy, "validationActions": ["Deny"],
-                  "matchResources": {"namespaceSelector": {"matchLabels":
-                      {"kubernetes.io/metadata.name": ns.name}}}}}]});
-    let file = std::env::temp_dir().join(format!("{policy}.json"));
-    std::fs::write(&file, manifest.to_string()).unwrap();
-    let file = file.to_string_lossy().to_string();
-    kubectl_ok(&["apply", "-f", &file]);
-    let probe = |denied: bool| {
-        let ns = ns.name.clone();
-        async move {
-            let out = kubectl(&[
-                "annotate",
-                "deployment",
-                "denied",
-                "-n",
-                &ns,
-                "e2e-probe=1",
-                "--overwrite",
-                "--dry-run=server",
-            ]);
-            (out.status.success() != denied).then_some(())
-        }
-    };
-    wait_for(
-        "the policy denies updates of denied",
-        Duration::from_secs(30),
-        || probe(true),
-    )
-    .await;
+    let deny = DenyUpdates::apply(
+        &ns,
+        "apps",
+        "deployments",
+        "object.metadata.name != 'denied'",
+    );
+    deny.wait_refusing("deployment/denied").await;
 
     let out = uninstall();
     let (stdout, stderr) = (
@@ -609,7 +576,7 @@ async fn uninstall_goes_on_past_a_surge_it_cannot_revert() {
         deployment_state(&ns, "free").await,
         deployment_state(&ns, "denied").await,
     );
-    kubectl_ok(&["delete", "-f", &file]);
+    deny.lift("deployment/denied").await;
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
         stderr.contains(&format!("failed: {}/deployment/denied: ", ns.name)),
@@ -627,10 +594,6 @@ async fn uninstall_goes_on_past_a_surge_it_cannot_revert() {
     );
 
     // The write is possible again: a second run reverts it.
-    wait_for("the policy is gone", Duration::from_secs(30), || {
-        probe(false)
-    })
-    .await;
     let out = uninstall();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let again = deployment_state(&ns, "denied").await;
