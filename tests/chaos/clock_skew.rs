@@ -209,15 +209,7 @@ async fn replicas_ten_minutes_apart_surge_revert_and_hand_over_the_lease() {
     }
     let refused_a = Instant::now();
     let stamp_a = wait_signal(&ns, "sk-a").await;
-    wait_for(
-        "a surge of sk-a on the signal of the follower ahead",
-        Duration::from_secs(30),
-        || async {
-            let (n, markers) = deployment_state(&ns, "sk-a").await;
-            (n > 3 && markers == Some(true)).then_some(())
-        },
-    )
-    .await;
+    wait_surged_above(&ns, "sk-a", 3, "the signal of the follower ahead").await;
     assert_settled_at(&ns, "sk-a", 3, Duration::from_secs(90)).await;
     let revert_a = refused_a.elapsed();
     assert!(

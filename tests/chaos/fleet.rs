@@ -265,12 +265,7 @@ pub async fn blocked_on_node(ns: &TestNs, name: &str, node: &str) -> Vec<Pod> {
     deps.create(&PostParams::default(), &d)
         .await
         .unwrap_or_else(|e| panic!("create Deployment {name}: {e}"));
-    let on_node: Vec<Pod> = wait_ready(ns, name, 3)
-        .await
-        .into_iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-        .collect();
-    assert!(!on_node.is_empty(), "pods of {name} prefer {node}");
+    let on_node = ready_on_node(ns, name, 3, node).await;
     wait_pdb_blocking(ns, name, 3).await;
     on_node
 }

@@ -39,17 +39,6 @@ impl Drop for Restore {
     }
 }
 
-/// Waits for `n` Ready pods of `app` and counts those on `node` (at least one).
-async fn ready_on_node(ns: &TestNs, app: &str, n: usize, node: &str) -> i32 {
-    let on = wait_ready(ns, app, n)
-        .await
-        .iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-        .count() as i32;
-    assert!(on > 0, "pods of {app} prefer {node}");
-    on
-}
-
 /// Deployment `name` (3 replicas, maxSurge 100%, pods preferring `node`)
 /// under an HPA of minimum 3, surged by a cordon of `node`: the Deployment
 /// and the HPA's minimum at t, with markers. Returns the guard and t.
@@ -66,7 +55,7 @@ async fn surged_under_an_hpa(ns: &TestNs, name: &str, node: &'static str) -> (Re
     hpas.create(&PostParams::default(), &hpa(name, name, 3))
         .await
         .expect("create HPA");
-    let on_node = ready_on_node(ns, name, 3, node).await;
+    let on_node = ready_on_node(ns, name, 3, node).await.len() as i32;
     wait_pdb_blocking(ns, name, 3).await;
 
     let restore = Restore(node);
@@ -91,7 +80,7 @@ async fn our_number_set_back_while_the_product_was_down_is_kept() {
     deps.patch("back", &PatchParams::apply("gitops"), &Patch::Apply(&d))
         .await
         .expect("server-side apply");
-    let on_node = ready_on_node(&ns, "back", 3, node).await;
+    let on_node = ready_on_node(&ns, "back", 3, node).await.len() as i32;
     wait_pdb_blocking(&ns, "back", 3).await;
 
     let restore = Restore(node);

@@ -111,17 +111,14 @@ fn assert_no_write_between<K: Resource + std::fmt::Debug>(before_last: &K, last:
     );
 }
 
-/// Waits for `n` Ready pods of `app` and returns the names of those on
-/// `node` (at least one).
-async fn ready_on_node(ns: &TestNs, app: &str, n: usize, node: &str) -> Vec<String> {
-    let on: Vec<String> = wait_ready(ns, app, n)
-        .await
-        .into_iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-        .filter_map(|p| p.metadata.name)
-        .collect();
-    assert!(!on.is_empty(), "pods of {app} prefer {node}");
-    on
+/// The field's value is the GitOps tool's, as managedFields record it.
+fn assert_the_tools<K: Resource>(k: &K, field: Field) {
+    assert_eq!(
+        writer(k.meta(), field),
+        ReplicasWriter::Someone,
+        "{field:?} is the GitOps tool's: {:?}",
+        k.meta().managed_fields
+    );
 }
 
 fn assert_never_raised_again(seen: &[Option<i32>], want: i32, what: &str) {
@@ -155,7 +152,11 @@ async fn a_gitops_tool_forcing_its_replicas_mid_surge_wins_once_without_a_write_
         IntOrString::String("100%".into()),
     );
     sync(&deps, &d, false).await.expect("create by apply");
-    let on_node = ready_on_node(&ns, "g", 3, node).await;
+    let on_node: Vec<String> = ready_on_node(&ns, "g", 3, node)
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
     for pod in &on_node {
         kubectl_ok(&[
             "annotate",
@@ -207,13 +208,7 @@ async fn a_gitops_tool_forcing_its_replicas_mid_surge_wins_once_without_a_write_
     );
     assert_never_raised_again(&seen, 3, "spec.replicas");
     assert_no_write_between(&before_last, &last, "Deployment");
-    let synced = deps.get("g").await.expect("Deployment");
-    assert_eq!(
-        writer(&synced.metadata, Field::Replicas),
-        ReplicasWriter::Someone,
-        "spec.replicas is the GitOps tool's: {:?}",
-        synced.metadata.managed_fields
-    );
+    assert_the_tools(&deps.get("g").await.expect("Deployment"), Field::Replicas);
 
     uncordon(node);
     assert_settled_at(&ns, "g", 3, Duration::from_secs(60)).await;
@@ -256,13 +251,7 @@ async fn a_gitops_tool_forcing_an_hpa_minimum_mid_surge_wins_once_without_a_writ
     let (seen, before_last, last) = sync_loop(&hpas, &h, min, || async {}).await;
     assert_never_raised_again(&seen, 3, "the HPA's minReplicas");
     assert_no_write_between(&before_last, &last, "HPA");
-    let synced = hpas.get("gh").await.expect("HPA");
-    assert_eq!(
-        writer(&synced.metadata, Field::MinReplicas),
-        ReplicasWriter::Someone,
-        "spec.minReplicas is the GitOps tool's: {:?}",
-        synced.metadata.managed_fields
-    );
+    assert_the_tools(&hpas.get("gh").await.expect("HPA"), Field::MinReplicas);
 
     uncordon(node);
     wait_hpa_min(&hpas, "gh", 3, Some(false), Duration::from_secs(60)).await;

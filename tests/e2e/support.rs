@@ -527,6 +527,31 @@ pub fn nodes_of(pods: &[Pod]) -> Vec<String> {
         .collect()
 }
 
+/// Waits for `n` Ready pods of `app` and returns those on `node`, at
+/// least one (the test's pods prefer that node).
+pub async fn ready_on_node(ns: &TestNs, app: &str, n: usize, node: &str) -> Vec<Pod> {
+    let on: Vec<Pod> = wait_ready(ns, app, n)
+        .await
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .collect();
+    assert!(!on.is_empty(), "pods of {app} prefer {node}");
+    on
+}
+
+/// Waits until Deployment `name` is surged above `baseline` with its markers.
+pub async fn wait_surged_above(ns: &TestNs, name: &str, baseline: i32, why: &str) {
+    wait_for(
+        &format!("a surge of {name} above {baseline} ({why})"),
+        Duration::from_secs(30),
+        || async {
+            let (n, markers) = deployment_state(ns, name).await;
+            (n > baseline && markers == Some(true)).then_some(())
+        },
+    )
+    .await;
+}
+
 pub fn uncordon(node: &str) {
     let _ = kubectl(&["uncordon", node]);
 }
@@ -596,12 +621,11 @@ impl DenyUpdates {
 
     /// Deletes the policy and waits until an update of `object` passes.
     pub async fn lift(self, object: &str) {
-        let this = self;
-        this.delete();
+        self.delete();
         wait_for(
             &format!("updates of {object} passing again"),
             Duration::from_secs(30),
-            || async { this.update_passes(object).then_some(()) },
+            || async { self.update_passes(object).then_some(()) },
         )
         .await;
     }

@@ -103,6 +103,19 @@ async fn ready_on(ns: &TestNs, app: &str, n: usize, node: &str) {
     );
 }
 
+/// Deployment `name` (3 replicas, all on `node`) under an HPA of the same
+/// name with minimum 3, its PDB allowing no disruption. Returns the HPAs.
+async fn under_hpa_on(ns: &TestNs, name: &str, node: &str) -> Api<HorizontalPodAutoscaler> {
+    create_deployment(ns, &on_node(name, 3, node)).await;
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa(name, name, 3))
+        .await
+        .expect("create HPA");
+    ready_on(ns, name, 3, node).await;
+    wait_pdb_blocking(ns, name, 3).await;
+    hpas
+}
+
 /// Cordons `node` and waits for the surge to `to` replicas with its markers,
 /// and for the surge pods to be Ready.
 async fn cordon_and_wait_surge(ns: &TestNs, node: &str, apps: &[(&str, i32)]) {
@@ -410,13 +423,7 @@ async fn a_surge_whose_hpa_write_is_refused_keeps_the_deployments_half_and_rever
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-halfway").await;
     let node = "kwok-node-1";
-    create_deployment(&ns, &on_node("hw", 3, node)).await;
-    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-    hpas.create(&PostParams::default(), &hpa("hw", "hw", 3))
-        .await
-        .expect("create HPA");
-    ready_on(&ns, "hw", 3, node).await;
-    wait_pdb_blocking(&ns, "hw", 3).await;
+    let hpas = under_hpa_on(&ns, "hw", node).await;
     let watch = AvailabilityWatcher::start(&ns, "hw");
     let hpa_state = || async {
         let h = hpas.get("hw").await.expect("HPA");
@@ -464,13 +471,7 @@ async fn hpa_retargeted_to_another_kind_mid_surge_is_restored() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-hparetarget").await;
     let node = "kwok-node-1";
-    create_deployment(&ns, &on_node("hr", 3, node)).await;
-    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-    hpas.create(&PostParams::default(), &hpa("hr", "hr", 3))
-        .await
-        .expect("create HPA");
-    ready_on(&ns, "hr", 3, node).await;
-    wait_pdb_blocking(&ns, "hr", 3).await;
+    let hpas = under_hpa_on(&ns, "hr", node).await;
 
     cordon_and_wait_surge(&ns, node, &[("hr", 6)]).await;
     wait_hpa_min(&hpas, "hr", 6, Some(true), REVERT_TIMEOUT).await;
@@ -586,13 +587,11 @@ async fn last_eviction_written_on_a_clock_an_hour_behind_still_surges_then_rever
     eas.patch("behind", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("write lastEviction an hour behind");
-    wait_for(
-        "a surge for the eviction denied on a clock an hour behind",
-        Duration::from_secs(30),
-        || async {
-            let (n, markers) = deployment_state(&ns, "behind").await;
-            (n > 3 && markers == Some(true)).then_some(())
-        },
+    wait_surged_above(
+        &ns,
+        "behind",
+        3,
+        "an eviction denied on a clock an hour behind",
     )
     .await;
 
