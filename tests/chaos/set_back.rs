@@ -30,7 +30,7 @@ use crate::support::*;
 
 /// The shared server started again and the node uncordoned, however the
 /// test ends.
-struct Restore(&'static str);
+pub struct Restore(pub &'static str);
 
 impl Drop for Restore {
     fn drop(&mut self) {
