@@ -28,12 +28,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::EvictParams;
-use kube::Api;
 
 use crate::fleet::*;
+use crate::set_back::Restore;
 use crate::support::*;
 
 const SKEW_SECS: i64 = 600;
@@ -61,26 +60,12 @@ async fn holders(client: kube::Client, stop: Arc<AtomicBool>, seen: Arc<Mutex<Ve
     }
 }
 
-/// A Ready pod of `app`.
-async fn a_pod_of(ns: &TestNs, app: &str) -> String {
-    ready_pods(ns, app)
-        .await
-        .into_iter()
-        .find_map(|p| p.metadata.name)
-        .unwrap_or_else(|| panic!("a Ready pod of {app}"))
-}
-
-/// Pods without the client's own retry of 429 (a refusal must fail the call).
-async fn pods_api(ns: &TestNs) -> Api<Pod> {
-    Api::namespaced(client_retrying(false).await, &ns.name)
-}
-
 /// Evicts a Ready pod of `app` as a descheduler would (no cordon, so only
 /// the durable signal can start the surge), retrying each 429 after 1 s.
 /// Returns how many were refused before the eviction went through.
 async fn evict_until_allowed(ns: &TestNs, app: &str) -> usize {
-    let pods = pods_api(ns).await;
-    let victim = a_pod_of(ns, app).await;
+    let pods = pods_without_retry(ns).await;
+    let victim = a_ready_pod(ns, app).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut refused = 0;
     loop {
@@ -123,16 +108,6 @@ fn secs_between(a: Timestamp, b: Timestamp) -> i64 {
     b.duration_since(a).as_secs()
 }
 
-/// The shared server (which the tests after this one use) started again
-/// however the test ends.
-struct SharedBack;
-
-impl Drop for SharedBack {
-    fn drop(&mut self) {
-        let _ = restart_server(&[]);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_ten_minutes_apart_surge_revert_and_hand_over_the_lease() {
     let _g = nodes_lock().await;
@@ -157,8 +132,9 @@ async fn replicas_ten_minutes_apart_surge_revert_and_hand_over_the_lease() {
     }
 
     stop_server();
-    // Declared before the replicas, so dropped after them.
-    let _shared = SharedBack;
+    // The shared server back however the test ends; declared before the
+    // replicas, so dropped after them.
+    let _shared = Restore(NODE);
     let mut spec = ReplicaSpec::from_deployed(wh);
     spec.env.push(("EVICTION_HOLD".into(), "0".into()));
     let mut ahead_spec = spec.clone();
@@ -198,8 +174,8 @@ async fn replicas_ten_minutes_apart_surge_revert_and_hand_over_the_lease() {
     register_webhooks(wh, ahead.port);
     let watch_a = AvailabilityWatcher::start(&ns, "sk-a");
     let sample_a = ReplicaSampler::start(&ns, "sk-a");
-    let stays = a_pod_of(&ns, "sk-a").await;
-    match pods_api(&ns)
+    let stays = a_ready_pod(&ns, "sk-a").await;
+    match pods_without_retry(&ns)
         .await
         .evict(&stays, &EvictParams::default())
         .await

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource};
@@ -178,7 +177,7 @@ async fn a_gitops_tool_forcing_its_replicas_mid_surge_wins_once_without_a_write_
     sync(&deps, &d, true).await.expect("forced apply");
     wait_pdb_blocking(&ns, "g", 3).await;
     // A 429 must fail the eviction, not be retried by the client.
-    let pods: Api<Pod> = Api::namespaced(client_retrying(false).await, &ns.name);
+    let pods = pods_without_retry(&ns).await;
     let victim = on_node[0].clone();
     let mut refused = 0;
     let replicas = |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas);

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{EvictParams, PostParams};
@@ -188,7 +187,7 @@ async fn evictions_sent_at_once_share_one_disruption_in_turn() {
         |wait: &str| wh.metric_sum(HOLDS, &[&format!("wait=\"{wait}\""), "outcome=\"allowed\""]);
     let taken_before = allowed("taken");
     // A 429 must fail the eviction, not be retried by the client.
-    let api: Api<Pod> = Api::namespaced(client_retrying(false).await, &ns.name);
+    let api = pods_without_retry(&ns).await;
     // Connections open beforehand, so that both requests leave at once
     // (a new connection's handshake would delay the second).
     let lp = kube::api::ListParams::default();

@@ -539,6 +539,21 @@ pub async fn ready_on_node(ns: &TestNs, app: &str, n: usize, node: &str) -> Vec<
     on
 }
 
+/// The name of a Ready pod of `app`.
+pub async fn a_ready_pod(ns: &TestNs, app: &str) -> String {
+    ready_pods(ns, app)
+        .await
+        .into_iter()
+        .find_map(|p| p.metadata.name)
+        .unwrap_or_else(|| panic!("a Ready pod of {app}"))
+}
+
+/// The namespace's pods through a client that answers what the apiserver
+/// answered: an eviction's 429 fails the call instead of being retried.
+pub async fn pods_without_retry(ns: &TestNs) -> Api<Pod> {
+    Api::namespaced(client_retrying(false).await, &ns.name)
+}
+
 /// Waits until Deployment `name` is surged above `baseline` with its markers.
 pub async fn wait_surged_above(ns: &TestNs, name: &str, baseline: i32, why: &str) {
     wait_for(

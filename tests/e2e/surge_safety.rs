@@ -509,11 +509,7 @@ async fn last_eviction_in_the_future_does_not_strand_the_surge() {
     cordon_and_wait_surge(&ns, node, &[("fut", 6)]).await;
     // A pod that stays: the signal names it, so it would count as displaced
     // for as long as the signal is fresh.
-    let pod = ready_pods(&ns, "fut")
-        .await
-        .into_iter()
-        .find_map(|p| p.metadata.name)
-        .expect("a Ready pod of fut");
+    let pod = a_ready_pod(&ns, "fut").await;
     let day_ahead =
         k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_hours(24);
     let eas = eas_api(&ns);
@@ -573,11 +569,7 @@ async fn last_eviction_written_on_a_clock_an_hour_behind_still_surges_then_rever
     assert_eq!(deployment_state(&ns, "behind").await, (3, Some(false)));
 
     let watch = AvailabilityWatcher::start(&ns, "behind");
-    let pod = ready_pods(&ns, "behind")
-        .await
-        .into_iter()
-        .find_map(|p| p.metadata.name)
-        .expect("a Ready pod of behind");
+    let pod = a_ready_pod(&ns, "behind").await;
     let hour_behind =
         k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
     let patch = json!({"spec": {"lastEviction": {

@@ -889,8 +889,7 @@ async fn a_followers_blocked_eviction_surges_through_the_leader() {
     };
     let routed = EvictionsRoutedTo::port(port, wh.port);
     // Each 429 comes back as it is (kube's client would retry it for minutes).
-    let pod_api: Api<k8s_openapi::api::core::v1::Pod> =
-        Api::namespaced(client_retrying(false).await, &ns.name);
+    let pod_api = pods_without_retry(&ns).await;
     // The apiserver takes up the new webhook URL a moment later: dry runs
     // (which signal nothing) until the follower answers one, so the real
     // eviction cannot reach the leader.
