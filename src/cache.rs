@@ -569,6 +569,18 @@ impl StoreHealth {
             .saturating_add(1)
     }
 
+    /// Back to "not listed, not failing": a store that starts over (KEDA's
+    /// ScaledObjects, watched again after their API came back).
+    pub fn reset(&self) {
+        self.listed.store(false, Ordering::Release);
+        self.failing_since.store(0, Ordering::Release);
+        self.stale_reported.store(false, Ordering::Relaxed);
+        match self.last_error.lock() {
+            Ok(mut e) => e.clear(),
+            Err(poisoned) => poisoned.into_inner().clear(),
+        }
+    }
+
     /// A complete list was swapped in (InitDone).
     pub fn listed(&self) {
         self.listed.store(true, Ordering::Release);
@@ -720,8 +732,10 @@ pub enum Reader {
     /// labels) and EvictionAutoScalers (only the durable signal, which the
     /// in-process signal and the cordon cover).
     SurgeWorker,
-    /// Deployments, PDBs, namespaces, autoscalers and EvictionAutoScalers;
-    /// never pods, nodes or ReplicaSets.
+    /// Deployments, PDBs, namespaces and autoscalers; never pods, nodes or
+    /// ReplicaSets. EvictionAutoScalers when their store is ready
+    /// ([`Cache::eas_ready`]): without it the PDBs are still kept, so a CRD
+    /// deleted by mistake does not leave two PDBs over one pod.
     Reconciler,
 }
 
@@ -733,9 +747,8 @@ impl Reader {
             Namespace::plural(&()),
             HorizontalPodAutoscaler::plural(&()),
         ];
-        match self {
-            Reader::SurgeWorker => v.extend([PodWire::plural(&()), Node::plural(&())]),
-            Reader::Reconciler => v.push(EvictionAutoScaler::plural(&())),
+        if self == Reader::SurgeWorker {
+            v.extend([PodWire::plural(&()), Node::plural(&())]);
         }
         v
     }
@@ -787,9 +800,13 @@ pub struct Cache {
     pub eas: Store<EvictionAutoScaler>,
     /// KEDA ScaledObjects, once the KEDA CRD is seen (it may be installed later).
     pub keda: Arc<RwLock<Option<Store<DynamicObject>>>>,
-    /// A [`KedaState`]: the controllers wait while ScaledObjects may exist
-    /// that the store does not hold yet.
+    /// A [`KedaState`]: while ScaledObjects may exist that the store does
+    /// not hold, the reconciler waits and the surge worker leaves the
+    /// Deployments under KEDA's HPAs alone.
     keda_state: Arc<AtomicU8>,
+    /// The ScaledObject watch's health while KEDA's API is served: /readyz
+    /// names it when it cannot list (RBAC, a broken CRD) or goes stale.
+    keda_health: Arc<StoreHealth>,
     /// Bumped on every watch event: wakes the surge worker.
     pub changed: watch::Receiver<u64>,
     /// Namespaces whose Deployments, PDBs, autoscalers, EvictionAutoScalers
@@ -837,6 +854,7 @@ impl Cache {
             eas: s.eas,
             keda: Arc::new(RwLock::new(None)),
             keda_state: Arc::new(AtomicU8::new(KedaState::Absent.as_u8())),
+            keda_health: Arc::new(StoreHealth::new(KEDA_STORE, Instant::now())),
             changed,
             ns_dirty: Arc::new(Dirty::default()),
             pdb_changed,
@@ -865,12 +883,49 @@ impl Cache {
     }
 
     /// What `reader` decides on is complete and current: the stores it
-    /// reads have listed and none is stale, and the ScaledObjects have
-    /// listed if KEDA is served. A frozen or partial snapshot could make a
+    /// reads have listed and none is stale; for the reconciler, also the
+    /// ScaledObjects if KEDA is served (a KEDA Deployment's floor is its
+    /// ScaledObject's minimum). A frozen or partial snapshot could make a
     /// controller start a surge on the wrong object or see none to revert.
+    /// The surge worker does not wait for ScaledObjects: it leaves only the
+    /// Deployments under KEDA's HPAs alone while they are unknown
+    /// ([`Cache::keda_known`]), so a ScaledObject watch that cannot list
+    /// strands no other surge.
     pub fn ready_for(&self, reader: Reader) -> bool {
-        matches!(self.keda_state(), KedaState::Absent | KedaState::Synced)
-            && self.health.ready_for(reader)
+        (reader == Reader::SurgeWorker || self.keda_known()) && self.health.ready_for(reader)
+    }
+
+    /// Every ScaledObject is known: KEDA's API is not served, or their store
+    /// has listed and its watch is not stale.
+    pub fn keda_known(&self) -> bool {
+        match self.keda_state() {
+            KedaState::Absent => true,
+            KedaState::Synced => !self.keda_health.is_stale(self.health.stale_after),
+            KedaState::Unknown | KedaState::Syncing => false,
+        }
+    }
+
+    /// The stores that keep the server from being ready, for /readyz: the
+    /// watch caches', and the ScaledObjects' while KEDA's API is served.
+    pub fn unready(&self) -> Vec<Unready> {
+        let mut out = self.health.unready();
+        if matches!(self.keda_state(), KedaState::Syncing | KedaState::Synced) {
+            let state = self.keda_health.state(self.health.stale_after);
+            if matches!(state, StoreState::Syncing | StoreState::Stale(_)) {
+                out.push(Unready {
+                    store: self.keda_health.name.clone(),
+                    state,
+                    last_error: self.keda_health.last_error(),
+                });
+            }
+        }
+        out
+    }
+
+    /// The EvictionAutoScaler store has listed and is not stale: the
+    /// reconciler plans EvictionAutoScalers only then.
+    pub fn eas_ready(&self) -> bool {
+        self.health.store_ready(&EvictionAutoScaler::plural(&()))
     }
 
     /// The EvictionAutoScaler store's watch is working now (see
@@ -1188,10 +1243,15 @@ pub fn start(
     let eas = r.reflect::<EvictionAutoScaler>(Some(CRD_MISSING), |e| strip_meta(&mut e.metadata));
     let keda = Arc::new(RwLock::new(None));
     let keda_state = Arc::new(AtomicU8::new(KedaState::Unknown.as_u8()));
+    let keda_health = Arc::new(StoreHealth::new(KEDA_STORE, Instant::now()));
     tasks.spawn(watch_keda_when_installed(
         client.clone(),
-        keda.clone(),
-        keda_state.clone(),
+        Keda {
+            slot: keda.clone(),
+            state: keda_state.clone(),
+            health: keda_health.clone(),
+            stale_after,
+        },
         tx.clone(),
         ns_dirty.clone(),
     ));
@@ -1208,6 +1268,7 @@ pub fn start(
         eas,
         keda,
         keda_state,
+        keda_health,
         changed,
         ns_dirty,
         pdb_changed,
@@ -1534,6 +1595,8 @@ fn observed_client(client: &Client, health: Arc<StoreHealth>) -> Client {
 }
 
 pub const KEDA_GROUP: &str = "keda.sh";
+/// The ScaledObject store's name in /readyz and logs.
+const KEDA_STORE: &str = "scaledobjects";
 pub const KEDA_VERSION: &str = "v1alpha1";
 
 pub fn keda_resource() -> ApiResource {
@@ -1543,34 +1606,48 @@ pub fn keda_resource() -> ApiResource {
     )
 }
 
+/// Where the ScaledObjects go, and how their watch stands.
+struct Keda {
+    slot: Arc<RwLock<Option<Store<DynamicObject>>>>,
+    state: Arc<AtomicU8>,
+    health: Arc<StoreHealth>,
+    stale_after: Duration,
+}
+
+impl Keda {
+    fn set(&self, s: KedaState) {
+        self.state.store(s.as_u8(), Ordering::Release);
+    }
+}
+
 /// KEDA may be installed after start-up, or removed: look for its API every
 /// few seconds, watch ScaledObjects while it is served, and empty the store
 /// when it goes (a store frozen on deleted ScaledObjects would keep the
 /// surge worker patching objects that no longer exist).
 async fn watch_keda_when_installed(
     client: Client,
-    slot: Arc<RwLock<Option<Store<DynamicObject>>>>,
-    state: Arc<AtomicU8>,
+    keda: Keda,
     changed: watch::Sender<u64>,
     dirty: Arc<Dirty>,
 ) {
     let gv = format!("{KEDA_GROUP}/{KEDA_VERSION}");
-    let set = |s: KedaState| state.store(s.as_u8(), Ordering::Release);
     loop {
         match client.list_api_group_resources(&gv).await {
             Ok(l) if l.resources.iter().any(|r| r.name == "scaledobjects") => {
-                set(KedaState::Syncing);
-                follow_scaled_objects(&client, &slot, &state, &changed, &dirty).await;
-                if let Ok(mut s) = slot.write() {
+                keda.health.reset();
+                keda.set(KedaState::Syncing);
+                follow_scaled_objects(&client, &keda, &changed, &dirty).await;
+                if let Ok(mut s) = keda.slot.write() {
                     *s = None;
                 }
-                set(KedaState::Absent);
+                keda.set(KedaState::Absent);
+                keda.health.reset();
                 dirty.mark_all();
                 changed.send_modify(|n| *n = n.wrapping_add(1));
                 tracing::info!("KEDA ScaledObjects are no longer served; stopped watching them");
             }
-            Ok(_) => set(KedaState::Absent),
-            Err(kube::Error::Api(s)) if s.code == 404 => set(KedaState::Absent),
+            Ok(_) => keda.set(KedaState::Absent),
+            Err(kube::Error::Api(s)) if s.code == 404 => keda.set(KedaState::Absent),
             // Unknown stays unknown (the controllers wait, as for any store
             // that has not listed); an answer seen before stays as it was.
             Err(e) => tracing::debug!(error = %e, "KEDA API discovery failed; retrying"),
@@ -1579,24 +1656,23 @@ async fn watch_keda_when_installed(
     }
 }
 
-/// Watches ScaledObjects into a new store in `slot` until their API is not
-/// served any more (404).
+/// Watches ScaledObjects into a new store in `keda.slot` until their API is
+/// not served any more (404), keeping `keda.health` as the other stores do.
 async fn follow_scaled_objects(
     client: &Client,
-    slot: &RwLock<Option<Store<DynamicObject>>>,
-    state: &AtomicU8,
+    keda: &Keda,
     changed: &watch::Sender<u64>,
     dirty: &Dirty,
 ) {
     let ar = keda_resource();
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let api: Api<DynamicObject> = Api::all_with(observed_client(client, keda.health.clone()), &ar);
     let writer = reflector::store::Writer::new(ar.clone());
-    if let Ok(mut s) = slot.write() {
+    if let Ok(mut s) = keda.slot.write() {
         *s = Some(writer.as_reader());
     }
     tracing::info!("KEDA ScaledObjects found; watching them");
     let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(watch_backoff())
         .modify(strip_scaled_object)
         .reflect(writer);
     let mut stream = std::pin::pin!(stream);
@@ -1605,14 +1681,36 @@ async fn follow_scaled_objects(
             Ok(ev) => {
                 mark_namespace(dirty, &ev);
                 match ev {
-                    Event::InitDone => state.store(KedaState::Synced.as_u8(), Ordering::Release),
-                    Event::Apply(_) | Event::Delete(_) => {}
+                    Event::InitDone => {
+                        let recovered = keda.health.ok();
+                        keda.health.listed();
+                        note_recovery(&keda.health, recovered);
+                        keda.set(KedaState::Synced);
+                    }
+                    Event::Apply(_) | Event::Delete(_) => {
+                        note_recovery(&keda.health, keda.health.ok());
+                    }
                     Event::Init | Event::InitApply(_) => continue,
                 }
                 changed.send_modify(|n| *n = n.wrapping_add(1));
             }
             Err(e) if is_not_found(&e) => return,
-            Err(e) => tracing::warn!(kind = "ScaledObject", error = %e, "watch error"),
+            Err(e) => {
+                let first = keda.health.failing_since.load(Ordering::Relaxed) == 0;
+                keda.health.error(e.to_string());
+                if first {
+                    tracing::warn!(kind = "ScaledObject", error = %e,
+                        "watch error; Deployments under KEDA's HPAs are not surged or reverted until ScaledObjects list");
+                } else {
+                    tracing::debug!(kind = "ScaledObject", error = %e, "watch error");
+                }
+                if let StoreState::Stale(d) = keda.health.state(keda.stale_after) {
+                    if !keda.health.stale_reported.swap(true, Ordering::Relaxed) {
+                        tracing::error!(store = KEDA_STORE, failing_for = ?d, error = %e,
+                            "ScaledObject watch stale: /readyz fails until it recovers");
+                    }
+                }
+            }
         }
     }
 }
@@ -1633,6 +1731,70 @@ mod tests {
 
     fn health() -> StoreHealth {
         StoreHealth::new("pods", Instant::now())
+    }
+
+    fn empty_cache() -> Cache {
+        Cache::from_stores(
+            Stores {
+                pods: PodStore::default(),
+                pdbs: reflector::store().0,
+                deployments: reflector::store().0,
+                replicasets: reflector::store().0,
+                namespaces: reflector::store().0,
+                nodes: reflector::store().0,
+                hpas: reflector::store().0,
+                eas: reflector::store().0,
+            },
+            Arc::new(Behaviour::default()),
+        )
+    }
+
+    /// ScaledObjects that cannot list (KEDA served, RBAC missing): the
+    /// reconciler waits (a KEDA Deployment's floor is its ScaledObject's
+    /// minimum) and /readyz names them; the surge worker does not wait (it
+    /// leaves only the Deployments under KEDA's HPAs alone, see step.rs).
+    #[test]
+    fn scaled_objects_unknown_hold_the_reconciler_and_readyz_not_the_worker() {
+        let mut c = empty_cache();
+        assert!(c.keda_known() && c.ready_for(Reader::Reconciler) && c.unready().is_empty());
+        // Served, the list refused.
+        let base = Instant::now()
+            .checked_sub(Duration::from_secs(120))
+            .unwrap_or_else(Instant::now);
+        c.keda_health = Arc::new(StoreHealth::new(KEDA_STORE, base));
+        c.keda_state
+            .store(KedaState::Syncing.as_u8(), Ordering::Release);
+        c.keda_health.error("scaledobjects is forbidden".into());
+        assert!(!c.keda_known());
+        assert!(c.ready_for(Reader::SurgeWorker));
+        assert!(!c.ready_for(Reader::Reconciler));
+        assert_eq!(
+            c.unready(),
+            vec![Unready {
+                store: KEDA_STORE.into(),
+                state: StoreState::Syncing,
+                last_error: "scaledobjects is forbidden".into(),
+            }]
+        );
+        // Listed: known, ready.
+        c.keda_health.listed();
+        c.keda_state
+            .store(KedaState::Synced.as_u8(), Ordering::Release);
+        assert!(c.keda_known() && c.ready_for(Reader::Reconciler) && c.unready().is_empty());
+        // Failing within the bound: still known; past it: unknown again.
+        c.keda_health
+            .error_at(c.keda_health.now(), "watch failed".into());
+        assert!(c.keda_known(), "{:?}", c.unready());
+        c.keda_health.ok();
+        c.keda_health.error_at(1, "watch failed".into());
+        assert!(!c.keda_known() && c.ready_for(Reader::SurgeWorker));
+        assert!(matches!(&c.unready()[..], [u] if matches!(u.state, StoreState::Stale(_))));
+        // KEDA gone: known (there are none), its old health forgotten.
+        c.keda_state
+            .store(KedaState::Absent.as_u8(), Ordering::Release);
+        c.keda_health.reset();
+        assert!(c.keda_known() && c.unready().is_empty());
+        assert_eq!(c.keda_health.state(BOUND), StoreState::Syncing);
     }
 
     #[test]
@@ -1756,8 +1918,9 @@ mod tests {
             (Namespace::plural(&()), true, true),
             (Node::plural(&()), true, false),
             (HorizontalPodAutoscaler::plural(&()), true, true),
-            // The CRD deleted mid-surge: the worker still reverts.
-            (EvictionAutoScaler::plural(&()), false, true),
+            // The CRD deleted mid-surge: the worker still reverts, and the
+            // reconciler keeps the PDBs (without EvictionAutoScalers).
+            (EvictionAutoScaler::plural(&()), false, false),
         ];
         for stale in [true, false] {
             for (i, (name, worker, reconciler)) in table.iter().enumerate() {

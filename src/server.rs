@@ -389,7 +389,7 @@ async fn readyz(State(s): State<AppState>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
     let cache = &s.webhooks.cache;
-    let unready = cache.health.unready();
+    let unready = cache.unready();
     if cache.synced() && unready.is_empty() {
         return (StatusCode::OK, "ok\n").into_response();
     }

@@ -113,6 +113,8 @@ impl Objects {
             eas: Vec::new(),
             behaviour: Arc::new(behaviour.clone()),
             wall_now: None,
+            // Listed above, or the doctor failed (a missing API is none).
+            keda_unknown: false,
         };
         let mut indexed = view.index();
         indexed.draining.extend(extra_draining.iter().cloned());

@@ -273,8 +273,9 @@ impl Reconciler {
     }
 
     /// Runs passes while `leader` is true, until the process ends. Until the
-    /// caches sync (a missing CRD keeps them from it) it only waits for
-    /// marks, at most one look per `MIN_PASS_INTERVAL`. Each pass plans what
+    /// stores it decides on sync it only waits for marks, at most one look
+    /// per `MIN_PASS_INTERVAL` (a missing EvictionAutoScaler CRD does not
+    /// hold it: see [`Reader::Reconciler`]). Each pass plans what
     /// was marked since the last; every `RESYNC` it plans everything.
     pub async fn run(self: Arc<Self>, mut leader: watch::Receiver<bool>) {
         let dirty = self.cache.ns_dirty.clone();
@@ -337,7 +338,15 @@ impl Reconciler {
         let managed = all_pdbs.iter().filter(|p| owned_by_us(&p.metadata)).count() as i64;
         let mut pdbs_by_ns = marked_by_namespace(all_pdbs, &marks);
         let mut hpas_by_ns = marked_by_namespace(self.cache.hpas.state(), &marks);
-        let mut eas_by_ns = marked_by_namespace(self.cache.eas.state(), &marks);
+        // Without the EvictionAutoScaler store (its CRD deleted), the PDBs
+        // are still planned: a PDB a user adds meanwhile must still make
+        // ours step aside (never two PDBs over one pod).
+        let eas_known = self.cache.eas_ready();
+        let mut eas_by_ns = if eas_known {
+            marked_by_namespace(self.cache.eas.state(), &marks)
+        } else {
+            HashMap::new()
+        };
         let jobs: Vec<NamespaceJob> = self
             .cache
             .namespaces
@@ -352,7 +361,7 @@ impl Reconciler {
                     deployments: deployments_by_ns.remove(&name).unwrap_or_default(),
                     pdbs: pdbs_by_ns.remove(&name).unwrap_or_default(),
                     hpas: hpas_by_ns.remove(&name).unwrap_or_default(),
-                    eas: eas_by_ns.remove(&name).unwrap_or_default(),
+                    eas: eas_known.then(|| eas_by_ns.remove(&name).unwrap_or_default()),
                     ns,
                     name,
                 })
@@ -363,7 +372,7 @@ impl Reconciler {
             pass: if marks.all { "full" } else { "marked" },
         };
         if marks.all || !planned_ns.is_empty() {
-            tracing::debug!(pass = kind.pass, namespaces = ?planned_ns, "reconcile pass");
+            tracing::debug!(pass = kind.pass, namespaces = ?planned_ns, eas_known, "reconcile pass");
             self.metrics.reconcile_passes.get_or_create(&kind).inc();
             self.metrics
                 .reconcile_namespaces
@@ -432,7 +441,7 @@ impl Reconciler {
         // Out of scope with nothing of ours, or being deleted (everything in
         // it goes, and the apiserver refuses new content there): nothing to
         // write, and no problem left to report but a bad annotation.
-        if (!sc.enabled && pdbs.is_empty() && eas.is_empty())
+        if (!sc.enabled && pdbs.is_empty() && eas.as_ref().is_none_or(Vec::is_empty))
             || ns.metadata.deletion_timestamp.is_some()
         {
             if let Ok(mut r) = self.reported.lock() {
@@ -457,7 +466,7 @@ impl Reconciler {
             pdbs: &pdbs,
             hpas: &hpas,
             keda_min: &keda_min,
-            eas: &eas,
+            eas: eas.as_deref(),
             pods: pods.as_deref(),
             pdb_age_secs: &age,
             orphan_grace_secs: self.orphan_grace.as_secs() as i64,
@@ -507,8 +516,8 @@ impl Reconciler {
             slowed = slow(&result);
             self.settle(&key, "pdb", result);
         }
-        if sc.enabled && !slowed {
-            self.write_statuses(&name, &deployments, &pdbs, &eas, leader, &mut planned)
+        if let (true, false, Some(eas)) = (sc.enabled, slowed, &eas) {
+            self.write_statuses(&name, &deployments, &pdbs, eas, leader, &mut planned)
                 .await;
         }
         planned
@@ -889,7 +898,8 @@ struct NamespaceJob {
     deployments: Vec<Arc<Deployment>>,
     pdbs: Vec<Arc<PodDisruptionBudget>>,
     hpas: Vec<Arc<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>>,
-    eas: Vec<Arc<EvictionAutoScaler>>,
+    /// None while the EvictionAutoScaler store is not ready.
+    eas: Option<Vec<Arc<EvictionAutoScaler>>>,
 }
 
 /// [`by_namespace`], keeping only the namespaces `marks` covers.

@@ -68,7 +68,11 @@ pub struct NamespaceSnapshot<'a> {
     pub hpas: &'a [Arc<HorizontalPodAutoscaler>],
     /// Deployment name → the KEDA ScaledObject minimum (its persisted baseline while surged).
     pub keda_min: &'a BTreeMap<String, i32>,
-    pub eas: &'a [Arc<EvictionAutoScaler>],
+    /// None while the EvictionAutoScaler store is not ready (its CRD deleted,
+    /// or not yet listed): then only PDBs are planned (creates, steps aside,
+    /// floors), no EvictionAutoScaler is created or deleted, and no PDB is
+    /// released (that needs the record its status holds).
+    pub eas: Option<&'a [Arc<EvictionAutoScaler>]>,
     /// The namespace's pods; None while the pod cache is not ready, and then
     /// no PDB is created (one over a pod another PDB protects could be).
     pub pods: Option<&'a [Arc<SlimPod>]>,
@@ -401,7 +405,12 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
                 why: "namespace left scope",
             });
         }
-        for e in s.eas.iter().filter(|e| owned_by_us(&e.metadata)) {
+        for e in s
+            .eas
+            .unwrap_or_default()
+            .iter()
+            .filter(|e| owned_by_us(&e.metadata))
+        {
             out.push(Action::DeleteEas {
                 name: e.metadata.name.clone().unwrap_or_default(),
                 uid: e.metadata.uid.clone(),
@@ -445,7 +454,7 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
             mutual,
             floor,
             opted_out,
-            s.eas,
+            s.eas.unwrap_or_default(),
             &mut out,
         );
         // What protects the pods once the step-aside is done. Ours stepping
@@ -563,10 +572,14 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         }
     }
 
+    // EvictionAutoScalers unknown: the PDB writes alone (the one-PDB-per-pod
+    // rule must not wait for a CRD someone deleted).
+    let Some(eas) = s.eas else {
+        return out;
+    };
     let mut creates = Vec::new();
     for (name, (target, owner, pdb_uid)) in &wanted_eas {
-        let exists = s
-            .eas
+        let exists = eas
             .iter()
             .any(|e| e.metadata.name.as_deref() == Some(name.as_str()));
         if !exists {
@@ -581,7 +594,7 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     // EvictionAutoScalers first (see `Action::CreateEas`).
     creates.append(&mut out);
     let mut out = creates;
-    for e in s.eas.iter().filter(|e| owned_by_us(&e.metadata)) {
+    for e in eas.iter().filter(|e| owned_by_us(&e.metadata)) {
         let name = e.metadata.name.clone().unwrap_or_default();
         if !wanted_eas.contains_key(&name) {
             out.push(Action::DeleteEas {
@@ -623,6 +636,8 @@ mod tests {
         hpas: Vec<Arc<HorizontalPodAutoscaler>>,
         keda: BTreeMap<String, i32>,
         eas: Vec<Arc<EvictionAutoScaler>>,
+        /// False: the EvictionAutoScaler store is not ready (CRD deleted).
+        eas_known: bool,
         pods: Option<Vec<Arc<SlimPod>>>,
         age: i64,
     }
@@ -637,6 +652,7 @@ mod tests {
                 hpas: vec![],
                 keda: BTreeMap::new(),
                 eas: vec![],
+                eas_known: true,
                 pods: Some(vec![]),
                 age: 0,
             }
@@ -652,7 +668,7 @@ mod tests {
                 pdbs: &self.pdbs,
                 hpas: &self.hpas,
                 keda_min: &self.keda,
-                eas: &self.eas,
+                eas: self.eas_known.then_some(self.eas.as_slice()),
                 pods: self.pods.as_deref(),
                 pdb_age_secs: &f,
                 orphan_grace_secs: 60,
@@ -1289,6 +1305,67 @@ mod tests {
             pdb: "web".into(),
             keep: vec![extra]
         }));
+    }
+
+    /// The EvictionAutoScaler store not ready (its CRD deleted): the PDB
+    /// rules still hold, and nothing that needs an EvictionAutoScaler is
+    /// planned, neither its writes nor a release (whose evidence it holds).
+    #[test]
+    fn without_eviction_autoscalers_the_pdbs_are_still_kept() {
+        let mut w = World::new();
+        w.eas_known = false;
+        w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
+        let eas_action =
+            |a: &Action| matches!(a, Action::CreateEas { .. } | Action::DeleteEas { .. });
+        // No PDB: ours is created, no EvictionAutoScaler with it.
+        assert!(
+            matches!(&w.plan()[..], [Action::CreatePdb(_)]),
+            "{:?}",
+            w.plan()
+        );
+        // A user's PDB comes: ours steps aside, theirs gets no EvictionAutoScaler yet.
+        w.pdbs = vec![ours(&w.deps[0], 3), user_pdb("team", "web")];
+        let a = w.plan();
+        assert!(
+            a.iter()
+                .any(|a| matches!(a, Action::StepAside { by, .. } if by == "team")),
+            "{a:?}"
+        );
+        assert!(!a.iter().any(eas_action), "{a:?}");
+        // The floor follows the replicas.
+        w.pdbs = vec![ours(&w.deps[0], 2)];
+        assert_eq!(
+            w.plan(),
+            vec![Action::SetMinAvailable {
+                pdb: "web".into(),
+                min: 3
+            }]
+        );
+        // A PDB handed over (ownedBy removed): kept as is until the
+        // evidence can be read.
+        let mut p = (*ours(&w.deps[0], 3)).clone();
+        p.metadata.annotations = None;
+        w.pdbs = vec![Arc::new(p)];
+        assert!(w.plan().is_empty(), "{:?}", w.plan());
+        w.eas_known = true;
+        assert!(
+            w.plan()
+                .iter()
+                .any(|a| matches!(a, Action::ReleaseOwner { .. })),
+            "{:?}",
+            w.plan()
+        );
+        // Out of scope: ours is deleted, the EvictionAutoScaler waits.
+        w.eas_known = false;
+        w.in_scope = false;
+        w.pdbs = vec![ours(&w.deps[0], 3)];
+        let a = w.plan();
+        assert!(
+            matches!(&a[..], [Action::DeletePdb { why, .. }] if *why == "namespace left scope"),
+            "{a:?}"
+        );
+        w.eas_known = true;
+        assert!(w.plan().iter().any(eas_action), "{:?}", w.plan());
     }
 
     #[test]

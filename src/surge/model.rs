@@ -798,6 +798,7 @@ impl State {
                 .collect(),
             behaviour: Arc::new(Behaviour::default()),
             wall_now: Some(self.wall),
+            keda_unknown: false,
         }
     }
 

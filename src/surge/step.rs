@@ -535,6 +535,16 @@ pub fn step(
         nodes: BTreeSet::new(),
     };
 
+    // KEDA's ScaledObjects unknown (their watch cannot list, or is stale):
+    // a Deployment under KEDA's HPA may carry its surge on a ScaledObject
+    // not seen, and raising its replicas instead would fight KEDA. It waits
+    // for the ScaledObjects, with its markers as they are; every other
+    // Deployment goes on (one watch never strands every surge).
+    if objs.keda_unknown && hpas.iter().any(|h| hpa_is_kedas(h)) {
+        out.active = all.iter().find_map(|o| o.markers());
+        return out;
+    }
+
     let (Some(dep), Some(dep_s)) = (dep, dep_s.as_ref()) else {
         // The Deployment is gone: its autoscalers' surges end after the cooldown.
         let quiet = since.is_none_or(|d| d >= settings.cooldown);
@@ -884,7 +894,9 @@ mod tests {
     };
     use k8s_openapi::api::core::v1::PodTemplateSpec;
     use k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+        LabelSelector, ObjectMeta, OwnerReference,
+    };
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn sel() -> LabelSelector {
@@ -1145,6 +1157,67 @@ mod tests {
         let over = run(&reverted, &[], &facts);
         assert_eq!(targets(&over), vec![(ObjKind::Deployment, "web".into())]);
         assert!(over.reverted && over.active.is_none());
+    }
+
+    /// KEDA's HPA over `web`: controlled by its ScaledObject.
+    fn kedas_hpa() -> Arc<HorizontalPodAutoscaler> {
+        let mut h = (*hpa()).clone();
+        h.metadata.name = Some("keda-hpa-web".into());
+        h.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "keda.sh/v1alpha1".into(),
+            kind: "ScaledObject".into(),
+            name: "web".into(),
+            uid: "so-uid".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        Arc::new(h)
+    }
+
+    #[test]
+    fn with_scaled_objects_unknown_only_deployments_under_kedas_hpa_wait() {
+        // A KEDA surge in place, the ScaledObjects not listed: nothing is
+        // written, not on the Deployment either (raising or reverting its
+        // replicas beside KEDA would fight it), and the surge stays active.
+        let objs = NsObjects {
+            deployments: vec![dep(4, Some((2, 4)))],
+            hpas: vec![kedas_hpa()],
+            pods: pods(4, "n1"),
+            pdbs: vec![blocking_pdb(2)],
+            in_scope: true,
+            keda_unknown: true,
+            ..Default::default()
+        };
+        for draining in [&["n1"][..], &[]] {
+            let s = run(&objs, draining, &quiet());
+            assert!(s.writes.is_empty(), "{draining:?}: {s:?}");
+            assert_eq!(s.action, Action::None);
+            assert_eq!(s.active.map(|m| (m.baseline, m.surged_to)), Some((2, 4)));
+        }
+        // Not surged either, however blocked.
+        let idle = NsObjects {
+            deployments: vec![dep(2, None)],
+            pods: pods(2, "n1"),
+            ..objs.clone()
+        };
+        let s = run(&idle, &["n1"], &quiet());
+        assert!(s.writes.is_empty() && s.active.is_none(), "{s:?}");
+        // Once they are known, the same Deployment is stepped.
+        let known = NsObjects {
+            keda_unknown: false,
+            ..idle.clone()
+        };
+        assert!(!run(&known, &["n1"], &quiet()).writes.is_empty());
+        // A Deployment with no HPA of KEDA's (none, or a standalone one) is
+        // stepped while they are unknown: its surge is reverted.
+        for hpas in [vec![], vec![raised_hpa(2, 4)]] {
+            let plain = NsObjects {
+                hpas,
+                ..objs.clone()
+            };
+            let s = run(&plain, &[], &quiet());
+            assert!(s.reverted, "{s:?}");
+        }
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub struct ClusterView {
     pub behaviour: Arc<Behaviour>,
     /// Wall clock, for the durable `lastEviction` timestamps.
     pub wall_now: Option<Timestamp>,
+    /// KEDA's API is served but its ScaledObjects are not known (not listed,
+    /// or their watch stale): `scaled_objects` may miss some.
+    pub keda_unknown: bool,
 }
 
 /// One namespace's objects.
@@ -62,6 +65,8 @@ pub struct NsObjects {
     pub pods: Vec<Arc<SlimPod>>,
     pub eas: Vec<Arc<EvictionAutoScaler>>,
     pub in_scope: bool,
+    /// See [`ClusterView::keda_unknown`].
+    pub keda_unknown: bool,
 }
 
 /// A [`ClusterView`] indexed by namespace, with the draining nodes.
@@ -149,6 +154,7 @@ impl ClusterView {
                 .get(name)
                 .and_then(|n| n.metadata.annotations.as_ref());
             objs.in_scope = scope::namespace_scope(name, ann, &self.behaviour).enabled;
+            objs.keda_unknown = self.keda_unknown;
         }
         Indexed {
             namespaces: m,

@@ -86,10 +86,11 @@ impl Worker {
         loop {
             let leading = *leader.borrow();
             // No decision on a frozen or partial snapshot: while a store it
-            // reads is stale (behaviour.md section 4, rule 6), or KEDA's
-            // ScaledObjects have not listed, the worker waits; its writes
-            // are guarded anyway. The EvictionAutoScaler store is not one of
-            // them: its CRD deleted under a surge must not strand it.
+            // reads is stale (behaviour.md section 4, rule 6), the worker
+            // waits; its writes are guarded anyway. The EvictionAutoScaler
+            // store is not one of them: its CRD deleted under a surge must
+            // not strand it. Nor are KEDA's ScaledObjects: while they are
+            // unknown only the Deployments under KEDA's HPAs wait (step.rs).
             if !leading {
                 // A replica that loses the lead stops writing at once: its
                 // passes are dropped (their writes are guarded, so a cut one
@@ -193,6 +194,7 @@ impl Worker {
             eas,
             behaviour: c.behaviour.clone(),
             wall_now: Some(wall_now),
+            keda_unknown: !c.keda_known(),
         };
         let signalled = !self.signals.recent(window, now).is_empty();
         let busy = v.may_need_a_step(signalled, window);

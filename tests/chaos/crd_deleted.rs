@@ -4,10 +4,18 @@
 //! webhook fails open and /readyz says why, but the surge worker does not
 //! read that store to revert (the baseline is in the Deployment's markers),
 //! so the surge still returns to its baseline; and again across a restart
-//! while the CRD is gone (that store then never lists). With the CRD back,
-//! the product recovers by itself.
+//! while the CRD is gone (that store then never lists). The reconciler does
+//! not wait on that store either: a user's PDB that comes meanwhile makes
+//! ours step aside (never two PDBs over one pod), and ours is made again
+//! when it goes. With the CRD back, the product recovers by itself.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, PostParams};
+use kube::Api;
 
 use crate::fleet::{blocked_on_node, https_get};
 use crate::support::*;
@@ -65,6 +73,11 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
     // is still gone (cooldown 5 s in e2e).
     uncordon("kwok-node-1");
     wait_deployment(&ns, "crdd", 3, false, Duration::from_secs(60)).await;
+
+    // One PDB per pod while the CRD is gone: a user's PDB comes over the
+    // pods of a Deployment that has ours, and ours steps aside.
+    let q = TestNs::new("chaos-crdq").await;
+    let stepped_aside = user_pdb_steps_ours_aside(&q).await;
     let crd_absent = !kubectl(&["get", "crd", CRD]).status.success();
     let still_unready = readyz().0 == 503;
 
@@ -103,6 +116,19 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
         || async { (deployment_state(&ns, "crdd").await == (3, Some(false))).then_some(()) },
     )
     .await;
+    // The new server, whose EvictionAutoScaler store never listed, keeps
+    // the PDBs too: the user's PDB goes and ours is made again.
+    let pdbs: Api<PodDisruptionBudget> = q.api();
+    pdbs.delete(USER_PDB, &DeleteParams::default())
+        .await
+        .expect("delete the user's PDB");
+    let remade = Instant::now();
+    wait_pdb(&q, "crdq", "ours made again with the CRD gone", |p| {
+        owned(p)
+            && p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(2))
+    })
+    .await;
+    let remade = remade.elapsed();
     let crd_absent_2 = !kubectl(&["get", "crd", CRD]).status.success();
 
     drop(back);
@@ -123,12 +149,24 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
     )
     .await;
     assert_settled_at(&ns, "crdd", 3, Duration::from_secs(30)).await;
+    wait_for(
+        "the EvictionAutoScaler of crdq, made once the CRD is back",
+        Duration::from_secs(60),
+        || async {
+            eviction_autoscalers(&q.name)
+                .contains(&"crdq".to_string())
+                .then_some(())
+        },
+    )
+    .await;
     drop(r2);
     let started = event_total(&ns.name, "SurgeStarted");
     let reverted = event_total(&ns.name, "SurgeReverted");
     record_figure(format!(
-        "EvictionAutoScaler CRD deleted mid-surge: reverted to 3 with the CRD gone (/readyz said: {}); again across a restart with the CRD gone (/readyz said: {}); recovered once it was back; SurgeStarted {started}, SurgeReverted {reverted}",
+        "EvictionAutoScaler CRD deleted mid-surge: reverted to 3 with the CRD gone (/readyz said: {}); ours stepped aside for a user's PDB {:.1} s after it came, and was made again {:.1} s after it went (restarted server); again across a restart with the CRD gone (/readyz said: {}); recovered once it was back; SurgeStarted {started}, SurgeReverted {reverted}",
         why.trim().replace('\n', "; "),
+        stepped_aside.as_secs_f64(),
+        remade.as_secs_f64(),
         why2.trim().replace('\n', "; ")
     ));
     assert!(
@@ -136,6 +174,59 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
         "the reverts happened while the CRD was gone (absent {crd_absent} and {crd_absent_2}, unready {still_unready})"
     );
     assert_eq!((started, reverted), (2, 2), "{}", event_log(&ns.name));
+}
+
+const USER_PDB: &str = "team";
+
+fn owned(p: &PodDisruptionBudget) -> bool {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(OWNED_BY))
+        .is_some_and(|v| v == "EvictionAutoScaler")
+}
+
+/// Deployment crdq (2 replicas) with ours, then a user's PDB over its pods:
+/// returns how long both stood before ours went. The user's PDB allows 2
+/// of 2 unavailable, so no cordon of this test surges crdq, and it is never
+/// modified.
+async fn user_pdb_steps_ours_aside(q: &TestNs) -> Duration {
+    let deps: Api<Deployment> = q.api();
+    deps.create(&PostParams::default(), &deployment("crdq", 2, None))
+        .await
+        .expect("create Deployment crdq");
+    wait_ready(q, "crdq", 2).await;
+    wait_pdb(q, "crdq", "our PDB for crdq", owned).await;
+    let mut theirs = user_pdb_for(USER_PDB, &[("app", "crdq")], 0);
+    if let Some(spec) = theirs.spec.as_mut() {
+        spec.min_available = None;
+        spec.max_unavailable = Some(IntOrString::Int(2));
+    }
+    let pdbs: Api<PodDisruptionBudget> = q.api();
+    pdbs.create(&PostParams::default(), &theirs)
+        .await
+        .expect("create the user's PDB");
+    let came = Instant::now();
+    wait_for(
+        "our PDB for crdq to step aside with the CRD gone",
+        Duration::from_secs(30),
+        || async {
+            pdbs.get_opt("crdq")
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    let both = came.elapsed();
+    let after = pdbs.get(USER_PDB).await.expect("read the user's PDB");
+    assert!(
+        !owned(&after) && after.metadata.owner_references.is_none() && after.spec == theirs.spec,
+        "the user's PDB was modified: {after:?}"
+    );
+    both
 }
 
 /// A server process of the test's own in place of the shared one (which

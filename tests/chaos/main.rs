@@ -1,7 +1,7 @@
 //! Fault tolerance under chaos (issue 10, docs/reliability.md): leader
 //! kills during drains, control-plane restarts, a paused link to the
 //! apiserver, all webhook replicas down, rolling restarts and certificate
-//! rotations under load, a surge written halfway across a restart, the product's CRD or KEDA's deleted mid-surge, an
+//! rotations under load, a surge written halfway across a restart, the product's CRD or KEDA's deleted mid-surge, ScaledObjects it cannot list, an
 //! eviction racing a scale-down the PDB has not counted, two replicas whose
 //! clocks are 10 minutes apart. They restart
 //! the server and bring replicas of their own, or delete cluster-wide
@@ -18,6 +18,7 @@ mod crd_deleted;
 mod fleet;
 mod halfway;
 mod keda_removed;
+mod keda_unlisted;
 mod leader_chaos;
 mod load;
 mod no_webhook;

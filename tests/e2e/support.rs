@@ -21,7 +21,7 @@ use k8s_openapi::api::autoscaling::v2::{
 use k8s_openapi::api::core::v1::{
     Container, Namespace, Pod, PodSpec, PodTemplateSpec, ServiceAccount,
 };
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
@@ -394,6 +394,34 @@ impl Drop for TestNs {
         if !std::thread::panicking() {
             let _ = kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
         }
+    }
+}
+
+/// A user PDB (no `ownedBy`) selecting these labels.
+pub fn user_pdb_for(
+    name: &str,
+    labels: &[(&str, &str)],
+    min_available: i32,
+) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(min_available)),
+            selector: Some(LabelSelector {
+                match_labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
     }
 }
 

@@ -13,8 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::Api;
@@ -28,30 +27,6 @@ const ENABLE: &str = "eviction-autoscaler.azure.com/enable";
 const PDB_CREATE: &str = "eviction-autoscaler.azure.com/pdb-create";
 /// Surge, cooldown (5 s) and revert fit well inside this.
 const REVERT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A user PDB (no `ownedBy`) selecting these labels.
-fn user_pdb_for(name: &str, labels: &[(&str, &str)], min_available: i32) -> PodDisruptionBudget {
-    PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(PodDisruptionBudgetSpec {
-            min_available: Some(IntOrString::Int(min_available)),
-            selector: Some(LabelSelector {
-                match_labels: Some(
-                    labels
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        status: None,
-    }
-}
 
 /// `replicas` pods preferring `node`, maxSurge 100% (so a surge can double it).
 fn on_node(name: &str, replicas: i32, node: &str) -> Deployment {
