@@ -883,16 +883,14 @@ impl Cache {
     }
 
     /// What `reader` decides on is complete and current: the stores it
-    /// reads have listed and none is stale; for the reconciler, also the
-    /// ScaledObjects if KEDA is served (a KEDA Deployment's floor is its
-    /// ScaledObject's minimum). A frozen or partial snapshot could make a
-    /// controller start a surge on the wrong object or see none to revert.
-    /// The surge worker does not wait for ScaledObjects: it leaves only the
-    /// Deployments under KEDA's HPAs alone while they are unknown
-    /// ([`Cache::keda_known`]), so a ScaledObject watch that cannot list
-    /// strands no other surge.
+    /// reads have listed and none is stale. A frozen or partial snapshot
+    /// could make a controller start a surge on the wrong object or see
+    /// none to revert. Neither waits for KEDA's ScaledObjects: while they
+    /// are unknown ([`Cache::keda_known`]) both leave only the Deployments
+    /// under KEDA's HPAs alone, so a ScaledObject watch that cannot list
+    /// strands no other surge and keeps no other PDB from its rules.
     pub fn ready_for(&self, reader: Reader) -> bool {
-        (reader == Reader::SurgeWorker || self.keda_known()) && self.health.ready_for(reader)
+        self.health.ready_for(reader)
     }
 
     /// Every ScaledObject is known: KEDA's API is not served, or their store
@@ -1749,12 +1747,11 @@ mod tests {
         )
     }
 
-    /// ScaledObjects that cannot list (KEDA served, RBAC missing): the
-    /// reconciler waits (a KEDA Deployment's floor is its ScaledObject's
-    /// minimum) and /readyz names them; the surge worker does not wait (it
-    /// leaves only the Deployments under KEDA's HPAs alone, see step.rs).
+    /// ScaledObjects that cannot list (KEDA served, RBAC missing): /readyz
+    /// names them; neither controller waits (each leaves only the
+    /// Deployments under KEDA's HPAs alone, see step.rs and reconcile/plan.rs).
     #[test]
-    fn scaled_objects_unknown_hold_the_reconciler_and_readyz_not_the_worker() {
+    fn scaled_objects_unknown_show_in_readyz_and_stop_no_controller() {
         let mut c = empty_cache();
         assert!(c.keda_known() && c.ready_for(Reader::Reconciler) && c.unready().is_empty());
         // Served, the list refused.
@@ -1766,8 +1763,7 @@ mod tests {
             .store(KedaState::Syncing.as_u8(), Ordering::Release);
         c.keda_health.error("scaledobjects is forbidden".into());
         assert!(!c.keda_known());
-        assert!(c.ready_for(Reader::SurgeWorker));
-        assert!(!c.ready_for(Reader::Reconciler));
+        assert!(c.ready_for(Reader::SurgeWorker) && c.ready_for(Reader::Reconciler));
         assert_eq!(
             c.unready(),
             vec![Unready {

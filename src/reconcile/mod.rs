@@ -466,6 +466,7 @@ impl Reconciler {
             pdbs: &pdbs,
             hpas: &hpas,
             keda_min: &keda_min,
+            keda_unknown: !self.cache.keda_known(),
             eas: eas.as_deref(),
             pods: pods.as_deref(),
             pdb_age_secs: &age,

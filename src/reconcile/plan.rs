@@ -42,7 +42,7 @@
 //! per-object backoff (`reconcile::backoff`); `Action::object` names the
 //! object for that book.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -57,6 +57,7 @@ use crate::crd::EvictionAutoScaler;
 use crate::names;
 use crate::pdb::{self, hpa_for, min_available_for, owned_pdb, owner_reference};
 use crate::scope::deployment_opted_out;
+use crate::surge::view::{hpa_is_kedas, hpa_target};
 
 /// One namespace as the caches see it.
 pub struct NamespaceSnapshot<'a> {
@@ -73,6 +74,10 @@ pub struct NamespaceSnapshot<'a> {
     /// floors), no EvictionAutoScaler is created or deleted, and no PDB is
     /// released (that needs the record its status holds).
     pub eas: Option<&'a [Arc<EvictionAutoScaler>]>,
+    /// KEDA's API is served but its ScaledObjects are not known (see
+    /// `Cache::keda_known`): `keda_min` may miss some, so the Deployments
+    /// under KEDA's HPAs are left as they are (their floor is unknown).
+    pub keda_unknown: bool,
     /// The namespace's pods; None while the pod cache is not ready, and then
     /// no PDB is created (one over a pod another PDB protects could be).
     pub pods: Option<&'a [Arc<SlimPod>]>,
@@ -427,10 +432,20 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     let protected = pdb::protected_pods(&compiled, s.name, s.pods.unwrap_or_default());
     // PDBs to create, kept apart until the pass has seen every Deployment.
     let mut planned = Vec::new();
+    // Deployments under KEDA's HPAs while the ScaledObjects are unknown.
+    let waiting: BTreeSet<&str> = s
+        .hpas
+        .iter()
+        .filter(|h| s.keda_unknown && hpa_is_kedas(h))
+        .filter_map(|h| hpa_target(h))
+        .collect();
     for dep in s.deployments {
         let Some(dep_name) = dep.metadata.name.clone() else {
             continue;
         };
+        if waiting.contains(dep_name.as_str()) {
+            continue;
+        }
         let opted_out = deployment_opted_out(dep.metadata.annotations.as_ref());
         let matching = compiled.matching(dep);
         let floor = floor_for(dep, s);
@@ -596,7 +611,7 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut out = creates;
     for e in eas.iter().filter(|e| owned_by_us(&e.metadata)) {
         let name = e.metadata.name.clone().unwrap_or_default();
-        if !wanted_eas.contains_key(&name) {
+        if !wanted_eas.contains_key(&name) && !waiting.contains(e.spec.target_name.as_str()) {
             out.push(Action::DeleteEas {
                 name,
                 uid: e.metadata.uid.clone(),
@@ -638,6 +653,7 @@ mod tests {
         eas: Vec<Arc<EvictionAutoScaler>>,
         /// False: the EvictionAutoScaler store is not ready (CRD deleted).
         eas_known: bool,
+        keda_unknown: bool,
         pods: Option<Vec<Arc<SlimPod>>>,
         age: i64,
     }
@@ -653,6 +669,7 @@ mod tests {
                 keda: BTreeMap::new(),
                 eas: vec![],
                 eas_known: true,
+                keda_unknown: false,
                 pods: Some(vec![]),
                 age: 0,
             }
@@ -668,6 +685,7 @@ mod tests {
                 pdbs: &self.pdbs,
                 hpas: &self.hpas,
                 keda_min: &self.keda,
+                keda_unknown: self.keda_unknown,
                 eas: self.eas_known.then_some(self.eas.as_slice()),
                 pods: self.pods.as_deref(),
                 pdb_age_secs: &f,
@@ -1021,6 +1039,67 @@ mod tests {
             pdb: "web".into(),
             min: 2
         }));
+    }
+
+    /// KEDA's ScaledObjects unknown: a Deployment under KEDA's HPA keeps
+    /// its PDB and EvictionAutoScaler as they are (its floor is its
+    /// ScaledObject's minimum, not known); the others are planned as usual.
+    #[test]
+    fn with_scaled_objects_unknown_only_deployments_under_kedas_hpa_wait() {
+        use k8s_openapi::api::autoscaling::v2::{
+            CrossVersionObjectReference, HorizontalPodAutoscalerSpec,
+        };
+        let mut w = World::new();
+        w.deps = vec![with_uid(dep("web", 5)), with_uid(dep("api", 2))];
+        // Ours at 3 (KEDA's minimum); the replicas are 5.
+        w.pdbs = vec![ours(&dep("web", 3), 3)];
+        let mut e = (*eas_with_pdb_uid("web", Some("pdb-uid"))).clone();
+        e.spec.target_name = "web".into();
+        w.eas = vec![Arc::new(e)];
+        w.hpas = vec![Arc::new(HorizontalPodAutoscaler {
+            metadata: ObjectMeta {
+                name: Some("keda-hpa-web".into()),
+                namespace: Some("ns".into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "keda.sh/v1alpha1".into(),
+                    kind: "ScaledObject".into(),
+                    name: "web".into(),
+                    uid: "so-uid".into(),
+                    controller: Some(true),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: Some(HorizontalPodAutoscalerSpec {
+                min_replicas: Some(3),
+                max_replicas: 9,
+                scale_target_ref: CrossVersionObjectReference {
+                    kind: "Deployment".into(),
+                    name: "web".into(),
+                    api_version: None,
+                },
+                ..Default::default()
+            }),
+            status: None,
+        })];
+        w.keda_unknown = true;
+        let a = w.plan();
+        assert!(
+            matches!(&a[..], [Action::CreatePdb(p)] if p.metadata.name.as_deref() == Some("api")),
+            "{a:?}"
+        );
+        // Known again: web is planned, its floor read from its ScaledObject.
+        w.keda_unknown = false;
+        w.keda.insert("web".into(), 3);
+        let a = w.plan();
+        assert!(
+            a.iter()
+                .any(|a| matches!(a, Action::SetOwner { pdb, .. } if pdb == "web"))
+                && !a
+                    .iter()
+                    .any(|a| matches!(a, Action::SetMinAvailable { pdb, .. } if pdb == "web")),
+            "{a:?}"
+        );
     }
 
     #[test]
