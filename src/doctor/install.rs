@@ -162,6 +162,9 @@ pub const NEEDED: &[(&str, &str, &str, &str)] = &[
     ("watch", "apps", "replicasets", ""),
     ("patch", "apps", "deployments", ""),
     ("patch", "autoscaling", "horizontalpodautoscalers", ""),
+    // The watch too: while KEDA is served and this is refused, the
+    // Deployments under KEDA's HPAs are neither surged nor reverted.
+    ("watch", "keda.sh", "scaledobjects", ""),
     ("patch", "keda.sh", "scaledobjects", ""),
     ("create", "policy", "poddisruptionbudgets", ""),
     ("delete", "policy", "poddisruptionbudgets", ""),

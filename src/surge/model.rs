@@ -111,6 +111,8 @@ enum Op {
     Restart,
     /// Nothing changes for a few passes (the no-write-loop check).
     Hold(u8),
+    /// The worker loses (true) or regains (false) its ScaledObject watch.
+    KedaBlind(bool),
     /// One pod of a Deployment crash-loops: never Ready again.
     CrashLoop(usize),
     /// Pods per node at most (0: no limit); surge pods may never schedule.
@@ -168,6 +170,9 @@ struct State {
     /// `web`'s autoscaler minimum at the last settle: what the autoscaler's
     /// controller may still read from its cache at the next.
     last_min: Option<i32>,
+    /// The worker cannot list ScaledObjects (KEDA served, RBAC missing): it
+    /// sees none, and sees KEDA's HPA over `web` while one exists.
+    keda_blind: bool,
 }
 
 /// The in-memory apiserver the worker writes to.
@@ -336,6 +341,7 @@ impl State {
             seen_hpa: None,
             seen_so: None,
             last_min: None,
+            keda_blind: false,
         };
         for (name, r) in [("web", web_replicas), ("api", api_replicas)] {
             s.deployments
@@ -703,6 +709,32 @@ impl State {
         }
     }
 
+    fn trace(&self, writes: &[Audit]) {
+        let ann = |m: &ObjectMeta| m.annotations.clone().unwrap_or_default();
+        for a in writes {
+            eprintln!(
+                "  write {:?}/{}: {:?} -> {:?}, annotations {}",
+                a.key.kind,
+                a.key.name,
+                value_of(a.key.kind, &a.before),
+                value_of(a.key.kind, &a.after),
+                a.after["metadata"]["annotations"]
+            );
+        }
+        eprintln!(
+            "  web {} {:?}; hpa {:?} {:?}; so {:?} {:?}; user {:?}; also {:?}; cordoned {:?}",
+            self.dep_value("web"),
+            self.deployments.get("web").map(|d| ann(&d.metadata)),
+            self.hpa.as_ref().map(hpa_min),
+            self.hpa.as_ref().map(|h| ann(&h.metadata)),
+            self.so.as_ref().map(so_min),
+            self.so.as_ref().map(|o| ann(&o.metadata)),
+            self.user,
+            self.also,
+            self.cordoned
+        );
+    }
+
     fn view(&self) -> ClusterView {
         let nodes = NODES
             .iter()
@@ -760,10 +792,51 @@ impl State {
             .collect();
         let ns_ann: BTreeMap<String, String> =
             [(names::ENABLE.to_string(), self.ns_enabled.to_string())].into();
+        // KEDA's HPA, as its operator keeps it: only the blind worker needs
+        // it (seen, it is not what a surge changes; see step.rs).
+        let kedas_hpa =
+            self.so
+                .as_ref()
+                .filter(|_| self.keda_blind)
+                .map(|so| HorizontalPodAutoscaler {
+                    metadata: ObjectMeta {
+                        name: Some("keda-hpa-web".into()),
+                        namespace: Some(NS.into()),
+                        owner_references: Some(vec![OwnerReference {
+                            api_version: "keda.sh/v1alpha1".into(),
+                            kind: "ScaledObject".into(),
+                            name: "web".into(),
+                            controller: Some(true),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    },
+                    spec: Some(HorizontalPodAutoscalerSpec {
+                        min_replicas: Some(so_min(so).max(1)),
+                        max_replicas: 20,
+                        scale_target_ref: CrossVersionObjectReference {
+                            api_version: Some("apps/v1".into()),
+                            kind: "Deployment".into(),
+                            name: "web".into(),
+                        },
+                        ..Default::default()
+                    }),
+                    status: None,
+                });
         ClusterView {
             deployments: self.deployments.values().cloned().map(Arc::new).collect(),
-            hpas: self.hpa.iter().cloned().map(Arc::new).collect(),
-            scaled_objects: self.so.iter().cloned().map(Arc::new).collect(),
+            hpas: self
+                .hpa
+                .iter()
+                .cloned()
+                .chain(kedas_hpa)
+                .map(Arc::new)
+                .collect(),
+            scaled_objects: if self.keda_blind {
+                Vec::new()
+            } else {
+                self.so.iter().cloned().map(Arc::new).collect()
+            },
             pdbs: self.pdbs.values().cloned().map(Arc::new).collect(),
             pods,
             nodes,
@@ -798,7 +871,7 @@ impl State {
                 .collect(),
             behaviour: Arc::new(Behaviour::default()),
             wall_now: Some(self.wall),
-            keda_unknown: false,
+            keda_unknown: self.keda_blind,
         }
     }
 
@@ -1156,6 +1229,11 @@ impl Run {
         let after = self.with(|s| s.audits.len());
         self.passes_writes.push(after - before);
         self.with(State::settle);
+        // SURGE_TRACE=1: each write and the state after each pass, to read
+        // a failing history by.
+        if std::env::var_os("SURGE_TRACE").is_some() {
+            self.with(|s| s.trace(&s.audits[before..after]));
+        }
     }
 
     fn apply(&mut self, op: &Op) {
@@ -1318,6 +1396,7 @@ impl Run {
                 self.with(|s| s.autoscaler_removed(None));
             }
             Op::Hold(_) => {}
+            Op::KedaBlind(on) => self.with(|s| s.keda_blind = on),
             Op::CrashLoop(d) => self.with(|s| {
                 if let Some(p) = s.pods_of(DEPS[d % 2]).first().cloned() {
                     if let Some(p) = s.pods.get_mut(&p) {
@@ -1333,6 +1412,9 @@ impl Run {
     /// Runs one history and checks the invariants; `Err` says which broke.
     fn history(&mut self, ops: &[Op]) -> Result<(), String> {
         for op in ops {
+            if std::env::var_os("SURGE_TRACE").is_some() {
+                eprintln!("== {op:?}");
+            }
             self.apply(op);
             if let Op::Hold(n) = op {
                 let gitops = self.with(|s| s.gitops);
@@ -1371,6 +1453,7 @@ impl Run {
         self.with(|s| {
             s.cordoned = [false; 3];
             s.faults.clear();
+            s.keda_blind = false;
         });
         let mut quiet = 0;
         for _ in 0..200 {
@@ -1487,6 +1570,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => prop_oneof![Just(Fault::Fail), Just(Fault::LostAnswer), (0i32..7).prop_map(Fault::Race)].prop_map(Op::Fault),
         2 => Just(Op::Restart),
         1 => (4u8..10).prop_map(Op::Hold),
+        1 => any::<bool>().prop_map(Op::KedaBlind),
         1 => (0usize..2).prop_map(Op::CrashLoop),
         1 => (0u8..4).prop_map(Op::Capacity),
     ]
@@ -2004,6 +2088,24 @@ fn regression_histories() {
                 Op::Evict(0),
                 Op::UserScale(0, 4),
                 Op::GitOps(false),
+            ],
+        ),
+        (
+            // An HPA surge whose Deployment write raced a user's 5 (the HPA
+            // then lifted it to our raised minimum of 7), then a ScaledObject
+            // added (KEDA and an HPA at once: no applier). The lift was
+            // adopted as someone's value and the Deployment left at 7 without
+            // markers (`make model-long`, session 30).
+            1,
+            1,
+            "25%",
+            vec![
+                Op::HpaAdd(1),
+                Op::UserHpaMin(5),
+                Op::Evict(0),
+                Op::Fault(Fault::Race(5)),
+                Op::Cordon(0),
+                Op::SoAdd(0),
             ],
         ),
     ];

@@ -644,7 +644,26 @@ pub fn step(
     };
     let autoscaled = matches!(applier, Applier::Hpa { .. } | Applier::Keda { .. });
     // The minimum we raised, which the autoscaler lifts the Deployment to.
-    let raised = snapshot.markers.filter(|_| autoscaled);
+    // With KEDA and an HPA at once there is no applier, but a minimum
+    // raised before the second came may have lifted the Deployment: the
+    // one it stands at (else the highest). Without it the lift would be
+    // adopted as someone's value and the surge's replicas kept for good.
+    // Only when the HPA controller wrote the value: with both, neither
+    // scales any more, so another writer (`kubectl scale`) set its own.
+    let raised = if autoscaled {
+        snapshot.markers
+    } else if matches!(applier, Applier::Conflict) && dep_s.writer == ReplicasWriter::Autoscaler {
+        let minimums = || {
+            all.iter()
+                .filter(|o| o.key.kind != ObjKind::Deployment)
+                .filter_map(|o| o.markers())
+        };
+        minimums()
+            .find(|m| dep_s.raw == Some(m.surged_to))
+            .or_else(|| minimums().max_by_key(|m| m.surged_to))
+    } else {
+        None
+    };
     let lifted_to = raised.map(|m| m.surged_to);
     let dep_pending = facts.pending_on(&dep_s.key);
     // The Deployment's markers, and how its value stands under them.

@@ -123,6 +123,23 @@ async fn scaled_objects_it_cannot_list_hold_only_the_keda_surge() {
     )
     .await;
 
+    // The doctor, run as the operator, names what the account lacks.
+    let doctor = std::process::Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+        .arg("doctor")
+        .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
+        .output()
+        .expect("run doctor");
+    let doctor = String::from_utf8_lossy(&doctor.stdout).to_string();
+    let lacks = doctor
+        .lines()
+        .find(|l| l.contains("lacks:"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        lacks.contains("watch scaledobjects") && lacks.contains("patch scaledobjects"),
+        "the doctor did not name the missing rule: {doctor}"
+    );
+
     // The drain is over. plain goes back to 3; kk stays as it is.
     uncordon(node);
     let over = Instant::now();
@@ -162,8 +179,9 @@ async fn scaled_objects_it_cannot_list_hold_only_the_keda_surge() {
     let started = event_total(&ns.name, "SurgeStarted");
     let reverted = event_total(&ns.name, "SurgeReverted");
     record_figure(format!(
-        "ScaledObjects unlistable (keda.sh rule removed, /readyz said: {}): plain reverted {:.1} s after the uncordon; kk held at minReplicaCount {kk_min}, replicas {kk_replicas}; reverted {:.1} s after the rule was back; SurgeStarted {started}, SurgeReverted {reverted}",
+        "ScaledObjects unlistable (keda.sh rule removed, /readyz said: {}; doctor: {}): plain reverted {:.1} s after the uncordon; kk held at minReplicaCount {kk_min}, replicas {kk_replicas}; reverted {:.1} s after the rule was back; SurgeStarted {started}, SurgeReverted {reverted}",
         why.trim().replace('\n', "; "),
+        lacks.trim(),
         plain_back.as_secs_f64(),
         kk_back.as_secs_f64()
     ));
