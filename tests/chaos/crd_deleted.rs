@@ -46,6 +46,10 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
     let readyz = || https_get(&ca, wh.port, "/readyz");
     let ns = TestNs::new("chaos-crd").await;
     let on_node = blocked_on_node(&ns, "crdd", "kwok-node-1").await.len() as i32;
+    // crdq, with a PDB of ours made while the CRD is there, on a node the
+    // first cordon leaves alone.
+    let q = TestNs::new("chaos-crdq").await;
+    crdq_with_ours(&q).await;
     wait_for(
         "the EvictionAutoScaler of crdd",
         Duration::from_secs(30),
@@ -76,7 +80,6 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
 
     // One PDB per pod while the CRD is gone: a user's PDB comes over the
     // pods of a Deployment that has ours, and ours steps aside.
-    let q = TestNs::new("chaos-crdq").await;
     let stepped_aside = user_pdb_steps_ours_aside(&q).await;
     let crd_absent = !kubectl(&["get", "crd", CRD]).status.success();
     let still_unready = readyz().0 == 503;
@@ -93,7 +96,11 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
     }
     wait_deployment(&ns, "crdd", 6, true, Duration::from_secs(30)).await;
     stop_server();
-    let settings = [("WATCH_STALE_AFTER", "5s"), ("COOLDOWN", "5s")];
+    let settings = [
+        ("WATCH_STALE_AFTER", "5s"),
+        ("COOLDOWN", "5s"),
+        ("PDB_CREATE", "true"),
+    ];
     let (child, port, _log) = wh.spawn_extra("crd-r2", &settings);
     let r2 = InPlaceOfShared(child);
     let readyz2 = || https_get(&ca, port, "/readyz");
@@ -186,17 +193,21 @@ fn owned(p: &PodDisruptionBudget) -> bool {
         .is_some_and(|v| v == "EvictionAutoScaler")
 }
 
-/// Deployment crdq (2 replicas) with ours, then a user's PDB over its pods:
-/// returns how long both stood before ours went. The user's PDB allows 2
-/// of 2 unavailable, so no cordon of this test surges crdq, and it is never
-/// modified.
-async fn user_pdb_steps_ours_aside(q: &TestNs) -> Duration {
+/// Deployment crdq: 2 replicas on kwok-node-2, with our PDB.
+async fn crdq_with_ours(q: &TestNs) {
     let deps: Api<Deployment> = q.api();
-    deps.create(&PostParams::default(), &deployment("crdq", 2, None))
+    let d = pinned_to(deployment("crdq", 2, None), "kwok-node-2");
+    deps.create(&PostParams::default(), &d)
         .await
         .expect("create Deployment crdq");
     wait_ready(q, "crdq", 2).await;
     wait_pdb(q, "crdq", "our PDB for crdq", owned).await;
+}
+
+/// A user's PDB over crdq's pods: returns how long both stood before ours
+/// went. The user's PDB allows 2 of 2 unavailable, so no cordon of this
+/// test surges crdq, and it is never modified.
+async fn user_pdb_steps_ours_aside(q: &TestNs) -> Duration {
     let mut theirs = user_pdb_for(USER_PDB, &[("app", "crdq")], 0);
     if let Some(spec) = theirs.spec.as_mut() {
         spec.min_available = None;
