@@ -243,7 +243,7 @@ async fn user_pdb_steps_ours_aside(q: &TestNs) -> Duration {
 /// A server process of the test's own in place of the shared one (which
 /// the tests after this one use): stopped, and the shared one started
 /// again, however the test ends.
-struct InPlaceOfShared(std::process::Child);
+pub(crate) struct InPlaceOfShared(pub(crate) std::process::Child);
 
 impl Drop for InPlaceOfShared {
     fn drop(&mut self) {

@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DynamicObject, PostParams};
 use kube::Api;
 
+use crate::crd_deleted::InPlaceOfShared;
 use crate::fleet::{blocked_on_node, https_get};
 use crate::keda_removed::{create_scaled_object, server_with_keda};
 use crate::support::*;
@@ -43,7 +44,7 @@ async fn so_state(sos: &Api<DynamicObject>, name: &str) -> Option<(i64, Option<b
 async fn scaled_objects_it_cannot_list_hold_only_the_keda_surge() {
     let _g = nodes_lock().await;
     let _rbac = RbacBack;
-    server_with_keda().await;
+    let wh = server_with_keda().await;
     let ns = TestNs::new("chaos-kedarbac").await;
     let node = "kwok-node-1";
 
@@ -92,7 +93,9 @@ async fn scaled_objects_it_cannot_list_hold_only_the_keda_surge() {
     wait_deployment(&ns, "kk", 3 + kk_on, true, Duration::from_secs(30)).await;
     let (kk_replicas, _) = deployment_state(&ns, "kk").await;
 
-    // The ClusterRole loses its keda.sh rule; a new server starts with it.
+    // The ClusterRole loses its keda.sh rule; a new server starts with it
+    // (not through deploy-local.sh, which applies the shipped RBAC).
+    stop_server();
     let roles: Api<ClusterRole> = Api::all(ns.client.clone());
     let mut role = roles.get(ROLE).await.expect("read the ClusterRole");
     let before = role.rules.as_ref().map_or(0, Vec::len);
@@ -108,13 +111,20 @@ async fn scaled_objects_it_cannot_list_hold_only_the_keda_surge() {
         .replace(ROLE, &PostParams::default(), &role)
         .await
         .expect("replace the ClusterRole");
-    let wh = restart_server(&[("WATCH_STALE_AFTER", "5s")]);
+    let settings = [
+        ("WATCH_STALE_AFTER", "5s"),
+        ("COOLDOWN", "5s"),
+        ("PDB_CREATE", "true"),
+    ];
+    let (child, port, log) = wh.spawn_extra("keda-r2", &settings);
+    let _r2 = InPlaceOfShared(child);
+    let log = || std::fs::read_to_string(&log).unwrap_or_default();
     let ca = wh.state.join("ca.crt");
     let (_, why) = wait_for(
         "/readyz to name the ScaledObjects it cannot list",
         Duration::from_secs(30),
         || async {
-            let (code, body) = https_get(&ca, wh.port, "/readyz");
+            let (code, body) = https_get(&ca, port, "/readyz");
             (code == 503
                 && body.contains("scaledobjects: not listed yet")
                 && body.contains("forbidden"))
@@ -155,9 +165,7 @@ async fn scaled_objects_it_cannot_list_hold_only_the_keda_surge() {
         (Some((kk_min, Some(true))), (kk_replicas, Some(true))),
         "kk's surge was changed while its ScaledObject was unknown"
     );
-    let logged = wh
-        .log()
-        .contains("Deployments under KEDA's HPAs are not surged or reverted");
+    let logged = log().contains("Deployments under KEDA's HPAs are not surged or reverted");
 
     // The rule is back: the watch lists, kk is reverted too.
     let rbac = repo().join("manifests/rbac.yaml");
@@ -172,7 +180,7 @@ async fn scaled_objects_it_cannot_list_hold_only_the_keda_surge() {
     assert_settled_at(&ns, "kk", 3, Duration::from_secs(60)).await;
     let kk_back = back.elapsed();
     wait_for("/readyz 200", Duration::from_secs(30), || async {
-        (https_get(&ca, wh.port, "/readyz").0 == 200).then_some(())
+        (https_get(&ca, port, "/readyz").0 == 200).then_some(())
     })
     .await;
     assert_settled_at(&ns, "plain", 3, Duration::from_secs(10)).await;
@@ -185,6 +193,6 @@ async fn scaled_objects_it_cannot_list_hold_only_the_keda_surge() {
         plain_back.as_secs_f64(),
         kk_back.as_secs_f64()
     ));
-    assert!(logged, "no WARN naming what waits: {}", wh.log());
+    assert!(logged, "no WARN naming what waits: {}", log());
     assert_eq!((started, reverted), (2, 2), "{}", event_log(&ns.name));
 }
