@@ -801,8 +801,8 @@ pub struct Cache {
     /// KEDA ScaledObjects, once the KEDA CRD is seen (it may be installed later).
     pub keda: Arc<RwLock<Option<Store<DynamicObject>>>>,
     /// A [`KedaState`]: while ScaledObjects may exist that the store does
-    /// not hold, the reconciler waits and the surge worker leaves the
-    /// Deployments under KEDA's HPAs alone.
+    /// not hold, both controllers leave the Deployments under KEDA's HPAs
+    /// alone ([`Cache::keda_known`]).
     keda_state: Arc<AtomicU8>,
     /// The ScaledObject watch's health while KEDA's API is served: /readyz
     /// names it when it cannot list (RBAC, a broken CRD) or goes stale.
