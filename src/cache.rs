@@ -904,10 +904,11 @@ impl Cache {
     }
 
     /// The stores that keep the server from being ready, for /readyz: the
-    /// watch caches', and the ScaledObjects' while KEDA's API is served.
+    /// watch caches', and the ScaledObjects' while KEDA's API is served or
+    /// its discovery has not answered.
     pub fn unready(&self) -> Vec<Unready> {
         let mut out = self.health.unready();
-        if matches!(self.keda_state(), KedaState::Syncing | KedaState::Synced) {
+        if self.keda_state() != KedaState::Absent {
             let state = self.keda_health.state(self.health.stale_after);
             if matches!(state, StoreState::Syncing | StoreState::Stale(_)) {
                 out.push(Unready {
@@ -1646,9 +1647,14 @@ async fn watch_keda_when_installed(
             }
             Ok(_) => keda.set(KedaState::Absent),
             Err(kube::Error::Api(s)) if s.code == 404 => keda.set(KedaState::Absent),
-            // Unknown stays unknown (the controllers wait, as for any store
-            // that has not listed); an answer seen before stays as it was.
-            Err(e) => tracing::debug!(error = %e, "KEDA API discovery failed; retrying"),
+            // Unknown stays unknown (the Deployments under KEDA's HPAs wait,
+            // and /readyz shows the error); an answer seen before stays.
+            Err(e) => {
+                if keda.state.load(Ordering::Acquire) == KedaState::Unknown.as_u8() {
+                    keda.health.error(format!("KEDA API discovery: {e}"));
+                }
+                tracing::debug!(error = %e, "KEDA API discovery failed; retrying");
+            }
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
@@ -1754,6 +1760,13 @@ mod tests {
     fn scaled_objects_unknown_show_in_readyz_and_stop_no_controller() {
         let mut c = empty_cache();
         assert!(c.keda_known() && c.ready_for(Reader::Reconciler) && c.unready().is_empty());
+        // Discovery not answered yet: unknown, and /readyz says so.
+        c.keda_state
+            .store(KedaState::Unknown.as_u8(), Ordering::Release);
+        assert!(!c.keda_known());
+        assert!(
+            matches!(&c.unready()[..], [u] if u.store == KEDA_STORE && u.state == StoreState::Syncing)
+        );
         // Served, the list refused.
         let base = Instant::now()
             .checked_sub(Duration::from_secs(120))

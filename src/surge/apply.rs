@@ -303,6 +303,13 @@ impl<A: SurgeApi> Core<A> {
             .is_ok_and(|s| s.contains_key(&(ns.to_string(), dep.to_string())))
     }
 
+    /// This replica saw someone's value on a Deployment's object and could
+    /// not persist its adoption.
+    #[cfg(test)]
+    pub(crate) fn adoption_pending(&self, ns: &str, dep: &str) -> bool {
+        self.adoptions.get(ns, dep).is_some()
+    }
+
     /// The lift record this replica remembers as failed for a Deployment.
     #[cfg(test)]
     pub(crate) fn lift_pending(&self, ns: &str, dep: &str) -> Option<crate::markers::Markers> {

@@ -533,7 +533,7 @@ impl State {
     /// when its last autoscaler goes away is taken for someone's value and
     /// kept: nothing left tells a lift to our raised minimum from one to
     /// the user's own (found by `make model-long`; docs/how-it-works.md).
-    fn autoscaler_removed(&mut self, remembered: Option<Markers>) {
+    fn autoscaler_removed(&mut self, remembered: Option<Markers>, adopting: bool) {
         if self.hpa.is_some() || self.so.is_some() {
             return;
         }
@@ -541,8 +541,11 @@ impl State {
             return;
         };
         let v = replicas_of(d);
+        // Also when the lift lands on our own number while the product holds
+        // a failed adoption of a value seen since (someone set yet another
+        // value, lifted before a pass saw it): taken for theirs too.
         let unrecorded = Markers::from_annotations(d.metadata.annotations.as_ref())
-            .is_some_and(|m| m.surged_to != v);
+            .is_some_and(|m| m.surged_to != v || adopting);
         // The leader remembers a failed record of this lift: it records it
         // still (`Facts::lift_pending`), so the value must come back.
         let recorded_later = remembered.is_some_and(|l| l.surged_to == v);
@@ -1340,10 +1343,11 @@ impl Run {
             }),
             Op::HpaRemove => {
                 let remembered = self.core.lift_pending(NS, "web");
+                let adopting = self.core.adoption_pending(NS, "web");
                 self.with(|s| {
                 s.hpa = None;
                 s.user.remove(&(ObjKind::Hpa, "web".into()));
-                s.autoscaler_removed(remembered);
+                s.autoscaler_removed(remembered, adopting);
                 })
             }
             Op::SoAdd(min) => self.with(|s| {
@@ -1362,10 +1366,11 @@ impl Run {
             }),
             Op::SoRemove => {
                 let remembered = self.core.lift_pending(NS, "web");
+                let adopting = self.core.adoption_pending(NS, "web");
                 self.with(|s| {
                 s.so = None;
                 s.user.remove(&(ObjKind::ScaledObject, "web".into()));
-                s.autoscaler_removed(remembered);
+                s.autoscaler_removed(remembered, adopting);
                 })
             }
             Op::UserScale(d, v) => {
@@ -1393,7 +1398,7 @@ impl Run {
                 self.clock = SignalClock::default();
                 // A lift whose failed record only the old leader remembered,
                 // its autoscaler gone: the known limit again.
-                self.with(|s| s.autoscaler_removed(None));
+                self.with(|s| s.autoscaler_removed(None, false));
             }
             Op::Hold(_) => {}
             Op::KedaBlind(on) => self.with(|s| s.keda_blind = on),
@@ -2106,6 +2111,28 @@ fn regression_histories() {
                 Op::Fault(Fault::Race(5)),
                 Op::Cordon(0),
                 Op::SoAdd(0),
+            ],
+        ),
+        (
+            // The user's scale to 5 is seen, its adoption races the user's
+            // 1, the HPA lifts that to our raised minimum 4 (the number of
+            // our Deployment surge too), and the HPA is deleted before a
+            // pass sees the lift: the known limit (4 kept as theirs), which
+            // the model took for a stranded surge (`make model-long`,
+            // session 30; the product did the same before this session).
+            3,
+            1,
+            "100%",
+            vec![
+                Op::Cordon(0),
+                Op::UserPatch(0, 3),
+                Op::HpaAdd(2),
+                Op::Drain(2),
+                Op::Drain(1),
+                Op::Fault(Fault::Race(1)),
+                Op::Fault(Fault::Fail),
+                Op::UserScale(0, 5),
+                Op::HpaRemove,
             ],
         ),
     ];
