@@ -1046,9 +1046,6 @@ mod tests {
     /// ScaledObject's minimum, not known); the others are planned as usual.
     #[test]
     fn with_scaled_objects_unknown_only_deployments_under_kedas_hpa_wait() {
-        use k8s_openapi::api::autoscaling::v2::{
-            CrossVersionObjectReference, HorizontalPodAutoscalerSpec,
-        };
         let mut w = World::new();
         w.deps = vec![with_uid(dep("web", 5)), with_uid(dep("api", 2))];
         // Ours at 3 (KEDA's minimum); the replicas are 5.
@@ -1056,32 +1053,7 @@ mod tests {
         let mut e = (*eas_with_pdb_uid("web", Some("pdb-uid"))).clone();
         e.spec.target_name = "web".into();
         w.eas = vec![Arc::new(e)];
-        w.hpas = vec![Arc::new(HorizontalPodAutoscaler {
-            metadata: ObjectMeta {
-                name: Some("keda-hpa-web".into()),
-                namespace: Some("ns".into()),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: "keda.sh/v1alpha1".into(),
-                    kind: "ScaledObject".into(),
-                    name: "web".into(),
-                    uid: "so-uid".into(),
-                    controller: Some(true),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            },
-            spec: Some(HorizontalPodAutoscalerSpec {
-                min_replicas: Some(3),
-                max_replicas: 9,
-                scale_target_ref: CrossVersionObjectReference {
-                    kind: "Deployment".into(),
-                    name: "web".into(),
-                    api_version: None,
-                },
-                ..Default::default()
-            }),
-            status: None,
-        })];
+        w.hpas = vec![Arc::new(crate::surge::view::kedas_hpa("ns", "web", 3, 9))];
         w.keda_unknown = true;
         let a = w.plan();
         assert!(

@@ -797,35 +797,11 @@ impl State {
             [(names::ENABLE.to_string(), self.ns_enabled.to_string())].into();
         // KEDA's HPA, as its operator keeps it: only the blind worker needs
         // it (seen, it is not what a surge changes; see step.rs).
-        let kedas_hpa =
-            self.so
-                .as_ref()
-                .filter(|_| self.keda_blind)
-                .map(|so| HorizontalPodAutoscaler {
-                    metadata: ObjectMeta {
-                        name: Some("keda-hpa-web".into()),
-                        namespace: Some(NS.into()),
-                        owner_references: Some(vec![OwnerReference {
-                            api_version: "keda.sh/v1alpha1".into(),
-                            kind: "ScaledObject".into(),
-                            name: "web".into(),
-                            controller: Some(true),
-                            ..Default::default()
-                        }]),
-                        ..Default::default()
-                    },
-                    spec: Some(HorizontalPodAutoscalerSpec {
-                        min_replicas: Some(so_min(so).max(1)),
-                        max_replicas: 20,
-                        scale_target_ref: CrossVersionObjectReference {
-                            api_version: Some("apps/v1".into()),
-                            kind: "Deployment".into(),
-                            name: "web".into(),
-                        },
-                        ..Default::default()
-                    }),
-                    status: None,
-                });
+        let kedas_hpa = self
+            .so
+            .as_ref()
+            .filter(|_| self.keda_blind)
+            .map(|so| crate::surge::view::kedas_hpa(NS, "web", so_min(so).max(1), 20));
         ClusterView {
             deployments: self.deployments.values().cloned().map(Arc::new).collect(),
             hpas: self

@@ -913,9 +913,7 @@ mod tests {
     };
     use k8s_openapi::api::core::v1::PodTemplateSpec;
     use k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-        LabelSelector, ObjectMeta, OwnerReference,
-    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn sel() -> LabelSelector {
@@ -1178,21 +1176,6 @@ mod tests {
         assert!(over.reverted && over.active.is_none());
     }
 
-    /// KEDA's HPA over `web`: controlled by its ScaledObject.
-    fn kedas_hpa() -> Arc<HorizontalPodAutoscaler> {
-        let mut h = (*hpa()).clone();
-        h.metadata.name = Some("keda-hpa-web".into());
-        h.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "keda.sh/v1alpha1".into(),
-            kind: "ScaledObject".into(),
-            name: "web".into(),
-            uid: "so-uid".into(),
-            controller: Some(true),
-            ..Default::default()
-        }]);
-        Arc::new(h)
-    }
-
     #[test]
     fn with_scaled_objects_unknown_only_deployments_under_kedas_hpa_wait() {
         // A KEDA surge in place, the ScaledObjects not listed: nothing is
@@ -1200,7 +1183,7 @@ mod tests {
         // replicas beside KEDA would fight it), and the surge stays active.
         let objs = NsObjects {
             deployments: vec![dep(4, Some((2, 4)))],
-            hpas: vec![kedas_hpa()],
+            hpas: vec![Arc::new(crate::surge::view::kedas_hpa("ns", "web", 2, 9))],
             pods: pods(4, "n1"),
             pdbs: vec![blocking_pdb(2)],
             in_scope: true,

@@ -212,6 +212,43 @@ pub fn hpa_is_kedas(h: &HorizontalPodAutoscaler) -> bool {
     controller_of(&h.metadata).is_some_and(|o| o.kind == "ScaledObject")
 }
 
+/// KEDA's HPA for Deployment `dep` in namespace `ns`, as KEDA's operator
+/// makes it: controlled by the ScaledObject of the same name. A fixture of
+/// the tests of the worker, the reconciler and the model.
+#[cfg(test)]
+pub fn kedas_hpa(ns: &str, dep: &str, min: i32, max: i32) -> HorizontalPodAutoscaler {
+    use k8s_openapi::api::autoscaling::v2::{
+        CrossVersionObjectReference, HorizontalPodAutoscalerSpec,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    HorizontalPodAutoscaler {
+        metadata: ObjectMeta {
+            name: Some(format!("keda-hpa-{dep}")),
+            namespace: Some(ns.into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "keda.sh/v1alpha1".into(),
+                kind: "ScaledObject".into(),
+                name: dep.into(),
+                uid: format!("so-uid-{dep}"),
+                controller: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        spec: Some(HorizontalPodAutoscalerSpec {
+            min_replicas: Some(min),
+            max_replicas: max,
+            scale_target_ref: CrossVersionObjectReference {
+                api_version: Some("apps/v1".into()),
+                kind: "Deployment".into(),
+                name: dep.into(),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
 impl NsObjects {
     /// Deployments worth a step now: pods on draining nodes, a recent
     /// signal, or any object of ours carrying surge annotations (also an

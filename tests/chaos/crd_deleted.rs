@@ -22,22 +22,6 @@ use crate::support::*;
 
 const CRD: &str = "evictionautoscalers.eviction-autoscaler.azure.com";
 
-/// Puts the CRD back however the test ends: the tests after this one need it.
-struct CrdBack;
-
-impl Drop for CrdBack {
-    fn drop(&mut self) {
-        let crd = repo().join("manifests/crd.yaml");
-        let _ = kubectl(&["apply", "-f", &path_str(&crd)]);
-        let _ = kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            &format!("crd/{CRD}"),
-            "--timeout=60s",
-        ]);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
     let _g = nodes_lock().await;
@@ -61,7 +45,7 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
     kubectl_ok(&["cordon", "kwok-node-1"]);
     wait_deployment(&ns, "crdd", 3 + on_node, true, Duration::from_secs(30)).await;
 
-    let back = CrdBack;
+    let back = ApplyOnDrop::crd("manifests/crd.yaml", CRD);
     kubectl_ok(&["delete", "crd", CRD, "--timeout=60s"]);
     let (_, why) = wait_for(
         "/readyz to report the EvictionAutoScaler store stale",
@@ -131,7 +115,7 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
         .expect("delete the user's PDB");
     let remade = Instant::now();
     wait_pdb(&q, "crdq", "ours made again with the CRD gone", |p| {
-        owned(p)
+        is_owned(p)
             && p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(2))
     })
     .await;
@@ -185,14 +169,6 @@ async fn crd_deleted_mid_surge_the_surge_is_still_reverted() {
 
 const USER_PDB: &str = "team";
 
-fn owned(p: &PodDisruptionBudget) -> bool {
-    p.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(OWNED_BY))
-        .is_some_and(|v| v == "EvictionAutoScaler")
-}
-
 /// Deployment crdq: 2 replicas on kwok-node-2, with our PDB.
 async fn crdq_with_ours(q: &TestNs) {
     let deps: Api<Deployment> = q.api();
@@ -201,40 +177,30 @@ async fn crdq_with_ours(q: &TestNs) {
         .await
         .expect("create Deployment crdq");
     wait_ready(q, "crdq", 2).await;
-    wait_pdb(q, "crdq", "our PDB for crdq", owned).await;
+    wait_pdb(q, "crdq", "our PDB for crdq", is_owned).await;
 }
 
 /// A user's PDB over crdq's pods: returns how long both stood before ours
 /// went. The user's PDB allows 2 of 2 unavailable, so no cordon of this
 /// test surges crdq, and it is never modified.
 async fn user_pdb_steps_ours_aside(q: &TestNs) -> Duration {
-    let mut theirs = user_pdb_for(USER_PDB, &[("app", "crdq")], 0);
-    if let Some(spec) = theirs.spec.as_mut() {
-        spec.min_available = None;
-        spec.max_unavailable = Some(IntOrString::Int(2));
-    }
+    let theirs = user_pdb(USER_PDB, "crdq", None, Some(IntOrString::Int(2)));
     let pdbs: Api<PodDisruptionBudget> = q.api();
     pdbs.create(&PostParams::default(), &theirs)
         .await
         .expect("create the user's PDB");
     let came = Instant::now();
-    wait_for(
+    wait_gone(
+        &pdbs,
+        "crdq",
         "our PDB for crdq to step aside with the CRD gone",
         Duration::from_secs(30),
-        || async {
-            pdbs.get_opt("crdq")
-                .await
-                .ok()
-                .flatten()
-                .is_none()
-                .then_some(())
-        },
     )
     .await;
     let both = came.elapsed();
     let after = pdbs.get(USER_PDB).await.expect("read the user's PDB");
     assert!(
-        !owned(&after) && after.metadata.owner_references.is_none() && after.spec == theirs.spec,
+        !is_owned(&after) && after.metadata.owner_references.is_none() && after.spec == theirs.spec,
         "the user's PDB was modified: {after:?}"
     );
     both

@@ -62,20 +62,10 @@ pub(crate) async fn create_scaled_object(ns: &TestNs, name: &str, min: i64) -> A
     sos
 }
 
-/// Puts KEDA's CRD back however the test ends.
-struct KedaBack;
-
-impl Drop for KedaBack {
-    fn drop(&mut self) {
-        let crd = repo().join("tests/e2e/keda-crd.yaml");
-        let _ = kubectl(&["apply", "-f", &path_str(&crd)]);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keda_removed_mid_surge_the_surge_is_still_reverted() {
     let _g = nodes_lock().await;
-    let _back = KedaBack;
+    let _back = ApplyOnDrop::manifest("tests/e2e/keda-crd.yaml");
     let wh = server_with_keda().await;
     let ns = TestNs::new("chaos-keda").await;
     let sos = create_scaled_object(&ns, "kr", 3).await;

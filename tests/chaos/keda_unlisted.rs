@@ -23,16 +23,6 @@ use crate::support::*;
 
 const ROLE: &str = "eviction-autoscaler";
 
-/// Puts the shipped ClusterRole back however the test ends.
-struct RbacBack;
-
-impl Drop for RbacBack {
-    fn drop(&mut self) {
-        let rbac = repo().join("manifests/rbac.yaml");
-        let _ = kubectl(&["apply", "-f", &path_str(&rbac)]);
-    }
-}
-
 /// The ScaledObject's minReplicaCount and whether both surge markers are on it.
 async fn so_state(sos: &Api<DynamicObject>, name: &str) -> Option<(i64, Option<bool>)> {
     let so = sos.get(name).await.ok()?;
@@ -43,7 +33,7 @@ async fn so_state(sos: &Api<DynamicObject>, name: &str) -> Option<(i64, Option<b
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scaled_objects_it_cannot_list_hold_only_the_keda_surge() {
     let _g = nodes_lock().await;
-    let _rbac = RbacBack;
+    let _rbac = ApplyOnDrop::manifest("manifests/rbac.yaml");
     let wh = server_with_keda().await;
     let ns = TestNs::new("chaos-kedarbac").await;
     let node = "kwok-node-1";

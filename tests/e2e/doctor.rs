@@ -14,7 +14,6 @@ use kube::Api;
 use serde_json::Value;
 
 use super::support::*;
-use super::user_pdb;
 
 /// Runs the doctor with the default scope settings (namespaces in scope by
 /// their `enable` annotation), whatever the test's environment says.

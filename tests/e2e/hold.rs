@@ -10,7 +10,6 @@ use kube::api::{EvictParams, PostParams};
 use kube::Api;
 
 use crate::support::*;
-use crate::user_pdb;
 
 const HOLDS: &str = "eviction_autoscaler_eviction_holds_total";
 /// Evictions held now (a gauge).

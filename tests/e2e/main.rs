@@ -15,37 +15,12 @@ mod surge;
 mod surge_safety;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{EvictParams, PostParams};
 use kube::Api;
 
 use support::*;
-
-pub fn user_pdb(
-    name: &str,
-    app: &str,
-    min: Option<IntOrString>,
-    max: Option<IntOrString>,
-) -> PodDisruptionBudget {
-    PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(PodDisruptionBudgetSpec {
-            min_available: min,
-            max_unavailable: max,
-            selector: Some(LabelSelector {
-                match_labels: Some(labels(app)),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        status: None,
-    }
-}
 
 /// The apiserver calls both webhooks: a Deployment create and an eviction
 /// show up in the server's own metrics.

@@ -15,7 +15,6 @@ use kube::Api;
 use serde_json::json;
 
 use crate::support::*;
-use crate::user_pdb;
 
 const OWNED: &str = "ownedBy";
 
@@ -288,10 +287,12 @@ async fn ownership_hand_over_and_back() {
     deps.delete("own", &DeleteParams::foreground())
         .await
         .unwrap();
-    wait_for(
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    wait_gone(
+        &pdbs,
+        "own",
         "PDB deleted with its Deployment",
         Duration::from_secs(60),
-        || async { pdb_opt(&ns, "own").await.is_none().then_some(()) },
     )
     .await;
 }
@@ -322,15 +323,7 @@ async fn handed_over_pdb_survives_deployment_deletion() {
     deps.delete("keep", &DeleteParams::foreground())
         .await
         .unwrap();
-    wait_for("Deployment gone", Duration::from_secs(60), || async {
-        deps.get_opt("keep")
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&deps, "keep", "Deployment gone", Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(pdb_opt(&ns, "keep").await.is_some(), "the user's PDB stays");
 }

@@ -14,7 +14,6 @@ use kube::Api;
 use serde_json::json;
 
 use crate::support::*;
-use crate::user_pdb;
 
 const OWNED: &str = "ownedBy";
 

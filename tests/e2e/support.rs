@@ -205,6 +205,53 @@ where
     }
 }
 
+/// Waits until a read of `name` answers "not found" (a failed read is not
+/// taken for gone).
+pub async fn wait_gone<K>(api: &Api<K>, name: &str, what: &str, timeout: Duration)
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(what, timeout, || async {
+        matches!(api.get_opt(name).await, Ok(None)).then_some(())
+    })
+    .await
+}
+
+/// Applies a manifest of this repository when dropped, so a test that
+/// deleted or trimmed what it holds puts it back however the test ends; for
+/// a CRD, also waits until it is Established again.
+pub struct ApplyOnDrop {
+    path: &'static str,
+    crd: Option<&'static str>,
+}
+
+impl ApplyOnDrop {
+    pub fn manifest(path: &'static str) -> Self {
+        ApplyOnDrop { path, crd: None }
+    }
+
+    pub fn crd(path: &'static str, name: &'static str) -> Self {
+        ApplyOnDrop {
+            path,
+            crd: Some(name),
+        }
+    }
+}
+
+impl Drop for ApplyOnDrop {
+    fn drop(&mut self) {
+        let _ = kubectl(&["apply", "-f", &path_str(&repo().join(self.path))]);
+        if let Some(crd) = self.crd {
+            let _ = kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                &format!("crd/{crd}"),
+                "--timeout=60s",
+            ]);
+        }
+    }
+}
+
 /// Tests that cordon or drain nodes run one at a time: a cordon is cluster-wide.
 pub static NODES: LazyLock<tokio::sync::Mutex<()>> = LazyLock::new(|| tokio::sync::Mutex::new(()));
 
@@ -397,11 +444,13 @@ impl Drop for TestNs {
     }
 }
 
-/// A user PDB (no `ownedBy`) selecting these labels.
-pub fn user_pdb_for(
+/// A user PDB (no `ownedBy`) selecting these labels, with `minAvailable`
+/// and `maxUnavailable` as given.
+pub fn user_pdb_over(
     name: &str,
     labels: &[(&str, &str)],
-    min_available: i32,
+    min: Option<IntOrString>,
+    max: Option<IntOrString>,
 ) -> PodDisruptionBudget {
     PodDisruptionBudget {
         metadata: ObjectMeta {
@@ -409,7 +458,8 @@ pub fn user_pdb_for(
             ..Default::default()
         },
         spec: Some(PodDisruptionBudgetSpec {
-            min_available: Some(IntOrString::Int(min_available)),
+            min_available: min,
+            max_unavailable: max,
             selector: Some(LabelSelector {
                 match_labels: Some(
                     labels
@@ -423,6 +473,16 @@ pub fn user_pdb_for(
         }),
         status: None,
     }
+}
+
+/// A user PDB over the pods labelled `app=<app>`.
+pub fn user_pdb(
+    name: &str,
+    app: &str,
+    min: Option<IntOrString>,
+    max: Option<IntOrString>,
+) -> PodDisruptionBudget {
+    user_pdb_over(name, &[("app", app)], min, max)
 }
 
 pub fn labels(app: &str) -> BTreeMap<String, String> {
@@ -1028,6 +1088,15 @@ pub async fn wait_pdb_blocking(ns: &TestNs, name: &str, healthy: i32) -> PodDisr
     .await
 }
 
+/// Whether the PDB carries `ownedBy: EvictionAutoScaler` (one of ours).
+pub fn is_owned(p: &PodDisruptionBudget) -> bool {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(OWNED_BY))
+        .is_some_and(|v| v == "EvictionAutoScaler")
+}
+
 /// Names of the PDBs in the namespace that carry `ownedBy: EvictionAutoScaler`.
 pub async fn owned_pdbs(ns: &TestNs) -> Vec<String> {
     let api: Api<PodDisruptionBudget> = ns.api();
@@ -1036,13 +1105,7 @@ pub async fn owned_pdbs(ns: &TestNs) -> Vec<String> {
         .expect("list PDBs")
         .items
         .into_iter()
-        .filter(|p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(OWNED_BY))
-                .is_some_and(|v| v == "EvictionAutoScaler")
-        })
+        .filter(is_owned)
         .filter_map(|p| p.metadata.name)
         .collect()
 }

@@ -14,7 +14,6 @@ use kube::Api;
 
 use crate::support::drain_node as drain;
 use crate::support::*;
-use crate::user_pdb;
 
 const SURGE: &str = "evictionSurgeReplicas";
 const ORIGINAL: &str = "eviction-autoscaler.azure.com/original-min-replicas";

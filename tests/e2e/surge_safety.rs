@@ -127,8 +127,26 @@ async fn user_pdb_deleted_mid_surge_still_reverts() {
     let ns = TestNs::new("e2e-ss-pdbgone").await;
     let node = "kwok-node-0";
     // The user's PDBs first: neither Deployment gets one of ours.
-    create_pdb(&ns, &user_pdb_for("web-user", &[("app", "web")], 3)).await;
-    create_pdb(&ns, &user_pdb_for("own-user", &[("app", "own")], 3)).await;
+    create_pdb(
+        &ns,
+        &user_pdb_over(
+            "web-user",
+            &[("app", "web")],
+            Some(IntOrString::Int(3)),
+            None,
+        ),
+    )
+    .await;
+    create_pdb(
+        &ns,
+        &user_pdb_over(
+            "own-user",
+            &[("app", "own")],
+            Some(IntOrString::Int(3)),
+            None,
+        ),
+    )
+    .await;
     create_deployment(&ns, &on_node("web", 3, node)).await;
     create_deployment(&ns, &annotate(on_node("own", 3, node), PDB_CREATE, "false")).await;
     ready_on(&ns, "web", 3, node).await;
@@ -258,7 +276,16 @@ async fn pdb_over_two_deployments_is_sized_with_all_its_pods() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-twodeps").await;
     let node = "kwok-node-0";
-    create_pdb(&ns, &user_pdb_for("tier-web", &[("tier", "web")], 5)).await;
+    create_pdb(
+        &ns,
+        &user_pdb_over(
+            "tier-web",
+            &[("tier", "web")],
+            Some(IntOrString::Int(5)),
+            None,
+        ),
+    )
+    .await;
     for (name, replicas) in [("a", 3), ("b", 2)] {
         let d = rolling_max_surge(deployment(name, replicas, Some(node)), IntOrString::Int(1));
         create_deployment(&ns, &template_label(d, "tier", "web")).await;
@@ -312,7 +339,11 @@ async fn user_pdb_beside_ours_makes_ours_step_aside_and_the_drain_completes() {
     ready_on(&ns, "st", 3, node).await;
     wait_pdb_blocking(&ns, "st", 3).await;
 
-    create_pdb(&ns, &user_pdb_for("st-user", &[("app", "st")], 2)).await;
+    create_pdb(
+        &ns,
+        &user_pdb_over("st-user", &[("app", "st")], Some(IntOrString::Int(2)), None),
+    )
+    .await;
     wait_for(
         "our PDB st deleted beside the user's st-user",
         Duration::from_secs(30),

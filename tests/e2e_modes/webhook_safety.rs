@@ -51,16 +51,6 @@ pub(crate) fn probe(port: u16, path: &str) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
-/// Puts manifests/rbac.yaml back however the test ends.
-struct RestoreRbac;
-
-impl Drop for RestoreRbac {
-    fn drop(&mut self) {
-        let rbac = repo().join("manifests/rbac.yaml");
-        let _ = kubectl(&["apply", "-f", &path_str(&rbac)]);
-    }
-}
-
 /// A Deployment the product never makes a PDB for (opt-out annotation), so
 /// the only PDB over its pods is the user's.
 fn opted_out_deployment(name: &str, replicas: i32, node: Option<&str>) -> Deployment {
@@ -178,7 +168,7 @@ async fn broken_watches_fail_open_and_the_drain_completes() {
     assert!(msg.contains("blk-user"), "{msg}");
     step("product answers 429");
 
-    let _restore = RestoreRbac;
+    let _restore = ApplyOnDrop::manifest("manifests/rbac.yaml");
     kubectl_ok(&["delete", "clusterrolebinding", "eviction-autoscaler"]);
     let away = restart_apiserver(&[]);
     let back = Instant::now();
@@ -189,13 +179,7 @@ async fn broken_watches_fail_open_and_the_drain_completes() {
     pdbs.delete("blk-user", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("user PDB gone", Duration::from_secs(30), || async {
-        pdbs.get_opt("blk-user")
-            .await
-            .ok()
-            .and_then(|p| p.is_none().then_some(()))
-    })
-    .await;
+    wait_gone(&pdbs, "blk-user", "user PDB gone", Duration::from_secs(30)).await;
     // Each store crosses the stale bound on its own clock: the first 503
     // may name another store (seen in CI: horizontalpodautoscalers alone).
     let body = wait_for(
