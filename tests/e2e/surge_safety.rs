@@ -129,22 +129,12 @@ async fn user_pdb_deleted_mid_surge_still_reverts() {
     // The user's PDBs first: neither Deployment gets one of ours.
     create_pdb(
         &ns,
-        &user_pdb_over(
-            "web-user",
-            &[("app", "web")],
-            Some(IntOrString::Int(3)),
-            None,
-        ),
+        &user_pdb("web-user", "web", Some(IntOrString::Int(3)), None),
     )
     .await;
     create_pdb(
         &ns,
-        &user_pdb_over(
-            "own-user",
-            &[("app", "own")],
-            Some(IntOrString::Int(3)),
-            None,
-        ),
+        &user_pdb("own-user", "own", Some(IntOrString::Int(3)), None),
     )
     .await;
     create_deployment(&ns, &on_node("web", 3, node)).await;
@@ -341,7 +331,7 @@ async fn user_pdb_beside_ours_makes_ours_step_aside_and_the_drain_completes() {
 
     create_pdb(
         &ns,
-        &user_pdb_over("st-user", &[("app", "st")], Some(IntOrString::Int(2)), None),
+        &user_pdb("st-user", "st", Some(IntOrString::Int(2)), None),
     )
     .await;
     wait_for(
