@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Pod};
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, EvictParams, PostParams};
 use kube::Api;
@@ -63,24 +63,6 @@ fn opted_out_deployment(name: &str, replicas: i32, node: Option<&str>) -> Deploy
         .into(),
     );
     d
-}
-
-fn user_pdb(name: &str, app: &str, min_available: i32) -> PodDisruptionBudget {
-    PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(PodDisruptionBudgetSpec {
-            min_available: Some(IntOrString::Int(min_available)),
-            selector: Some(LabelSelector {
-                match_labels: Some(labels(app)),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        status: None,
-    }
 }
 
 /// The admin client without kube-client's default retry of 429/503/504
@@ -139,9 +121,12 @@ async fn broken_watches_fail_open_and_the_drain_completes() {
     .await
     .unwrap();
     let pdbs: Api<PodDisruptionBudget> = ns.api();
-    pdbs.create(&PostParams::default(), &user_pdb("blk-user", "blk", 2))
-        .await
-        .unwrap();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("blk-user", "blk", Some(IntOrString::Int(2)), None),
+    )
+    .await
+    .unwrap();
     let pods = wait_ready(&ns, "blk", 2).await;
     step("pods ready");
     wait_pdb(&ns, "blk-user", "user PDB blocks", |p| {
@@ -462,9 +447,12 @@ async fn runs_as_the_manifest_says_with_client_certificates() {
         .await
         .unwrap();
     let pdbs: Api<PodDisruptionBudget> = ns.api();
-    pdbs.create(&PostParams::default(), &user_pdb("m-user", "m", 2))
-        .await
-        .unwrap();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("m-user", "m", Some(IntOrString::Int(2)), None),
+    )
+    .await
+    .unwrap();
     let pods = wait_ready(&ns, "m", 2).await;
     wait_pdb(&ns, "m-user", "user PDB blocks", |p| {
         p.status
