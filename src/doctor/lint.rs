@@ -18,7 +18,8 @@
 //! - `several-pdbs` (fail): pods under more than one PDB; the apiserver
 //!   refuses their evictions (HTTP 500) and kubectl drain stops.
 //! - `unhealthy-pods-hold-budget` (warn): not-Ready pods hold the budget at
-//!   zero and the policy keeps even them from being evicted.
+//!   zero and the policy keeps even them from being evicted (Ready counted
+//!   from the pods, not from a status that may lag).
 //! - `autoscaler-min-above-pods` (warn): an HPA or ScaledObject minimum
 //!   above the pods a PDB selects: the autoscaler is not acting, and the
 //!   PDB the product owns (its floor follows the minimum) allows nothing.
@@ -29,7 +30,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::Serialize;
 
-use super::objects::{name_of, ns_of, pod_node, Objects, Owner};
+use super::objects::{name_of, ns_of, pod_node, pod_ready, Objects, Owner};
 use super::surge::{outcome, Outcome};
 use super::Level;
 use crate::budget::{IntOrPercent, Rule, Selector};
@@ -215,16 +216,23 @@ fn lint_pdb(
     }
     if let Some(st) = pdb.status.as_ref() {
         let always = spec.unhealthy_pod_eviction_policy.as_deref() == Some("AlwaysAllow");
-        if st.disruptions_allowed == 0 && st.current_healthy < st.desired_healthy && !always {
+        // Ready counted from the pods listed now, not from the status: the
+        // disruption controller may not have counted pods that became Ready
+        // (seen right after a rollout), and a budget with no unready pod is
+        // not one that unhealthy pods hold.
+        let ready = count(pods.iter().filter(|p| pod_ready(p)).count());
+        if ready < n && ready < st.desired_healthy && !always {
             out.push(finding(
                 Level::Warn,
                 "unhealthy-pods-hold-budget",
                 ns,
                 object,
                 format!(
-                    "{} of its pods are healthy and it needs {}: no eviction is allowed, not even \
-                     of the unhealthy pods; unhealthyPodEvictionPolicy: AlwaysAllow lets those go",
-                    st.current_healthy, st.desired_healthy
+                    "{ready} of its {n} pods are Ready and it needs {}: no eviction is allowed, \
+                     not even of the {} not Ready; unhealthyPodEvictionPolicy: AlwaysAllow lets \
+                     those go",
+                    st.desired_healthy,
+                    n - ready
                 ),
             ));
         }
@@ -471,18 +479,13 @@ mod tests {
             (
                 "minAvailable above the pods, out of scope",
                 web("off", int(4), None, (0, 3, 4)),
-                vec![
-                    (
-                        Level::Fail,
-                        "min-available-at-or-above-pods",
-                        "no surge helps: the namespace is out of the product's scope",
-                    ),
-                    (
-                        Level::Warn,
-                        "unhealthy-pods-hold-budget",
-                        "3 of its pods are healthy and it needs 4",
-                    ),
-                ],
+                // Every pod is Ready: no unhealthy-pods-hold-budget (the
+                // status's 3 healthy of 4 is the budget above the pods).
+                vec![(
+                    Level::Fail,
+                    "min-available-at-or-above-pods",
+                    "no surge helps: the namespace is out of the product's scope",
+                )],
             ),
             (
                 "our own PDB at the replicas is the design",
@@ -579,10 +582,24 @@ mod tests {
             (
                 "unhealthy pods hold the budget at zero",
                 world(|w| {
-                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
-                        .add_pdb(pdb("on", "p", "web", int(2), None, (0, 1, 2)));
+                    one_ready_two_not(w).add_pdb(pdb("on", "p", "web", int(2), None, (0, 1, 2)));
                 }),
-                vec![(Level::Warn, "unhealthy-pods-hold-budget", "AlwaysAllow")],
+                vec![(
+                    Level::Warn,
+                    "unhealthy-pods-hold-budget",
+                    "1 of its 3 pods are Ready and it needs 2: no eviction is allowed, not even of \
+                     the 2 not Ready; unhealthyPodEvictionPolicy: AlwaysAllow",
+                )],
+            ),
+            (
+                // The disruption controller has not counted the pods that
+                // became Ready: the status lags, no pod is unhealthy.
+                "a status that has not counted Ready pods yet",
+                world(|w| {
+                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
+                        .add_pdb(pdb("on", "p", "web", int(2), None, (0, 0, 2)));
+                }),
+                vec![],
             ),
             (
                 "unhealthy pods under AlwaysAllow are fine",
@@ -591,8 +608,7 @@ mod tests {
                     if let Some(s) = b.spec.as_mut() {
                         s.unhealthy_pod_eviction_policy = Some("AlwaysAllow".into());
                     }
-                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
-                        .add_pdb(b);
+                    one_ready_two_not(w).add_pdb(b);
                 }),
                 vec![],
             ),
@@ -634,6 +650,16 @@ mod tests {
                 vec![],
             ),
         ]
+    }
+
+    /// Deployment web with one Ready pod and two not Ready.
+    fn one_ready_two_not(w: &mut World) -> &mut World {
+        w.deploy("on", "web", &["n1"], |_| {});
+        for (i, n) in ["n2", "n3"].iter().enumerate() {
+            let p = pod("on", &format!("web-u{i}"), "web", n);
+            w.add_pod(not_ready(owned(p, "ReplicaSet", "web-rs")));
+        }
+        w
     }
 
     #[test]
