@@ -39,6 +39,8 @@ pub struct Servers {
     pub bare_app: axum::Router,
     pub body: PathBuf,
     pub metrics: Arc<Metrics>,
+    /// The product's EVICTION_HOLD ([`shipped_hold`]).
+    pub hold: Duration,
     // Keeps the webhook's signal queue open.
     _signals: tokio::sync::mpsc::Receiver<eviction_autoscaler::webhook::Signal>,
 }
@@ -66,6 +68,22 @@ fn offline_client() -> kube::Client {
     kube::Client::new(svc, "default")
 }
 
+/// The EVICTION_HOLD `serve` runs with, read by the product's own options:
+/// its default (6 s), or EVICTION_HOLD from the environment. With a hold,
+/// every eviction a budget allows takes its room in the ledger
+/// (`webhook::hold::take_room`), so the bench measures that too.
+pub fn shipped_hold() -> Result<Duration, BenchError> {
+    #[derive(clap::Parser)]
+    struct Serve {
+        #[command(flatten)]
+        s: eviction_autoscaler::config::ServeOpts,
+    }
+    let args = ["bench", "--tls-cert-file", "c", "--tls-key-file", "k"];
+    <Serve as clap::Parser>::try_parse_from(args)
+        .map(|c| c.s.eviction_hold)
+        .map_err(|e| BenchError::Setup(format!("EVICTION_HOLD: {e}")))
+}
+
 /// Starts both servers on 127.0.0.1 with one certificate; `pod` is the
 /// (namespace, name) every request evicts.
 pub async fn start(cache: Cache, dir: &Path, pod: (&str, &str)) -> Result<Servers, BenchError> {
@@ -80,6 +98,7 @@ pub async fn start(cache: Cache, dir: &Path, pod: (&str, &str)) -> Result<Server
     let cert = ReloadingCert::load(&crt, &key).map_err(setup("load certificate"))?;
     let tls = TlsSettings::load(cert, None).map_err(setup("TLS settings"))?;
 
+    let hold = shipped_hold()?;
     let metrics = Arc::new(Metrics::new());
     let (signals, signal_rx) = tokio::sync::mpsc::channel(1024);
     let client = offline_client();
@@ -91,7 +110,7 @@ pub async fn start(cache: Cache, dir: &Path, pod: (&str, &str)) -> Result<Server
         write_timeout: Duration::from_secs(5),
         live: ApiReader { client },
         live_timeout: LIVE_CHECK_TIMEOUT,
-        hold: Duration::ZERO,
+        hold,
         held: Arc::new(tokio::sync::Semaphore::new(MAX_HELD)),
         room: Default::default(),
     });
@@ -156,6 +175,7 @@ pub async fn start(cache: Cache, dir: &Path, pod: (&str, &str)) -> Result<Server
         bare_app,
         body,
         metrics,
+        hold,
         _signals: signal_rx,
     })
 }

@@ -469,11 +469,14 @@ async fn over_https() -> Result<(), http::BenchError> {
     out!(
         "The real server (router, TLS accept loop, handler, decision) in process on a warm cache of \
          {pods} pods and {} PDBs (100 namespaces), every request the eviction of a pod whose budget \
-         allows it (the hot path: no apiserver call). Beside it, a minimal axum + rustls server \
-         answering a constant AdmissionReview with the same rustls configuration: the stack's limit. \
-         Load from h2load on the same machine (HTTP/2: 4 connections x 16 streams; HTTP/1.1: 32 \
-         keep-alive connections), runs interleaved product / bare, {HTTPS_ROUNDS} rounds of 4 s each.\n",
-        100 * apps
+         allows it (the hot path: no apiserver call), with EVICTION_HOLD {:?} (with a hold, each \
+         such eviction takes its room in the ledger of evictions let through). Beside it, a minimal \
+         axum + rustls server answering a constant AdmissionReview with the same rustls \
+         configuration: the stack's limit. Load from h2load on the same machine (HTTP/2: 4 \
+         connections x 16 streams; HTTP/1.1: 32 keep-alive connections), runs interleaved product \
+         / bare, {HTTPS_ROUNDS} rounds of 4 s each.\n",
+        100 * apps,
+        s.hold
     );
     let body = s.body.clone();
     // Where the difference comes from: the same request through each router
