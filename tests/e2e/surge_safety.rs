@@ -488,6 +488,61 @@ async fn hpa_retargeted_to_another_kind_mid_surge_is_restored() {
     );
 }
 
+/// The Deployment of an HPA surge is deleted mid-surge and made again under
+/// the same name (a GitOps prune and sync, `kubectl replace --force`), its
+/// new pods on other nodes. The HPA's minimum, which the surge raised, goes
+/// back to the user's 3 without markers; the new Deployment ends at 3
+/// without markers; one PDB of ours stands over the new pods, owned by the
+/// new Deployment (the old one's went with it).
+#[tokio::test]
+async fn deployment_recreated_mid_surge_its_hpa_goes_back() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-recreated").await;
+    let node = "kwok-node-0";
+    let hpas = under_hpa_on(&ns, "dr", node).await;
+
+    cordon_and_wait_surge(&ns, node, &[("dr", 6)]).await;
+    wait_hpa_min(&hpas, "dr", 6, Some(true), REVERT_TIMEOUT).await;
+    let deps: Api<Deployment> = ns.api();
+    let old_uid = deps.get("dr").await.expect("Deployment").metadata.uid;
+    deps.delete("dr", &DeleteParams::foreground())
+        .await
+        .expect("delete Deployment dr");
+    wait_gone(&deps, "dr", "Deployment dr gone", Duration::from_secs(60)).await;
+    // Its pods prefer the cordoned node and land on the others.
+    create_deployment(&ns, &on_node("dr", 3, node)).await;
+    let new_uid = deps.get("dr").await.expect("Deployment").metadata.uid;
+    assert_ne!(old_uid, new_uid, "a new Deployment");
+    // The node is still cordoned, but none of dr's pods is on it any more:
+    // nothing is displaced, so after the cooldown the HPA's minimum goes
+    // back, and the new Deployment is left at its 3 (not raised to the
+    // HPA's 6 and kept there, nor given the old one's markers).
+    wait_hpa_min(&hpas, "dr", 3, Some(false), REVERT_TIMEOUT).await;
+    assert_settled_at(&ns, "dr", 3, REVERT_TIMEOUT).await;
+    uncordon(node);
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let one_of_ours = wait_for(
+        "one PDB, ours, owned by the new Deployment, minAvailable 3",
+        Duration::from_secs(30),
+        || async {
+            let all = pdbs.list(&Default::default()).await.ok()?.items;
+            let [p] = &all[..] else { return None };
+            let owners: Vec<_> = p
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .map(|o| Some(o.uid.clone()))
+                .collect();
+            let min = p.spec.as_ref().and_then(|s| s.min_available.clone());
+            (is_owned(p) && owners == vec![new_uid.clone()] && min == Some(IntOrString::Int(3)))
+                .then(|| p.metadata.name.clone())
+        },
+    )
+    .await;
+    assert_eq!(one_of_ours.as_deref(), Some("dr"));
+}
+
 /// 3. The durable signal carries a time in the future (a replica's clock a
 ///    day ahead, or someone editing the EvictionAutoScaler): it counts as a
 ///    blocked eviction now, not until that time. The drain over, the surge
