@@ -549,10 +549,20 @@ impl State {
         // The leader remembers a failed record of this lift: it records it
         // still (`Facts::lift_pending`), so the value must come back.
         let recorded_later = remembered.is_some_and(|l| l.surged_to == v);
-        if unrecorded
-            && !recorded_later
-            && replicas_writer(&d.metadata) == ReplicasWriter::Autoscaler
-        {
+        // The lift's writer: the autoscaler, or none recorded (a scale from 0
+        // leaves no owner of the replicas, and a lift after it none either;
+        // see `set_replicas`). Not anyone who wrote through the object, nor
+        // the product itself.
+        let lifted = match replicas_writer(&d.metadata) {
+            ReplicasWriter::Autoscaler => true,
+            ReplicasWriter::Unknown => d
+                .metadata
+                .managed_fields
+                .as_ref()
+                .is_none_or(|m| m.is_empty()),
+            ReplicasWriter::Someone => false,
+        };
+        if unrecorded && !recorded_later && lifted {
             self.also_for("web").push(v);
         }
     }
@@ -1611,6 +1621,28 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 #[test]
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
+        (
+            // The user scales a KEDA surge's Deployment to 0 (adopted), the
+            // worker loses its ScaledObject watch, the user scales to 1 and
+            // KEDA lifts that to our raised minimum 2, then the ScaledObject
+            // is deleted. No pass could see the lift (the Deployment was
+            // frozen while ScaledObjects were unknown), and the scales from
+            // 0 left no owner of the replicas: the known limit, 2 kept as
+            // theirs (`make model-long`, session 31; the same outcome on
+            // 65ca5a6). Without its acceptance: "Deployment web: 2
+            // replicas, want 1".
+            1,
+            1,
+            "25%",
+            vec![
+                Op::SoAdd(1),
+                Op::Cordon(1),
+                Op::UserScale(0, 0),
+                Op::KedaBlind(true),
+                Op::UserScale(0, 1),
+                Op::SoRemove,
+            ],
+        ),
         (
             // A surge whose Deployment gets an HPA (minimum 3) mid-surge:
             // its markers go at 3, not lowered to 2 for the HPA to lift
