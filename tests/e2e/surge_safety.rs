@@ -91,6 +91,15 @@ async fn under_hpa_on(ns: &TestNs, name: &str, node: &str) -> Api<HorizontalPodA
     hpas
 }
 
+/// An HPA surge in place: [`under_hpa_on`], then `node` cordoned, the
+/// HPA's minimum and the Deployment at 6 with the surge's markers.
+async fn hpa_surge_on(ns: &TestNs, name: &str, node: &str) -> Api<HorizontalPodAutoscaler> {
+    let hpas = under_hpa_on(ns, name, node).await;
+    cordon_and_wait_surge(ns, node, &[(name, 6)]).await;
+    wait_hpa_min(&hpas, name, 6, Some(true), REVERT_TIMEOUT).await;
+    hpas
+}
+
 /// Cordons `node` and waits for the surge to `to` replicas with its markers,
 /// and for the surge pods to be Ready.
 async fn cordon_and_wait_surge(ns: &TestNs, node: &str, apps: &[(&str, i32)]) {
@@ -467,10 +476,7 @@ async fn hpa_retargeted_to_another_kind_mid_surge_is_restored() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-hparetarget").await;
     let node = "kwok-node-1";
-    let hpas = under_hpa_on(&ns, "hr", node).await;
-
-    cordon_and_wait_surge(&ns, node, &[("hr", 6)]).await;
-    wait_hpa_min(&hpas, "hr", 6, Some(true), REVERT_TIMEOUT).await;
+    let hpas = hpa_surge_on(&ns, "hr", node).await;
     let retarget = json!({"spec": {"scaleTargetRef":
         {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "hr"}}});
     hpas.patch("hr", &PatchParams::default(), &Patch::Merge(&retarget))
@@ -499,10 +505,7 @@ async fn deployment_recreated_mid_surge_its_hpa_goes_back() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-recreated").await;
     let node = "kwok-node-0";
-    let hpas = under_hpa_on(&ns, "dr", node).await;
-
-    cordon_and_wait_surge(&ns, node, &[("dr", 6)]).await;
-    wait_hpa_min(&hpas, "dr", 6, Some(true), REVERT_TIMEOUT).await;
+    let hpas = hpa_surge_on(&ns, "dr", node).await;
     let deps: Api<Deployment> = ns.api();
     let old_uid = deps.get("dr").await.expect("Deployment").metadata.uid;
     deps.delete("dr", &DeleteParams::foreground())
