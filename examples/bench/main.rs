@@ -403,6 +403,7 @@ fn main() {
     out!("");
     out!("```");
     if std::env::var_os("BENCH_ROUTER_ONLY").is_none()
+        && std::env::var_os("BENCH_ROUTER_PAR").is_none()
         && std::env::var_os("BENCH_CPU_ONLY").is_none()
     {
         in_process();
@@ -494,6 +495,37 @@ async fn over_https() -> Result<(), http::BenchError> {
         http::router_cost(app, &raw, m).await?;
         *a = (allocations() - before) as f64 / f64::from(m);
         counting(false);
+    }
+    // Both routers on every worker at once: what sharing state across cores
+    // costs (cache lines that move between cores on every request), beside
+    // one request at a time.
+    if std::env::var_os("BENCH_ROUTER_PAR").is_some() {
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        for (name, app) in [("product", &s.product_app), ("bare", &s.bare_app)] {
+            for _ in 0..3 {
+                let one = http::router_cost(app, &raw, n).await?;
+                let tasks: Vec<_> = (0..workers)
+                    .map(|_| {
+                        let (app, raw) = (app.clone(), raw.clone());
+                        tokio::spawn(async move { http::router_cost(&app, &raw, n).await })
+                    })
+                    .collect();
+                let mut par = Vec::new();
+                for t in tasks {
+                    par.push(
+                        t.await
+                            .map_err(|e| http::BenchError::Setup(e.to_string()))??,
+                    );
+                }
+                let mean = par.iter().sum::<Duration>() / par.len() as u32;
+                out!(
+                    "{name} router: one at a time {:.2} us/request, {workers} at once {:.2} us/request each",
+                    one.as_secs_f64() * 1e6,
+                    mean.as_secs_f64() * 1e6
+                );
+            }
+        }
+        return Ok(());
     }
     // For a profiler: the product's router alone, for a while, then stop.
     if std::env::var_os("BENCH_ROUTER_ONLY").is_some() {

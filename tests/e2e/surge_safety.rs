@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -702,4 +702,87 @@ async fn a_users_scale_to_the_raised_minimum_under_an_hpa_surge_is_kept() {
 
     wait_hpa_min(&hpas, "hu", 3, Some(false), REVERT_TIMEOUT).await;
     assert_settled_at(&ns, "hu", 6, REVERT_TIMEOUT).await;
+}
+
+/// A node of its own for one test (the three shared nodes stay as they
+/// are); deleted again on drop, whatever the test did.
+struct ExtraNode(&'static str);
+
+impl ExtraNode {
+    async fn create(name: &'static str) -> ExtraNode {
+        let nodes: Api<Node> = Api::all(client().await);
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"kubernetes.io/hostname": name, "type": "kwok"}},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                       "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}}}))
+        .expect("node");
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap_or_else(|e| panic!("create node {name}: {e}"));
+        let guard = ExtraNode(name);
+        wait_for(
+            &format!("node {name} Ready"),
+            Duration::from_secs(60),
+            || {
+                let nodes = nodes.clone();
+                async move {
+                    let n = nodes.get(name).await.ok()?;
+                    let ready = n
+                        .status?
+                        .conditions?
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True");
+                    ready.then_some(())
+                }
+            },
+        )
+        .await;
+        guard
+    }
+}
+
+impl Drop for ExtraNode {
+    fn drop(&mut self) {
+        let _ = kubectl(&[
+            "delete",
+            "node",
+            self.0,
+            "--ignore-not-found",
+            "--wait=false",
+        ]);
+    }
+}
+
+/// 9. The drained node is deleted mid-surge, as a managed upgrade or a
+///    cluster autoscaler does once it is cordoned: its pods are left on a
+///    node that no longer exists (the pod GC removes them only after 40 s).
+///    A node that is gone is not draining, so nothing is displaced and the
+///    surge goes back to 3 after the cooldown: it waits for no garbage
+///    collector.
+#[tokio::test]
+async fn a_cordoned_node_deleted_mid_surge_the_surge_still_reverts() {
+    let _nodes = nodes_lock().await;
+    let node = "kwok-node-deleted";
+    let extra = ExtraNode::create(node).await;
+    let ns = TestNs::new("e2e-ss-nodegone").await;
+    create_deployment(&ns, &on_node("ng", 3, node)).await;
+    ready_on(&ns, "ng", 3, node).await;
+    wait_pdb_blocking(&ns, "ng", 3).await;
+
+    cordon_and_wait_surge(&ns, node, &[("ng", 6)]).await;
+    kubectl_ok(&["delete", "node", node, "--wait=true"]);
+    drop(extra);
+
+    // Within 30 s: the pod GC takes pods off a deleted node only after its
+    // 40 s quarantine, so this revert did not wait for their removal.
+    wait_deployment(&ns, "ng", 3, false, Duration::from_secs(30)).await;
+    assert_settled_at(&ns, "ng", 3, REVERT_TIMEOUT).await;
+    let pdb = wait_pdb(&ns, "ng", "our PDB still at minAvailable 3", |p| {
+        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(3))
+    })
+    .await;
+    assert!(is_owned(&pdb), "the PDB is ours");
 }
