@@ -786,3 +786,49 @@ async fn a_cordoned_node_deleted_mid_surge_the_surge_still_reverts() {
     .await;
     assert!(is_owned(&pdb), "the PDB is ours");
 }
+
+/// 10. A rollout starts mid-surge (`kubectl rollout restart`, as a CD
+///     pipeline may do during an upgrade): the template changes, a new
+///     ReplicaSet replaces the pods while the node is still drained. The
+///     template write is not a change of the replicas: the surge is not
+///     adopted as the user's value and goes back to exactly 3; the rollout
+///     completes, Ready pods never fall below the PDB's 3.
+#[tokio::test]
+async fn a_rollout_started_mid_surge_completes_and_the_surge_reverts() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-rollout").await;
+    let node = "kwok-node-1";
+    create_deployment(&ns, &on_node("ro", 3, node)).await;
+    ready_on(&ns, "ro", 3, node).await;
+    wait_pdb_blocking(&ns, "ro", 3).await;
+
+    let watch = AvailabilityWatcher::start(&ns, "ro");
+    cordon_and_wait_surge(&ns, node, &[("ro", 6)]).await;
+    kubectl_ok(&["-n", &ns.name, "rollout", "restart", "deployment/ro"]);
+    let d = drain_node(node, "app=ro", &[]).await;
+    assert!(d.ok, "drain during the rollout:\n{}", d.output);
+    kubectl_ok(&[
+        "-n",
+        &ns.name,
+        "rollout",
+        "status",
+        "deployment/ro",
+        "--timeout=90s",
+    ]);
+    uncordon(node);
+
+    assert_settled_at(&ns, "ro", 3, REVERT_TIMEOUT).await;
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+    let pdb = wait_pdb(&ns, "ro", "our PDB at minAvailable 3", |p| {
+        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(3))
+    })
+    .await;
+    assert!(is_owned(&pdb), "the PDB is ours");
+    assert_eq!(
+        event_total(&ns.name, "SurgeReverted"),
+        1,
+        "one revert:\n{}",
+        event_log(&ns.name)
+    );
+}
