@@ -11,8 +11,10 @@
 //! A history is a random sequence of cordons, drains, PDB edits, scope and
 //! opt-out changes, autoscalers added and removed, users scaling, writes that
 //! fail, time out after being applied, or race with a user, restarts, pods
-//! that crash-loop and nodes too full for the surge pods to schedule.
-//! After each history quiesces (nodes back, cooldown passed):
+//! that crash-loop, nodes too full for the surge pods to schedule and nodes
+//! deleted with their pods left bound to them (no pod GC).
+//! After each history quiesces (nodes uncordoned, deleted ones still gone
+//! unless all are, cooldown passed):
 //! 1. no object carries our annotations, and every value is its recorded
 //!    baseline (the user's last value where they changed it);
 //! 3. every write of ours changed a value only from a baseline to a surge it
@@ -78,7 +80,12 @@ enum Fault {
 enum Op {
     Tick(u8),
     Cordon(usize),
+    /// Uncordon; a deleted node is made again (schedulable, same name).
     Uncordon(usize),
+    /// The node object is deleted (an upgrade or a cluster autoscaler
+    /// removing it): its pods stay bound to it, their last status unchanged
+    /// (the model has no pod GC).
+    NodeGone(usize),
     /// `kubectl drain`: cordon, then one round of evictions.
     Drain(usize),
     /// Evict one pod of a Deployment (a plain Eviction API call).
@@ -142,6 +149,8 @@ struct State {
     pdbs: BTreeMap<String, PodDisruptionBudget>,
     pods: BTreeMap<String, Pod>,
     cordoned: [bool; 3],
+    /// Nodes deleted (their pods left bound to them).
+    gone: [bool; 3],
     capacity: usize,
     ns_enabled: bool,
     opt_out: bool,
@@ -323,6 +332,7 @@ impl State {
             pdbs: BTreeMap::new(),
             pods: BTreeMap::new(),
             cordoned: [false; 3],
+            gone: [false; 3],
             capacity: 0,
             ns_enabled: true,
             opt_out: false,
@@ -375,8 +385,9 @@ impl State {
         let free: Vec<&str> = NODES
             .iter()
             .zip(self.cordoned)
-            .filter(|(_, c)| !c)
-            .map(|(n, _)| *n)
+            .zip(self.gone)
+            .filter(|((_, c), g)| !c && !g)
+            .map(|((n, _), _)| *n)
             .filter(|n| self.capacity == 0 || used(n) < self.capacity)
             .collect();
         (!free.is_empty()).then(|| free[(i as usize) % free.len()].to_string())
@@ -391,8 +402,19 @@ impl State {
             .filter(|(_, p)| p.node.is_none())
             .map(|(n, _)| n.clone())
             .collect();
+        // No pod GC: the pods of a deleted node stay (its 40 s quarantine
+        // may last as long as kube-controller-manager is away), so a surge
+        // must go back without waiting for their removal.
+        let gone = self.gone;
         for p in self.pods.values_mut() {
-            p.ready = p.node.is_some() && !p.crash;
+            // No kubelet reports for the pods of a deleted node.
+            let orphan = p
+                .node
+                .as_deref()
+                .is_some_and(|n| NODES.iter().zip(gone).any(|(x, g)| *x == n && g));
+            if !orphan {
+                p.ready = p.node.is_some() && !p.crash;
+            }
         }
         for (i, name) in pending.iter().enumerate() {
             let node = self.free_node(i as u64);
@@ -735,7 +757,7 @@ impl State {
             );
         }
         eprintln!(
-            "  web {} {:?}; hpa {:?} {:?}; so {:?} {:?}; user {:?}; also {:?}; cordoned {:?}",
+            "  web {} {:?}; hpa {:?} {:?}; so {:?} {:?}; user {:?}; also {:?}; cordoned {:?}; gone {:?}",
             self.dep_value("web"),
             self.deployments.get("web").map(|d| ann(&d.metadata)),
             self.hpa.as_ref().map(hpa_min),
@@ -744,7 +766,8 @@ impl State {
             self.so.as_ref().map(|o| ann(&o.metadata)),
             self.user,
             self.also,
-            self.cordoned
+            self.cordoned,
+            self.gone
         );
     }
 
@@ -752,7 +775,9 @@ impl State {
         let nodes = NODES
             .iter()
             .zip(self.cordoned)
-            .map(|(n, c)| {
+            .zip(self.gone)
+            .filter(|(_, g)| !g)
+            .map(|((n, c), _)| {
                 Arc::new(Node {
                     metadata: ObjectMeta {
                         name: Some(n.to_string()),
@@ -1230,9 +1255,17 @@ impl Run {
         let book = self.book.clone();
         match *op {
             Op::Tick(n) => self.advance(u64::from(n)),
-            Op::Cordon(i) => self.with(|s| s.cordoned[i] = true),
-            Op::Uncordon(i) => self.with(|s| s.cordoned[i] = false),
+            // kubectl cordon and drain fail on a node that does not exist.
+            Op::Cordon(i) => self.with(|s| s.cordoned[i] |= !s.gone[i]),
+            Op::Uncordon(i) => self.with(|s| {
+                s.cordoned[i] = false;
+                s.gone[i] = false;
+            }),
+            Op::NodeGone(i) => self.with(|s| s.gone[i] = true),
             Op::Drain(i) => self.with(|s| {
+                if s.gone[i] {
+                    return;
+                }
                 s.cordoned[i] = true;
                 let on: Vec<String> = s
                     .pods
@@ -1440,9 +1473,14 @@ impl Run {
             }
             self.check_audits()?;
         }
-        // Quiesce: nodes back, faults gone, time passes.
+        // Quiesce: nodes uncordoned, faults gone, time passes. A deleted
+        // node stays deleted (upgrades do not bring theirs back), unless all
+        // three are.
         self.with(|s| {
             s.cordoned = [false; 3];
+            if s.gone.iter().all(|g| *g) {
+                s.gone[0] = false;
+            }
             s.faults.clear();
             s.keda_blind = false;
         });
@@ -1540,6 +1578,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (1u8..30).prop_map(Op::Tick),
         3 => (0usize..3).prop_map(Op::Cordon),
         3 => (0usize..3).prop_map(Op::Uncordon),
+        1 => (0usize..3).prop_map(Op::NodeGone),
         5 => (0usize..3).prop_map(Op::Drain),
         2 => (0usize..2).prop_map(Op::Evict),
         1 => (0usize..2).prop_map(Op::EvictViaFollower),
@@ -1621,6 +1660,22 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 #[test]
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
+        (
+            // A cordoned node deleted mid-surge, its pods left bound to it
+            // until the pod GC, the worker restarted on the way: the surge
+            // goes back with the node still gone (session 32).
+            3,
+            3,
+            "100%",
+            vec![
+                Op::Cordon(1),
+                Op::Tick(2),
+                Op::NodeGone(1),
+                Op::Tick(3),
+                Op::Restart,
+                Op::Tick(30),
+            ],
+        ),
         (
             // The user scales a KEDA surge's Deployment to 0 (adopted), the
             // worker loses its ScaledObject watch, the user scales to 1 and
