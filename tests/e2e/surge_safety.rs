@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
 
@@ -831,4 +831,90 @@ async fn a_rollout_started_mid_surge_completes_and_the_surge_reverts() {
         "one revert:\n{}",
         event_log(&ns.name)
     );
+}
+
+/// Takes the test's finalizer off every pod of the namespace on drop, so
+/// the namespace can go whatever the test did.
+struct ReleasePods(String);
+
+impl Drop for ReleasePods {
+    fn drop(&mut self) {
+        let out = kubectl(&["-n", &self.0, "get", "pods", "-o", "name"]);
+        for pod in String::from_utf8_lossy(&out.stdout).lines() {
+            let _ = kubectl(&[
+                "-n",
+                &self.0,
+                "patch",
+                pod,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+        }
+    }
+}
+
+/// 11. The evicted pods stay Terminating on the cordoned node (a finalizer
+///     that never clears, a volume that never detaches): they are leaving,
+///     so they are not displaced, and the surge goes back to 3 after the
+///     cooldown with the node still cordoned and those pods still there.
+#[tokio::test]
+async fn pods_stuck_terminating_on_a_cordoned_node_do_not_hold_the_surge() {
+    const FINALIZER: &str = "e2e.eviction-autoscaler.test/hold";
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-stuck").await;
+    let _release = ReleasePods(ns.name.clone());
+    let node = "kwok-node-2";
+    let mut d = on_node("st", 3, node);
+    if let Some(spec) = d.spec.as_mut() {
+        spec.template
+            .metadata
+            .get_or_insert_with(Default::default)
+            .finalizers = Some(vec![FINALIZER.into()]);
+    }
+    create_deployment(&ns, &d).await;
+    ready_on(&ns, "st", 3, node).await;
+    wait_pdb_blocking(&ns, "st", 3).await;
+
+    cordon_and_wait_surge(&ns, node, &[("st", 6)]).await;
+    let pods: Api<Pod> = ns.api();
+    let on_node: Vec<String> = ready_pods(&ns, "st")
+        .await
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert_eq!(on_node.len(), 3, "the three first pods on {node}");
+    for victim in &on_node {
+        // Retried until the PDB's status counts the surge's pods.
+        wait_for(
+            &format!("eviction of {victim}"),
+            Duration::from_secs(60),
+            || async {
+                pods.evict(victim, &EvictParams::default())
+                    .await
+                    .ok()
+                    .map(|_| ())
+            },
+        )
+        .await;
+    }
+
+    wait_deployment(&ns, "st", 3, false, REVERT_TIMEOUT).await;
+    let stuck = pods
+        .list(&ListParams::default().labels("app=st"))
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .filter(|p| on_node.contains(p.metadata.name.as_ref().unwrap_or(&String::new())))
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .count();
+    assert_eq!(stuck, 3, "the evicted pods still Terminating on {node}");
+    assert!(
+        kubectl_ok(&["get", "node", node, "-o", "jsonpath={.spec.unschedulable}"]) == "true",
+        "{node} still cordoned"
+    );
+    uncordon(node);
+    assert_settled_at(&ns, "st", 3, REVERT_TIMEOUT).await;
 }
