@@ -13,6 +13,7 @@ mod stalls;
 mod support;
 mod surge;
 mod surge_safety;
+mod unhealthy;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
