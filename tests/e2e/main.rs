@@ -3,6 +3,7 @@
 //! nodes; the webhook registered through real webhook configurations; drains
 //! with the real kubectl.
 
+mod agreement;
 mod chart;
 mod doctor;
 mod gitops;
@@ -13,7 +14,6 @@ mod stalls;
 mod support;
 mod surge;
 mod surge_safety;
-mod unhealthy;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;

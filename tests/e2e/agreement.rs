@@ -1,0 +1,412 @@
+//! The webhook's verdicts against the real apiserver's (invariant 2): it
+//! must let a pod go wherever eviction.go would, and refuse it only where
+//! eviction.go would refuse it too.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::ListParams;
+use kube::api::{EvictParams, Patch, PatchParams, PostParams};
+use kube::Api;
+use serde_json::json;
+
+use crate::support::*;
+
+/// kwok leaves a pod with this annotation unready (tests/cluster/kwok/stages.yaml).
+const STAY_UNREADY: &str = "eviction-autoscaler.test/stay-unready";
+
+/// Marks one Ready pod of `app` not Ready, for good; returns its name.
+async fn make_one_unready(ns: &TestNs, app: &str) -> String {
+    let pods: Api<Pod> = ns.api();
+    let name = a_ready_pod(ns, app).await;
+    pods.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {STAY_UNREADY: "true"}}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("annotate {name}: {e}"));
+    let status = json!({"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "E2E"},
+        {"type": "ContainersReady", "status": "False", "reason": "E2E"}]}});
+    pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(status))
+        .await
+        .unwrap_or_else(|e| panic!("mark {name} not Ready: {e}"));
+    name
+}
+
+/// The 429 came from the webhook (the apiserver wraps a webhook's denial
+/// in these words), not from the apiserver's own PDB check.
+fn from_webhook(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 429 && s.message.contains("admission webhook"))
+}
+
+/// One Deployment per policy, each under a user PDB of minAvailable 3 over
+/// its 3 pods, one of them not Ready: 2 healthy of 3, no disruption
+/// allowed. AlwaysAllow lets the unready pod go at the first attempt (the
+/// webhook must not refuse it, nor surge); IfHealthyBudget keeps it while
+/// the budget is short (the webhook holds or refuses it and surges), then
+/// lets it go once the surge's pod makes the budget healthy.
+#[tokio::test]
+async fn unhealthy_pod_policies_agree_with_the_apiserver() {
+    let ns = TestNs::new("e2e-unhealthy").await;
+    let (pdbs, deps): (Api<PodDisruptionBudget>, Api<Deployment>) = (ns.api(), ns.api());
+    for (app, policy) in [("ua", "AlwaysAllow"), ("ui", "IfHealthyBudget")] {
+        let mut pdb = user_pdb(app, app, Some(IntOrString::Int(3)), None);
+        if let Some(spec) = pdb.spec.as_mut() {
+            spec.unhealthy_pod_eviction_policy = Some(policy.into());
+        }
+        pdbs.create(&PostParams::default(), &pdb)
+            .await
+            .unwrap_or_else(|e| panic!("create PDB {app}: {e}"));
+        deps.create(&PostParams::default(), &deployment(app, 3, None))
+            .await
+            .unwrap_or_else(|e| panic!("create Deployment {app}: {e}"));
+    }
+    let mut unready = Vec::new();
+    for app in ["ua", "ui"] {
+        wait_pdb_blocking(&ns, app, 3).await;
+        unready.push(make_one_unready(&ns, app).await);
+        wait_pdb(&ns, app, "2 healthy of 3, no disruption allowed", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.current_healthy == 2
+                    && s.desired_healthy == 3
+                    && s.disruptions_allowed == 0
+                    && s.observed_generation == p.metadata.generation
+            })
+        })
+        .await;
+    }
+    let pods = pods_without_retry(&ns).await;
+
+    pods.evict(&unready[0], &EvictParams::default())
+        .await
+        .unwrap_or_else(|e| {
+            panic!("AlwaysAllow: the apiserver lets an unready pod go, the webhook refused it: {e}")
+        });
+    assert_eq!(
+        deployment_state(&ns, "ua").await,
+        (3, Some(false)),
+        "AlwaysAllow: let go at once, without a surge"
+    );
+
+    // The webhook holds or refuses it (with a surge) until the surge's pod
+    // is Ready and the budget healthy; were it to let the pod go before,
+    // the apiserver would refuse it and nothing would surge.
+    wait_for(
+        "the unready pod of ui let go once the budget is healthy",
+        Duration::from_secs(60),
+        || async {
+            match pods.evict(&unready[1], &EvictParams::default()).await {
+                Ok(_) => Some(()),
+                Err(e) => {
+                    assert!(
+                        from_webhook(&e),
+                        "only the webhook refuses it (with its surge), not the apiserver: {e}"
+                    );
+                    None
+                }
+            }
+        },
+    )
+    .await;
+    let (replicas, markers) = deployment_state(&ns, "ui").await;
+    assert!(
+        replicas == 4 && markers == Some(true),
+        "IfHealthyBudget: let go only with the surge in place (ui at {replicas}, markers {markers:?})"
+    );
+}
+
+/// The pod a case evicts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Victim {
+    Ready,
+    /// Running, not Ready.
+    Unready,
+    /// Never scheduled (a node selector no node has).
+    Pending,
+}
+
+struct Case {
+    app: &'static str,
+    replicas: i32,
+    /// Unready pods among them (the victim first when it is `Unready`).
+    unready: usize,
+    victim: Victim,
+    /// Users' PDBs over the app: (minAvailable, maxUnavailable, policy).
+    pdbs: Vec<(
+        Option<IntOrString>,
+        Option<IntOrString>,
+        Option<&'static str>,
+    )>,
+}
+
+fn cases() -> Vec<Case> {
+    let int = |n| Some(IntOrString::Int(n));
+    let pct = |p: &str| Some(IntOrString::String(p.into()));
+    vec![
+        // Blocks: 3 of 3 needed.
+        Case {
+            app: "full",
+            replicas: 3,
+            unready: 0,
+            victim: Victim::Ready,
+            pdbs: vec![(int(3), None, None)],
+        },
+        // maxUnavailable 0.
+        Case {
+            app: "maxzero",
+            replicas: 3,
+            unready: 0,
+            victim: Victim::Ready,
+            pdbs: vec![(None, int(0), None)],
+        },
+        // 50% of 3 rounds up to 2: one disruption allowed.
+        Case {
+            app: "half",
+            replicas: 3,
+            unready: 0,
+            victim: Victim::Ready,
+            pdbs: vec![(pct("50%"), None, None)],
+        },
+        // 67% of 3 rounds up to 3: none.
+        Case {
+            app: "twothirds",
+            replicas: 3,
+            unready: 0,
+            victim: Victim::Ready,
+            pdbs: vec![(pct("67%"), None, None)],
+        },
+        // maxUnavailable 34% of 3 rounds up to 2 unavailable.
+        Case {
+            app: "maxpct",
+            replicas: 3,
+            unready: 0,
+            victim: Victim::Ready,
+            pdbs: vec![(None, pct("34%"), None)],
+        },
+        // minAvailable 0.
+        Case {
+            app: "zero",
+            replicas: 2,
+            unready: 0,
+            victim: Victim::Ready,
+            pdbs: vec![(int(0), None, None)],
+        },
+        // Pending pods are let go whatever the budget.
+        Case {
+            app: "pending",
+            replicas: 2,
+            unready: 0,
+            victim: Victim::Pending,
+            pdbs: vec![(int(2), None, None)],
+        },
+        // Unready, the default policy, budget met (2 healthy of 2 needed).
+        Case {
+            app: "unready-met",
+            replicas: 3,
+            unready: 1,
+            victim: Victim::Unready,
+            pdbs: vec![(int(2), None, None)],
+        },
+        // Unready, the default policy, budget short.
+        Case {
+            app: "unready-short",
+            replicas: 3,
+            unready: 1,
+            victim: Victim::Unready,
+            pdbs: vec![(int(3), None, None)],
+        },
+        // Unready, AlwaysAllow, budget short.
+        Case {
+            app: "unready-always",
+            replicas: 3,
+            unready: 1,
+            victim: Victim::Unready,
+            pdbs: vec![(int(3), None, Some("AlwaysAllow"))],
+        },
+        // A Ready pod beside an unready one, AlwaysAllow: the policy is for unready pods only.
+        Case {
+            app: "ready-always",
+            replicas: 3,
+            unready: 1,
+            victim: Victim::Ready,
+            pdbs: vec![(int(2), None, Some("AlwaysAllow"))],
+        },
+        // Two PDBs over one pod: the apiserver's own 500.
+        Case {
+            app: "two",
+            replicas: 2,
+            unready: 0,
+            victim: Victim::Ready,
+            pdbs: vec![(int(1), None, None), (int(0), None, None)],
+        },
+    ]
+}
+
+/// Sets a case up in `ns`; returns the pod it evicts.
+async fn set_up(ns: &TestNs, c: &Case) -> String {
+    let (pdbs, deps): (Api<PodDisruptionBudget>, Api<Deployment>) = (ns.api(), ns.api());
+    for (i, (min, max, policy)) in c.pdbs.iter().enumerate() {
+        let mut pdb = user_pdb(&format!("{}-{i}", c.app), c.app, min.clone(), max.clone());
+        if let Some(spec) = pdb.spec.as_mut() {
+            spec.unhealthy_pod_eviction_policy = policy.map(str::to_string);
+        }
+        pdbs.create(&PostParams::default(), &pdb)
+            .await
+            .unwrap_or_else(|e| panic!("create a PDB of {}: {e}", c.app));
+    }
+    let mut d = deployment(c.app, c.replicas, None);
+    if c.victim == Victim::Pending {
+        if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+            spec.node_selector = Some(BTreeMap::from([("no-such-node".into(), "x".into())]));
+        }
+    }
+    deps.create(&PostParams::default(), &d)
+        .await
+        .unwrap_or_else(|e| panic!("create Deployment {}: {e}", c.app));
+    if c.victim == Victim::Pending {
+        let pods: Api<Pod> = ns.api();
+        return wait_for(
+            &format!("{} Pending pods of {}", c.replicas, c.app),
+            Duration::from_secs(60),
+            || async {
+                let list = pods
+                    .list(&ListParams::default().labels(&format!("app={}", c.app)))
+                    .await
+                    .ok()?;
+                (list.items.len() == c.replicas as usize)
+                    .then(|| list.items[0].metadata.name.clone())
+                    .flatten()
+            },
+        )
+        .await;
+    }
+    wait_ready(ns, c.app, c.replicas as usize).await;
+    let mut unready = Vec::new();
+    for _ in 0..c.unready {
+        unready.push(make_one_unready(ns, c.app).await);
+        // The next one must be another pod.
+        wait_for(
+            "the pod seen not Ready",
+            Duration::from_secs(30),
+            || async {
+                (ready_pods(ns, c.app).await.len() == c.replicas as usize - unready.len())
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    match c.victim {
+        Victim::Unready => unready[0].clone(),
+        _ => a_ready_pod(ns, c.app).await,
+    }
+}
+
+/// Every PDB of the case has counted its pods as they are now. (Not two
+/// over one pod: the disruption controller counts neither; the apiserver
+/// answers 500 before it reads a status.)
+async fn counted(ns: &TestNs, c: &Case) {
+    if c.pdbs.len() > 1 {
+        return;
+    }
+    let healthy = match c.victim {
+        Victim::Pending => 0,
+        _ => c.replicas - c.unready as i32,
+    };
+    for i in 0..c.pdbs.len() {
+        wait_pdb(
+            ns,
+            &format!("{}-{i}", c.app),
+            &format!("{healthy} healthy counted"),
+            |p| {
+                p.status.as_ref().is_some_and(|s| {
+                    s.current_healthy == healthy
+                        && s.expected_pods == c.replicas
+                        && s.observed_generation == p.metadata.generation
+                })
+            },
+        )
+        .await;
+    }
+}
+
+/// The status code of one eviction attempt (201 when it went).
+async fn attempt(pods: &Api<Pod>, name: &str) -> (u16, bool) {
+    match pods.evict(name, &EvictParams::default()).await {
+        Ok(_) => (201, false),
+        Err(kube::Error::Api(s)) => {
+            let webhook = s.message.contains("admission webhook");
+            (s.code, webhook)
+        }
+        Err(e) => panic!("evict {name}: {e}"),
+    }
+}
+
+/// The same cases in a namespace out of scope (the webhook lets everything
+/// through there: the apiserver alone decides) and in one in scope: where
+/// the apiserver alone lets a pod go, so does the pair at the first
+/// attempt; where it refuses, the pair refuses too or lets it go later
+/// (after a hold, with a surge); its other answers (500 for two PDBs) are
+/// its own in both.
+#[tokio::test]
+async fn the_webhook_refuses_only_what_the_apiserver_refuses() {
+    let alone = TestNs::with_annotations(
+        "e2e-agree-off",
+        &[("eviction-autoscaler.azure.com/enable", "false")],
+    )
+    .await;
+    let with = TestNs::new("e2e-agree-on").await;
+    let cases = cases();
+    let mut victims = Vec::new();
+    for c in &cases {
+        victims.push((set_up(&alone, c).await, set_up(&with, c).await));
+    }
+    for c in &cases {
+        counted(&alone, c).await;
+        counted(&with, c).await;
+    }
+    let (pa, pw) = (
+        pods_without_retry(&alone).await,
+        pods_without_retry(&with).await,
+    );
+    let mut table = Vec::new();
+    for (c, (va, vw)) in cases.iter().zip(&victims) {
+        let (code_alone, by_webhook_alone) = attempt(&pa, va).await;
+        let (code_with, by_webhook) = attempt(&pw, vw).await;
+        assert!(
+            !by_webhook_alone,
+            "{}: the webhook refused out of scope",
+            c.app
+        );
+        let agrees = match code_alone {
+            201 => code_with == 201,
+            429 => code_with == 429 || code_with == 201,
+            other => code_with == other && !by_webhook,
+        };
+        table.push(format!(
+            "{:15} apiserver alone {code_alone}, with the webhook {code_with}{}",
+            c.app,
+            if by_webhook { " (the webhook's)" } else { "" }
+        ));
+        assert!(
+            agrees,
+            "{}: the apiserver alone answered {code_alone}, with the webhook {code_with}:\n{}",
+            c.app,
+            table.join("\n")
+        );
+    }
+    eprintln!("{}", table.join("\n"));
+    // The cases cover each answer: let go, refused, the apiserver's own 500.
+    for want in ["alone 201", "alone 429", "alone 500"] {
+        assert!(
+            table.iter().any(|l| l.contains(want)),
+            "no case answered {want}:\n{}",
+            table.join("\n")
+        );
+    }
+}
