@@ -242,10 +242,14 @@ impl Selector {
         })
     }
 
-    /// The eviction subresource's test: an invalid, nil or empty selector
-    /// protects nothing ("it should match nothing, not everything").
+    /// The eviction subresource's test in policy/v1 (client-go's
+    /// `GetPodPodDisruptionBudgets`, eviction.go's `getPodDisruptionBudgets`:
+    /// `LabelSelectorAsSelector`): a nil selector protects nothing, an empty
+    /// one (`{}`) every pod of the namespace, an invalid one (which does not
+    /// compile) nothing. (policy/v1beta1 let an empty selector match nothing;
+    /// a PDB read through policy/v1 is never judged that way.)
     pub fn selects_for_eviction<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
-        matches!(self, Selector::Requirements(_)) && self.matches(labels)
+        self.matches(labels)
     }
 }
 
@@ -424,7 +428,14 @@ mod tests {
     fn eviction_semantics_of_nil_empty_and_invalid_selectors() {
         let l = labels(&[("app", "web")]);
         assert!(!pdb_selects(None, &l));
-        assert!(!pdb_selects(Some(&LabelSelector::default()), &l));
+        // policy/v1: `{}` protects every pod of the namespace, even one
+        // without labels (the e2e agreement test shows the apiserver's 500
+        // when another PDB selects the same pod).
+        assert!(pdb_selects(Some(&LabelSelector::default()), &l));
+        assert!(pdb_selects(
+            Some(&LabelSelector::default()),
+            &BTreeMap::<String, String>::new()
+        ));
         assert_eq!(
             Selector::compile(Some(&LabelSelector::default())),
             Ok(Selector::Everything)

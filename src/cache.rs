@@ -1068,8 +1068,8 @@ pub struct NsPdbs {
     /// by that label's key, then value: only a pod with it can be selected.
     by_label: FastMap<String, FastMap<String, Vec<usize>>>,
     /// Selectors that select for eviction but require no exact label
-    /// (matchExpressions only): always tested. Nil, empty and invalid
-    /// selectors protect nothing and are in neither list.
+    /// (matchExpressions only, or empty: every pod): always tested. Nil and
+    /// invalid selectors protect nothing and are in neither list.
     others: Vec<usize>,
 }
 
@@ -1078,7 +1078,7 @@ impl NsPdbs {
         let mut by_label: FastMap<String, FastMap<String, Vec<usize>>> = FastMap::default();
         let mut others = Vec::new();
         for (i, p) in pdbs.iter().enumerate() {
-            let Some(sel @ Selector::Requirements(_)) = &p.selector else {
+            let Some(sel @ (Selector::Requirements(_) | Selector::Everything)) = &p.selector else {
                 continue;
             };
             match sel.required_label() {
@@ -2296,7 +2296,8 @@ mod tests {
                 .collect();
             assert_eq!(indexed, full_scan(&l), "pod labels {labels:?}");
         }
-        // Sanity: the pods above do hit several selectors each.
+        // Sanity: the pods above do hit several selectors each (with `{}`,
+        // which selects every pod).
         let web_front: BTreeMap<String, String> = [
             ("app".into(), "web".into()),
             ("tier".into(), "front".into()),
@@ -2306,7 +2307,7 @@ mod tests {
             index
                 .selecting(&PodLabels::from_map(Some(&web_front)))
                 .len(),
-            7
+            8
         );
     }
 

@@ -187,11 +187,11 @@ pub fn plan_for_new_deployment(
     }
     // Validation runs after mutating admission: the apiserver rejects a
     // Deployment whose selector is empty or misses its own template, and a
-    // PDB made for it would outlive it, its selector covering other pods.
-    if !pdb_selects(
-        dep.spec.as_ref().map(|s| &s.selector),
-        &template_labels(dep),
-    ) {
+    // PDB made for it would outlive it, its selector covering other pods
+    // (an empty one, every pod of the namespace).
+    let selector = dep.spec.as_ref().map(|s| &s.selector);
+    let empty = selector.is_some_and(|s| Selector::compile(Some(s)) == Ok(Selector::Everything));
+    if empty || !pdb_selects(selector, &template_labels(dep)) {
         return CreatePlan::Skip("selector does not select the pod template");
     }
     let compiled = CompiledPdbs::new(pdbs);

@@ -168,18 +168,29 @@ fn lint_pdb(
             ));
             return out;
         }
-        Ok(Selector::Nothing | Selector::Everything) => {
+        Ok(Selector::Nothing) => {
             out.push(finding(
                 Level::Warn,
                 "selects-no-pods",
                 ns,
                 object,
-                "its selector is missing or empty: the eviction check matches no pod with it, \
+                "its selector is missing: the eviction check matches no pod with it, \
                  it protects nothing"
                     .into(),
             ));
             return out;
         }
+        // policy/v1: `{}` is every pod of the namespace. Rarely meant, and
+        // any other PDB there puts two over some pods (evictions: 500).
+        Ok(Selector::Everything) => out.push(finding(
+            Level::Warn,
+            "selects-every-pod",
+            ns,
+            object.clone(),
+            "its selector is empty: it protects every pod of the namespace, and where another \
+             PDB selects a pod too, the eviction of that pod fails (500)"
+                .into(),
+        )),
         Ok(Selector::Requirements(_)) => {}
     }
     let pods = objs.pods_of(pdb);
@@ -546,7 +557,19 @@ mod tests {
                     }
                     w.deploy("on", "web", &["n1"], |_| {}).add_pdb(b);
                 }),
-                vec![(Level::Warn, "selects-no-pods", "missing or empty")],
+                vec![
+                    // The other rules still apply: it does protect web's pod.
+                    (
+                        Level::Warn,
+                        "min-available-at-or-above-pods",
+                        "minAvailable 1",
+                    ),
+                    (
+                        Level::Warn,
+                        "selects-every-pod",
+                        "every pod of the namespace",
+                    ),
+                ],
             ),
             (
                 "an invalid selector",

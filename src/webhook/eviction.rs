@@ -850,6 +850,16 @@ pub(crate) mod tests {
         );
     }
 
+    /// policy/v1: a PDB whose selector is `{}` protects every pod of its
+    /// namespace, so it blocks as the same PDB with a selector does.
+    #[test]
+    fn an_empty_selector_protects_the_pod() {
+        let mut f = base();
+        f.pdbs[0].spec.as_mut().unwrap().selector = Some(LabelSelector::default());
+        assert_eq!(decide(&f, "ns", "p"), decide(&base(), "ns", "p"));
+        assert!(reason(decide(&f, "ns", "p")).is_none(), "blocked");
+    }
+
     #[test]
     fn every_allow_row_of_section_4() {
         type Tweak = fn(&mut Fixture);
@@ -905,9 +915,18 @@ pub(crate) mod tests {
                 AllowReason::NoPdb,
             ),
             (
-                "empty selector protects nothing",
-                |f| f.pdbs[0].spec.as_mut().unwrap().selector = Some(LabelSelector::default()),
+                "nil selector protects nothing",
+                |f| f.pdbs[0].spec.as_mut().unwrap().selector = None,
                 AllowReason::NoPdb,
+            ),
+            (
+                "an empty selector and another PDB: two over the pod",
+                |f| {
+                    let mut all = pdb("all", 1, 3, 3);
+                    all.spec.as_mut().unwrap().selector = Some(LabelSelector::default());
+                    f.pdbs.push(all);
+                },
+                AllowReason::SeveralPdbs,
             ),
             (
                 "several pdbs",

@@ -143,6 +143,8 @@ struct Case {
         Option<IntOrString>,
         Option<&'static str>,
     )>,
+    /// The PDBs' selector is `{}`: every pod of the namespace (policy/v1).
+    everything: bool,
 }
 
 fn cases() -> Vec<Case> {
@@ -156,6 +158,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(int(3), None, None)],
+            everything: false,
         },
         // maxUnavailable 0.
         Case {
@@ -164,6 +167,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(None, int(0), None)],
+            everything: false,
         },
         // 50% of 3 rounds up to 2: one disruption allowed.
         Case {
@@ -172,6 +176,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(pct("50%"), None, None)],
+            everything: false,
         },
         // 67% of 3 rounds up to 3: none.
         Case {
@@ -180,6 +185,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(pct("67%"), None, None)],
+            everything: false,
         },
         // maxUnavailable 34% of 3 rounds up to 2 unavailable.
         Case {
@@ -188,6 +194,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(None, pct("34%"), None)],
+            everything: false,
         },
         // minAvailable 0.
         Case {
@@ -196,6 +203,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(int(0), None, None)],
+            everything: false,
         },
         // Pending pods are let go whatever the budget.
         Case {
@@ -204,6 +212,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Pending,
             pdbs: vec![(int(2), None, None)],
+            everything: false,
         },
         // Unready, the default policy, budget met (2 healthy of 2 needed).
         Case {
@@ -212,6 +221,7 @@ fn cases() -> Vec<Case> {
             unready: 1,
             victim: Victim::Unready,
             pdbs: vec![(int(2), None, None)],
+            everything: false,
         },
         // Unready, the default policy, budget short.
         Case {
@@ -220,6 +230,7 @@ fn cases() -> Vec<Case> {
             unready: 1,
             victim: Victim::Unready,
             pdbs: vec![(int(3), None, None)],
+            everything: false,
         },
         // Unready, AlwaysAllow, budget short.
         Case {
@@ -228,6 +239,7 @@ fn cases() -> Vec<Case> {
             unready: 1,
             victim: Victim::Unready,
             pdbs: vec![(int(3), None, Some("AlwaysAllow"))],
+            everything: false,
         },
         // A Ready pod beside an unready one, AlwaysAllow: the policy is for unready pods only.
         Case {
@@ -236,6 +248,7 @@ fn cases() -> Vec<Case> {
             unready: 1,
             victim: Victim::Ready,
             pdbs: vec![(int(2), None, Some("AlwaysAllow"))],
+            everything: false,
         },
         // Two PDBs over one pod: the apiserver's own 500.
         Case {
@@ -244,6 +257,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(int(1), None, None), (int(0), None, None)],
+            everything: false,
         },
     ]
 }
@@ -252,7 +266,12 @@ fn cases() -> Vec<Case> {
 async fn set_up(ns: &TestNs, c: &Case) -> String {
     let (pdbs, deps): (Api<PodDisruptionBudget>, Api<Deployment>) = (ns.api(), ns.api());
     for (i, (min, max, policy)) in c.pdbs.iter().enumerate() {
-        let mut pdb = user_pdb(&format!("{}-{i}", c.app), c.app, min.clone(), max.clone());
+        let name = format!("{}-{i}", c.app);
+        let mut pdb = if c.everything {
+            user_pdb_over(&name, &[], min.clone(), max.clone())
+        } else {
+            user_pdb(&name, c.app, min.clone(), max.clone())
+        };
         if let Some(spec) = pdb.spec.as_mut() {
             spec.unhealthy_pod_eviction_policy = policy.map(str::to_string);
         }
@@ -347,21 +366,19 @@ async fn attempt(pods: &Api<Pod>, name: &str) -> (u16, bool) {
     }
 }
 
-/// The same cases in a namespace out of scope (the webhook lets everything
+/// The cases in a namespace out of scope (the webhook lets everything
 /// through there: the apiserver alone decides) and in one in scope: where
 /// the apiserver alone lets a pod go, so does the pair at the first
 /// attempt; where it refuses, the pair refuses too or lets it go later
 /// (after a hold, with a surge); its other answers (500 for two PDBs) are
 /// its own in both.
-#[tokio::test]
-async fn the_webhook_refuses_only_what_the_apiserver_refuses() {
+async fn compare(prefix: &str, cases: Vec<Case>, answers: &[&str]) {
     let alone = TestNs::with_annotations(
-        "e2e-agree-off",
+        &format!("{prefix}-off"),
         &[("eviction-autoscaler.azure.com/enable", "false")],
     )
     .await;
-    let with = TestNs::new("e2e-agree-on").await;
-    let cases = cases();
+    let with = TestNs::new(&format!("{prefix}-on")).await;
     let mut victims = Vec::new();
     for c in &cases {
         victims.push((set_up(&alone, c).await, set_up(&with, c).await));
@@ -401,12 +418,39 @@ async fn the_webhook_refuses_only_what_the_apiserver_refuses() {
         );
     }
     eprintln!("{}", table.join("\n"));
-    // The cases cover each answer: let go, refused, the apiserver's own 500.
-    for want in ["alone 201", "alone 429", "alone 500"] {
+    // The cases cover the answers asked for.
+    for want in answers {
         assert!(
             table.iter().any(|l| l.contains(want)),
             "no case answered {want}:\n{}",
             table.join("\n")
         );
     }
+}
+
+/// The cases of [`cases`]: let go, refused, the apiserver's own 500.
+#[tokio::test]
+async fn the_webhook_refuses_only_what_the_apiserver_refuses() {
+    compare(
+        "e2e-agree",
+        cases(),
+        &["alone 201", "alone 429", "alone 500"],
+    )
+    .await;
+}
+
+/// A PDB whose selector is `{}` protects every pod of its namespace in
+/// policy/v1 (it protected none in v1beta1): blocking, then with room.
+#[tokio::test]
+async fn an_empty_selector_protects_every_pod_for_both() {
+    let c = |app, min| Case {
+        app,
+        replicas: 3,
+        unready: 0,
+        victim: Victim::Ready,
+        pdbs: vec![(Some(IntOrString::Int(min)), None, None)],
+        everything: true,
+    };
+    compare("e2e-agree-all", vec![c("all", 3)], &["alone 429"]).await;
+    compare("e2e-agree-room", vec![c("room", 2)], &["alone 201"]).await;
 }

@@ -116,6 +116,8 @@ echo "$POD_NAME" >"$STATE/pod_name"
   export KUBECONFIG="$STATE/kubeconfig"
   export PDB_CREATE="${PDB_CREATE:-true}" ENABLED_BY_DEFAULT="${ENABLED_BY_DEFAULT:-false}"
   export ACTIONED_NAMESPACES="${ACTIONED_NAMESPACES:-kube-system,e2e-actioned}" COOLDOWN="${COOLDOWN:-5s}"
+  # A PDB made at admission for a create refused later goes after this (60 s by default).
+  export ORPHAN_PDB_GRACE="${ORPHAN_PDB_GRACE:-15s}"
   export POD_NAMESPACE=$NS POD_NAME="$POD_NAME" RUST_LOG="${RUST_LOG:-info,kube_runtime=warn}"
   # Nothing routes by readiness here: no need to keep serving after SIGTERM
   # (stop_server SIGKILLs after 5 s).

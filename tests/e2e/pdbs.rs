@@ -671,3 +671,120 @@ async fn a_copy_of_our_pdb_is_deleted_so_one_budget_stays() {
     let kept = pdbs.get("cp").await.unwrap();
     assert_eq!(kept.metadata.uid, ours.metadata.uid, "ours stays");
 }
+
+/// A Deployment CREATE that the mutating webhook admitted (making its PDB
+/// then, behaviour.md section 3) and a later admission step refused (a
+/// policy, a quota): the Deployment never appears, and the PDB made for it
+/// goes after ORPHAN_PDB_GRACE (15 s in e2e). A Deployment created beside
+/// it keeps its own.
+#[tokio::test]
+async fn a_pdb_made_for_a_create_refused_later_goes_after_the_grace() {
+    let ns = TestNs::new("e2e-orphan").await;
+    let deny = DenyUpdates::apply_to(
+        &ns,
+        "apps",
+        "deployments",
+        "CREATE",
+        "object.metadata.name != 'doomed'",
+    );
+    let file = std::env::temp_dir().join(format!("{}-doomed.json", ns.name));
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&deployment("doomed", 2, None)).expect("json"),
+    )
+    .expect("write the Deployment");
+    let path = path_str(&file);
+    let create = |dry: bool| {
+        let mut args = vec!["-n", ns.name.as_str(), "create", "-f", path.as_str()];
+        if dry {
+            args.push("--dry-run=server");
+        }
+        kubectl(&args)
+    };
+    // A dry run makes no PDB: it only tells when the policy is loaded.
+    wait_for(
+        "the policy refusing the create",
+        Duration::from_secs(30),
+        || async { (!create(true).status.success()).then_some(()) },
+    )
+    .await;
+    let out = create(false);
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("e2e: deployments CREATE refused"),
+        "the create is refused by the policy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let made = pdb_opt(&ns, "doomed")
+        .await
+        .expect("the PDB made at admission, before the policy refused the create");
+    assert!(is_owned(&made), "ours");
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("kept", 2, None))
+        .await
+        .expect("create kept");
+
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    wait_gone(
+        &pdbs,
+        "doomed",
+        "the PDB of the refused create",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        deps.get_opt("doomed").await.expect("read").is_none(),
+        "no Deployment doomed"
+    );
+    assert!(
+        pdb_opt(&ns, "kept").await.is_some_and(|p| is_owned(&p)),
+        "kept keeps its PDB"
+    );
+    drop(deny);
+}
+
+/// A user PDB with an empty selector (`{}`) added beside ours: in policy/v1
+/// it protects every pod of the namespace, ours included, so ours steps
+/// aside and stays away (two PDBs over one pod make every eviction of it
+/// fail with 500); an eviction the user's budget allows then goes through.
+#[tokio::test]
+async fn an_empty_selector_pdb_beside_ours_makes_ours_step_aside() {
+    let ns = TestNs::new("e2e-emptysel").await;
+    let (deps, pdbs): (Api<Deployment>, Api<PodDisruptionBudget>) = (ns.api(), ns.api());
+    deps.create(&PostParams::default(), &deployment("es", 2, None))
+        .await
+        .expect("create es");
+    wait_ready(&ns, "es", 2).await;
+    assert!(
+        pdb_opt(&ns, "es").await.is_some_and(|p| is_owned(&p)),
+        "our PDB, made at admission"
+    );
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb_over("everything", &[], Some(IntOrString::Int(1)), None),
+    )
+    .await
+    .expect("create the user's PDB");
+    wait_gone(
+        &pdbs,
+        "es",
+        "our PDB stepping aside",
+        Duration::from_secs(30),
+    )
+    .await;
+    wait_pdb(&ns, "everything", "2 healthy, 1 disruption allowed", |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.current_healthy == 2 && s.disruptions_allowed == 1)
+    })
+    .await;
+    let victim = a_ready_pod(&ns, "es").await;
+    pods_without_retry(&ns)
+        .await
+        .evict(&victim, &kube::api::EvictParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("the user's budget allows one: {e}"));
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(pdb_opt(&ns, "es").await.is_none(), "ours stays away");
+}

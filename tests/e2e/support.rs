@@ -670,16 +670,27 @@ pub struct DenyUpdates {
 
 impl DenyUpdates {
     pub fn apply(ns: &TestNs, group: &str, resource: &str, expression: &str) -> DenyUpdates {
+        Self::apply_to(ns, group, resource, "UPDATE", expression)
+    }
+
+    /// The same for another `operation` (`CREATE`, `DELETE`).
+    pub fn apply_to(
+        ns: &TestNs,
+        group: &str,
+        resource: &str,
+        operation: &str,
+        expression: &str,
+    ) -> DenyUpdates {
         let name = format!("e2e-deny-{resource}-{}", ns.name);
         let manifest = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
             {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
              "metadata": {"name": name},
              "spec": {"failurePolicy": "Fail",
                       "matchConstraints": {"resourceRules": [{"apiGroups": [group],
-                          "apiVersions": ["v1", "v2"], "operations": ["UPDATE"],
+                          "apiVersions": ["v1", "v2"], "operations": [operation],
                           "resources": [resource]}]},
                       "validations": [{"expression": expression,
-                                       "message": format!("e2e: {resource} updates refused")}]}},
+                                       "message": format!("e2e: {resource} {operation} refused")}]}},
             {"apiVersion": "admissionregistration.k8s.io/v1",
              "kind": "ValidatingAdmissionPolicyBinding",
              "metadata": {"name": name},
