@@ -110,6 +110,18 @@ async fn cordon_and_wait_surge(ns: &TestNs, node: &str, apps: &[(&str, i32)]) {
     }
 }
 
+/// Deployment `app` (3 replicas, all on `node`, its PDB allowing no
+/// disruption) surged to 6 by the node's cordon; the returned watcher has
+/// counted its Ready pods since before the cordon.
+async fn surged_on(ns: &TestNs, app: &str, node: &str) -> AvailabilityWatcher {
+    create_deployment(ns, &on_node(app, 3, node)).await;
+    ready_on(ns, app, 3, node).await;
+    wait_pdb_blocking(ns, app, 3).await;
+    let watch = AvailabilityWatcher::start(ns, app);
+    cordon_and_wait_surge(ns, node, &[(app, 6)]).await;
+    watch
+}
+
 async fn patch_ns_annotation(ns: &TestNs, key: &str, value: &str) {
     let api: Api<Namespace> = Api::all(ns.client.clone());
     let patch = json!({"metadata": {"annotations": {key: value}}});
@@ -197,12 +209,7 @@ async fn namespace_leaving_scope_mid_surge_reverts_and_cleans_up() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-nsout").await;
     let node = "kwok-node-1";
-    create_deployment(&ns, &on_node("nso", 3, node)).await;
-    ready_on(&ns, "nso", 3, node).await;
-    wait_pdb_blocking(&ns, "nso", 3).await;
-
-    let watch = AvailabilityWatcher::start(&ns, "nso");
-    cordon_and_wait_surge(&ns, node, &[("nso", 6)]).await;
+    let watch = surged_on(&ns, "nso", node).await;
     patch_ns_annotation(&ns, ENABLE, "false").await;
     wait_nothing_of_ours(
         &ns,
@@ -231,12 +238,7 @@ async fn deployment_opt_out_mid_surge_reverts_and_cleans_up() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-optout").await;
     let node = "kwok-node-2";
-    create_deployment(&ns, &on_node("opt", 3, node)).await;
-    ready_on(&ns, "opt", 3, node).await;
-    wait_pdb_blocking(&ns, "opt", 3).await;
-
-    let watch = AvailabilityWatcher::start(&ns, "opt");
-    cordon_and_wait_surge(&ns, node, &[("opt", 6)]).await;
+    let watch = surged_on(&ns, "opt", node).await;
     let deps: Api<Deployment> = ns.api();
     deps.patch(
         "opt",
@@ -381,12 +383,7 @@ async fn hpa_added_mid_surge_reverts_to_the_baseline() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-hpalate").await;
     let node = "kwok-node-2";
-    create_deployment(&ns, &on_node("hl", 3, node)).await;
-    ready_on(&ns, "hl", 3, node).await;
-    wait_pdb_blocking(&ns, "hl", 3).await;
-
-    let watch = AvailabilityWatcher::start(&ns, "hl");
-    cordon_and_wait_surge(&ns, node, &[("hl", 6)]).await;
+    let watch = surged_on(&ns, "hl", node).await;
     let hpas: Api<HorizontalPodAutoscaler> = ns.api();
     hpas.create(&PostParams::default(), &hpa("hl", "hl", 2))
         .await
@@ -555,12 +552,7 @@ async fn last_eviction_in_the_future_does_not_strand_the_surge() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-future").await;
     let node = "kwok-node-2";
-    create_deployment(&ns, &on_node("fut", 3, node)).await;
-    ready_on(&ns, "fut", 3, node).await;
-    wait_pdb_blocking(&ns, "fut", 3).await;
-
-    let watch = AvailabilityWatcher::start(&ns, "fut");
-    cordon_and_wait_surge(&ns, node, &[("fut", 6)]).await;
+    let watch = surged_on(&ns, "fut", node).await;
     // A pod that stays: the signal names it, so it would count as displaced
     // for as long as the signal is fresh.
     let pod = a_ready_pod(&ns, "fut").await;
@@ -768,11 +760,7 @@ async fn a_cordoned_node_deleted_mid_surge_the_surge_still_reverts() {
     let node = "kwok-node-deleted";
     let extra = ExtraNode::create(node).await;
     let ns = TestNs::new("e2e-ss-nodegone").await;
-    create_deployment(&ns, &on_node("ng", 3, node)).await;
-    ready_on(&ns, "ng", 3, node).await;
-    wait_pdb_blocking(&ns, "ng", 3).await;
-
-    cordon_and_wait_surge(&ns, node, &[("ng", 6)]).await;
+    let _watch = surged_on(&ns, "ng", node).await;
     kubectl_ok(&["delete", "node", node, "--wait=true"]);
     drop(extra);
 
@@ -798,12 +786,7 @@ async fn a_rollout_started_mid_surge_completes_and_the_surge_reverts() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-rollout").await;
     let node = "kwok-node-1";
-    create_deployment(&ns, &on_node("ro", 3, node)).await;
-    ready_on(&ns, "ro", 3, node).await;
-    wait_pdb_blocking(&ns, "ro", 3).await;
-
-    let watch = AvailabilityWatcher::start(&ns, "ro");
-    cordon_and_wait_surge(&ns, node, &[("ro", 6)]).await;
+    let watch = surged_on(&ns, "ro", node).await;
     kubectl_ok(&["-n", &ns.name, "rollout", "restart", "deployment/ro"]);
     let d = drain_node(node, "app=ro", &[]).await;
     assert!(d.ok, "drain during the rollout:\n{}", d.output);
