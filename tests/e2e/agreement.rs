@@ -53,6 +53,9 @@ fn from_webhook(e: &kube::Error) -> bool {
 /// lets it go once the surge's pod makes the budget healthy.
 #[tokio::test]
 async fn unhealthy_pod_policies_agree_with_the_apiserver() {
+    // No cordon meanwhile: a surge of ua by another test's cordon would
+    // look like one for the unready pod.
+    let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-unhealthy").await;
     let (pdbs, deps): (Api<PodDisruptionBudget>, Api<Deployment>) = (ns.api(), ns.api());
     for (app, policy) in [("ua", "AlwaysAllow"), ("ui", "IfHealthyBudget")] {
@@ -373,6 +376,9 @@ async fn attempt(pods: &Api<Pod>, name: &str) -> (u16, bool) {
 /// (after a hold, with a surge); its other answers (500 for two PDBs) are
 /// its own in both.
 async fn compare(prefix: &str, cases: Vec<Case>, answers: &[&str]) {
+    // No cordon of another test meanwhile: it would surge the pods of the
+    // namespace in scope on that node, and the two sides would differ.
+    let _nodes = nodes_lock().await;
     let alone = TestNs::with_annotations(
         &format!("{prefix}-off"),
         &[("eviction-autoscaler.azure.com/enable", "false")],
