@@ -10,7 +10,7 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::budget::{pdb_selects, Selector};
+use crate::budget::Selector;
 use crate::cache::owned_by_us;
 use crate::markers::Markers;
 use crate::names;
@@ -189,9 +189,11 @@ pub fn plan_for_new_deployment(
     // Deployment whose selector is empty or misses its own template, and a
     // PDB made for it would outlive it, its selector covering other pods
     // (an empty one, every pod of the namespace).
-    let selector = dep.spec.as_ref().map(|s| &s.selector);
-    let empty = selector.is_some_and(|s| Selector::compile(Some(s)) == Ok(Selector::Everything));
-    if empty || !pdb_selects(selector, &template_labels(dep)) {
+    let valid = matches!(
+        Selector::compile(dep.spec.as_ref().map(|s| &s.selector)),
+        Ok(s @ Selector::Requirements(_)) if s.matches(&template_labels(dep))
+    );
+    if !valid {
         return CreatePlan::Skip("selector does not select the pod template");
     }
     let compiled = CompiledPdbs::new(pdbs);
