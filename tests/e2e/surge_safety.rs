@@ -901,3 +901,126 @@ async fn pods_stuck_terminating_on_a_cordoned_node_do_not_hold_the_surge() {
     uncordon(node);
     assert_settled_at(&ns, "st", 3, REVERT_TIMEOUT).await;
 }
+
+/// 12. The HPA whose minimum a surge raised is deleted mid-surge (a GitOps
+///     prune, an operator moving to KEDA). The surge also raised the
+///     Deployment, with its own markers: it goes back to its baseline of 3
+///     after the cooldown, and nothing is recreated or written for the HPA.
+#[tokio::test]
+async fn hpa_deleted_mid_surge_the_deployment_still_reverts() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-hpagone").await;
+    let node = "kwok-node-0";
+    let hpas = hpa_surge_on(&ns, "hg", node).await;
+    hpas.delete("hg", &DeleteParams::default())
+        .await
+        .expect("delete HPA hg");
+    wait_gone(&hpas, "hg", "HPA hg gone", Duration::from_secs(30)).await;
+    // Our PDB follows the Deployment's own baseline again, not the HPA's.
+    wait_pdb(&ns, "hg", "our PDB at minAvailable 3", |p| {
+        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(3))
+    })
+    .await;
+    uncordon(node);
+
+    assert_settled_at(&ns, "hg", 3, REVERT_TIMEOUT).await;
+    assert!(
+        hpas.get_opt("hg").await.expect("get HPA").is_none(),
+        "the deleted HPA was made again"
+    );
+}
+
+/// 13. The EvictionAutoScaler of a surged Deployment is deleted by hand
+///     mid-surge (`kubectl delete evictionautoscalers --all`). The surge's
+///     record is in the markers on the Deployment, not in the
+///     EvictionAutoScaler: the Deployment goes back to exactly 3 after the
+///     cooldown, the EvictionAutoScaler is made again and shows it.
+#[tokio::test]
+async fn eviction_autoscaler_deleted_mid_surge_the_surge_still_reverts() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-easgone").await;
+    let node = "kwok-node-1";
+    let watch = surged_on(&ns, "eg", node).await;
+    let before = eviction_autoscalers(&ns.name);
+    assert_eq!(before, vec!["eg".to_string()], "one EvictionAutoScaler");
+    let uid = || {
+        kubectl(&[
+            "-n",
+            &ns.name,
+            "get",
+            "evictionautoscalers.eviction-autoscaler.azure.com",
+            "eg",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+    };
+    let old_uid = String::from_utf8_lossy(&uid().stdout).to_string();
+    kubectl_ok(&[
+        "-n",
+        &ns.name,
+        "delete",
+        "evictionautoscalers.eviction-autoscaler.azure.com",
+        "--all",
+        "--wait=true",
+    ]);
+    // Made again while the surge stands (the node is still cordoned).
+    wait_for(
+        "the EvictionAutoScaler made again",
+        Duration::from_secs(30),
+        || async {
+            let out = uid();
+            let now = String::from_utf8_lossy(&out.stdout).to_string();
+            (out.status.success() && !now.is_empty() && now != old_uid).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(deployment_state(&ns, "eg").await, (6, Some(true)));
+    uncordon(node);
+
+    assert_settled_at(&ns, "eg", 3, REVERT_TIMEOUT).await;
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+    let baseline = kubectl_ok(&[
+        "-n",
+        &ns.name,
+        "get",
+        "evictionautoscalers.eviction-autoscaler.azure.com",
+        "eg",
+        "-o",
+        "jsonpath={.status.minReplicas}",
+    ]);
+    assert_eq!(
+        baseline.trim(),
+        "3",
+        "the new EvictionAutoScaler's baseline"
+    );
+}
+
+/// 14. The user scales a surged Deployment to 0 mid-drain (the workload is
+///     being retired). Their value wins: the Deployment stays at 0 without
+///     markers, our PDB follows it to minAvailable 0, and no surge raises
+///     it again, neither while the node is still cordoned nor after.
+#[tokio::test]
+async fn a_users_scale_to_zero_mid_surge_is_kept() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-zero").await;
+    let node = "kwok-node-2";
+    let _watch = surged_on(&ns, "zr", node).await;
+    kubectl_ok(&["-n", &ns.name, "scale", "deployment/zr", "--replicas=0"]);
+    wait_deployment(&ns, "zr", 0, false, Duration::from_secs(30)).await;
+    wait_pdb(&ns, "zr", "our PDB at minAvailable 0", |p| {
+        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(0))
+    })
+    .await;
+    // Past a cooldown with the node still cordoned, then after it.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(deployment_state(&ns, "zr").await, (0, Some(false)));
+    uncordon(node);
+    assert_settled_at(&ns, "zr", 0, REVERT_TIMEOUT).await;
+    assert_eq!(
+        event_total(&ns.name, "SurgeStarted"),
+        1,
+        "one surge, not raised again:\n{}",
+        event_log(&ns.name)
+    );
+}
