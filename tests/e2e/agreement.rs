@@ -8,6 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ListParams;
 use kube::api::{EvictParams, Patch, PatchParams, PostParams};
@@ -132,6 +133,21 @@ enum Victim {
     Unready,
     /// Never scheduled (a node selector no node has).
     Pending,
+    /// Deleted, held Terminating by a finalizer (a replacement comes up).
+    Terminating,
+    /// Ready, and no controller: the pods are made bare, not by a Deployment.
+    Bare,
+}
+
+/// The users' PDBs' selector.
+#[derive(Clone, Debug)]
+enum Sel {
+    /// `app=<app>`.
+    App,
+    /// `{}`: every pod of the namespace (policy/v1).
+    Everything,
+    /// `app In [<app>]` and these requirements (key, operator, values).
+    Exprs(Vec<(&'static str, &'static str, Vec<&'static str>)>),
 }
 
 struct Case {
@@ -146,8 +162,44 @@ struct Case {
         Option<IntOrString>,
         Option<&'static str>,
     )>,
-    /// The PDBs' selector is `{}`: every pod of the namespace (policy/v1).
-    everything: bool,
+    selector: Sel,
+}
+
+/// The test's finalizer, on a case's pods when its victim is `Terminating`.
+const HOLD: &str = "e2e.eviction-autoscaler.test/hold";
+
+/// `app`'s PDB `name` over its pods as `sel` says.
+fn case_pdb(
+    name: &str,
+    app: &str,
+    sel: &Sel,
+    min: Option<IntOrString>,
+    max: Option<IntOrString>,
+) -> PodDisruptionBudget {
+    match sel {
+        Sel::App => user_pdb(name, app, min, max),
+        Sel::Everything => user_pdb_over(name, &[], min, max),
+        Sel::Exprs(reqs) => {
+            let mut pdb = user_pdb_over(name, &[], min, max);
+            let mut exprs = vec![LabelSelectorRequirement {
+                key: "app".into(),
+                operator: "In".into(),
+                values: Some(vec![app.into()]),
+            }];
+            exprs.extend(reqs.iter().map(|(k, op, vs)| LabelSelectorRequirement {
+                key: k.to_string(),
+                operator: op.to_string(),
+                values: (!vs.is_empty()).then(|| vs.iter().map(|v| v.to_string()).collect()),
+            }));
+            if let Some(spec) = pdb.spec.as_mut() {
+                spec.selector = Some(LabelSelector {
+                    match_expressions: Some(exprs),
+                    ..Default::default()
+                });
+            }
+            pdb
+        }
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -161,7 +213,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(int(3), None, None)],
-            everything: false,
+            selector: Sel::App,
         },
         // maxUnavailable 0.
         Case {
@@ -170,7 +222,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(None, int(0), None)],
-            everything: false,
+            selector: Sel::App,
         },
         // 50% of 3 rounds up to 2: one disruption allowed.
         Case {
@@ -179,7 +231,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(pct("50%"), None, None)],
-            everything: false,
+            selector: Sel::App,
         },
         // 67% of 3 rounds up to 3: none.
         Case {
@@ -188,7 +240,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(pct("67%"), None, None)],
-            everything: false,
+            selector: Sel::App,
         },
         // maxUnavailable 34% of 3 rounds up to 2 unavailable.
         Case {
@@ -197,7 +249,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(None, pct("34%"), None)],
-            everything: false,
+            selector: Sel::App,
         },
         // minAvailable 0.
         Case {
@@ -206,7 +258,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(int(0), None, None)],
-            everything: false,
+            selector: Sel::App,
         },
         // Pending pods are let go whatever the budget.
         Case {
@@ -215,7 +267,7 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Pending,
             pdbs: vec![(int(2), None, None)],
-            everything: false,
+            selector: Sel::App,
         },
         // Unready, the default policy, budget met (2 healthy of 2 needed).
         Case {
@@ -224,7 +276,7 @@ fn cases() -> Vec<Case> {
             unready: 1,
             victim: Victim::Unready,
             pdbs: vec![(int(2), None, None)],
-            everything: false,
+            selector: Sel::App,
         },
         // Unready, the default policy, budget short.
         Case {
@@ -233,7 +285,7 @@ fn cases() -> Vec<Case> {
             unready: 1,
             victim: Victim::Unready,
             pdbs: vec![(int(3), None, None)],
-            everything: false,
+            selector: Sel::App,
         },
         // Unready, AlwaysAllow, budget short.
         Case {
@@ -242,7 +294,7 @@ fn cases() -> Vec<Case> {
             unready: 1,
             victim: Victim::Unready,
             pdbs: vec![(int(3), None, Some("AlwaysAllow"))],
-            everything: false,
+            selector: Sel::App,
         },
         // A Ready pod beside an unready one, AlwaysAllow: the policy is for unready pods only.
         Case {
@@ -251,7 +303,7 @@ fn cases() -> Vec<Case> {
             unready: 1,
             victim: Victim::Ready,
             pdbs: vec![(int(2), None, Some("AlwaysAllow"))],
-            everything: false,
+            selector: Sel::App,
         },
         // Two PDBs over one pod: the apiserver's own 500.
         Case {
@@ -260,7 +312,43 @@ fn cases() -> Vec<Case> {
             unready: 0,
             victim: Victim::Ready,
             pdbs: vec![(int(1), None, None), (int(0), None, None)],
-            everything: false,
+            selector: Sel::App,
+        },
+        // A Terminating pod is let go whatever the budget (3 of 3 needed).
+        Case {
+            app: "terminating",
+            replicas: 3,
+            unready: 0,
+            victim: Victim::Terminating,
+            pdbs: vec![(int(3), None, None)],
+            selector: Sel::App,
+        },
+        // Bare pods (no Deployment) under a blocking PDB: the apiserver's own 429.
+        Case {
+            app: "bare",
+            replicas: 3,
+            unready: 0,
+            victim: Victim::Bare,
+            pdbs: vec![(int(3), None, None)],
+            selector: Sel::App,
+        },
+        // matchExpressions: NotIn selects pods without the label; room for one.
+        Case {
+            app: "notin",
+            replicas: 3,
+            unready: 0,
+            victim: Victim::Ready,
+            pdbs: vec![(int(2), None, None)],
+            selector: Sel::Exprs(vec![("tier", "NotIn", vec!["canary"])]),
+        },
+        // matchExpressions: DoesNotExist selects them too; 3 of 3 needed.
+        Case {
+            app: "noexist",
+            replicas: 3,
+            unready: 0,
+            victim: Victim::Ready,
+            pdbs: vec![(int(3), None, None)],
+            selector: Sel::Exprs(vec![("tier", "DoesNotExist", vec![])]),
         },
     ]
 }
@@ -270,11 +358,7 @@ async fn set_up(ns: &TestNs, c: &Case) -> String {
     let (pdbs, deps): (Api<PodDisruptionBudget>, Api<Deployment>) = (ns.api(), ns.api());
     for (i, (min, max, policy)) in c.pdbs.iter().enumerate() {
         let name = format!("{}-{i}", c.app);
-        let mut pdb = if c.everything {
-            user_pdb_over(&name, &[], min.clone(), max.clone())
-        } else {
-            user_pdb(&name, c.app, min.clone(), max.clone())
-        };
+        let mut pdb = case_pdb(&name, c.app, &c.selector, min.clone(), max.clone());
         if let Some(spec) = pdb.spec.as_mut() {
             spec.unhealthy_pod_eviction_policy = policy.map(str::to_string);
         }
@@ -287,6 +371,30 @@ async fn set_up(ns: &TestNs, c: &Case) -> String {
         if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
             spec.node_selector = Some(BTreeMap::from([("no-such-node".into(), "x".into())]));
         }
+    }
+    if c.victim == Victim::Terminating {
+        if let Some(meta) = d.spec.as_mut().map(|s| &mut s.template.metadata) {
+            meta.get_or_insert_with(Default::default).finalizers = Some(vec![HOLD.into()]);
+        }
+    }
+    if c.victim == Victim::Bare {
+        // The Deployment's pod, made by hand: no owner.
+        let pods: Api<Pod> = ns.api();
+        let template = d.spec.map(|s| s.template).unwrap_or_default();
+        for i in 0..c.replicas {
+            let mut meta = template.metadata.clone().unwrap_or_default();
+            meta.name = Some(format!("{}-{i}", c.app));
+            let pod = Pod {
+                metadata: meta,
+                spec: template.spec.clone(),
+                status: None,
+            };
+            pods.create(&PostParams::default(), &pod)
+                .await
+                .unwrap_or_else(|e| panic!("create a bare pod of {}: {e}", c.app));
+        }
+        wait_ready(ns, c.app, c.replicas as usize).await;
+        return a_ready_pod(ns, c.app).await;
     }
     deps.create(&PostParams::default(), &d)
         .await
@@ -325,6 +433,16 @@ async fn set_up(ns: &TestNs, c: &Case) -> String {
     }
     match c.victim {
         Victim::Unready => unready[0].clone(),
+        Victim::Terminating => {
+            let victim = a_ready_pod(ns, c.app).await;
+            let pods: Api<Pod> = ns.api();
+            pods.delete(&victim, &Default::default())
+                .await
+                .unwrap_or_else(|e| panic!("delete {victim}: {e}"));
+            // Held by the finalizer; its replacement Ready beside it.
+            wait_ready(ns, c.app, c.replicas as usize).await;
+            victim
+        }
         _ => a_ready_pod(ns, c.app).await,
     }
 }
@@ -340,6 +458,8 @@ async fn counted(ns: &TestNs, c: &Case) {
         Victim::Pending => 0,
         _ => c.replicas - c.unready as i32,
     };
+    // A Terminating pod is still one of the PDB's pods (its replacement beside it).
+    let expected = c.replicas + i32::from(c.victim == Victim::Terminating);
     for i in 0..c.pdbs.len() {
         wait_pdb(
             ns,
@@ -348,7 +468,7 @@ async fn counted(ns: &TestNs, c: &Case) {
             |p| {
                 p.status.as_ref().is_some_and(|s| {
                     s.current_healthy == healthy
-                        && s.expected_pods == c.replicas
+                        && s.expected_pods == expected
                         && s.observed_generation == p.metadata.generation
                 })
             },
@@ -385,6 +505,10 @@ async fn compare(prefix: &str, cases: Vec<Case>, answers: &[&str]) {
     )
     .await;
     let with = TestNs::new(&format!("{prefix}-on")).await;
+    let _release = (
+        ReleasePods(alone.name.clone()),
+        ReleasePods(with.name.clone()),
+    );
     let mut victims = Vec::new();
     for c in &cases {
         victims.push((set_up(&alone, c).await, set_up(&with, c).await));
@@ -455,7 +579,7 @@ async fn an_empty_selector_protects_every_pod_for_both() {
         unready: 0,
         victim: Victim::Ready,
         pdbs: vec![(Some(IntOrString::Int(min)), None, None)],
-        everything: true,
+        selector: Sel::Everything,
     };
     compare("e2e-agree-all", vec![c("all", 3)], &["alone 429"]).await;
     compare("e2e-agree-room", vec![c("room", 2)], &["alone 201"]).await;

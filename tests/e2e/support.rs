@@ -1321,3 +1321,24 @@ impl AvailabilityWatcher {
         }
     }
 }
+
+/// Takes the test's finalizer off every pod of the namespace on drop, so
+/// the namespace can go whatever the test did.
+pub struct ReleasePods(pub String);
+
+impl Drop for ReleasePods {
+    fn drop(&mut self) {
+        let out = kubectl(&["-n", &self.0, "get", "pods", "-o", "name"]);
+        for pod in String::from_utf8_lossy(&out.stdout).lines() {
+            let _ = kubectl(&[
+                "-n",
+                &self.0,
+                "patch",
+                pod,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+        }
+    }
+}

@@ -816,27 +816,6 @@ async fn a_rollout_started_mid_surge_completes_and_the_surge_reverts() {
     );
 }
 
-/// Takes the test's finalizer off every pod of the namespace on drop, so
-/// the namespace can go whatever the test did.
-struct ReleasePods(String);
-
-impl Drop for ReleasePods {
-    fn drop(&mut self) {
-        let out = kubectl(&["-n", &self.0, "get", "pods", "-o", "name"]);
-        for pod in String::from_utf8_lossy(&out.stdout).lines() {
-            let _ = kubectl(&[
-                "-n",
-                &self.0,
-                "patch",
-                pod,
-                "--type=merge",
-                "-p",
-                r#"{"metadata":{"finalizers":null}}"#,
-            ]);
-        }
-    }
-}
-
 /// 11. The evicted pods stay Terminating on the cordoned node (a finalizer
 ///     that never clears, a volume that never detaches): they are leaving,
 ///     so they are not displaced, and the surge goes back to 3 after the
