@@ -165,9 +165,6 @@ struct Case {
     selector: Sel,
 }
 
-/// The test's finalizer, on a case's pods when its victim is `Terminating`.
-const HOLD: &str = "e2e.eviction-autoscaler.test/hold";
-
 /// `app`'s PDB `name` over its pods as `sel` says.
 fn case_pdb(
     name: &str,
@@ -374,7 +371,8 @@ async fn set_up(ns: &TestNs, c: &Case) -> String {
     }
     if c.victim == Victim::Terminating {
         if let Some(meta) = d.spec.as_mut().map(|s| &mut s.template.metadata) {
-            meta.get_or_insert_with(Default::default).finalizers = Some(vec![HOLD.into()]);
+            meta.get_or_insert_with(Default::default).finalizers =
+                Some(vec![HOLD_FINALIZER.into()]);
         }
     }
     if c.victim == Victim::Bare {

@@ -19,10 +19,11 @@ use k8s_openapi::api::autoscaling::v2::{
     CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec,
 };
 use k8s_openapi::api::core::v1::{
-    Container, Namespace, Pod, PodSpec, PodTemplateSpec, ServiceAccount,
+    Container, Namespace, ObjectReference, Pod, PodSpec, PodTemplateSpec, ServiceAccount,
 };
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, MicroTime, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -81,9 +82,24 @@ fn deployed() -> &'static WebhookInfo {
             "namespace",
             "-l",
             &format!("{E2E_LABEL}=true"),
-            "--wait=true",
-            "--timeout=120s",
+            "--wait=false",
         ]);
+        // Their pods held by the tests' finalizer would keep them forever.
+        for _ in 0..120 {
+            let left = kubectl(&[
+                "get",
+                "namespace",
+                "-l",
+                &format!("{E2E_LABEL}=true"),
+                "-o",
+                "name",
+            ]);
+            if String::from_utf8_lossy(&left.stdout).trim().is_empty() {
+                break;
+            }
+            release_held_pods();
+            std::thread::sleep(Duration::from_secs(1));
+        }
         info
     })
 }
@@ -1322,6 +1338,40 @@ impl AvailabilityWatcher {
     }
 }
 
+/// The finalizer tests put on pods to keep them Terminating.
+pub const HOLD_FINALIZER: &str = "e2e.eviction-autoscaler.test/hold";
+
+/// Takes [`HOLD_FINALIZER`] off every pod of the cluster that carries it
+/// (pods of namespaces kept by failed runs, deleted at the next start).
+fn release_held_pods() {
+    let out = kubectl(&[
+        "get",
+        "pods",
+        "-A",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name} {.metadata.finalizers}{\"\\n\"}{end}",
+    ]);
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut parts = line.splitn(3, ' ');
+        let (Some(ns), Some(name), Some(finalizers)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if finalizers.contains(HOLD_FINALIZER) {
+            let _ = kubectl(&[
+                "-n",
+                ns,
+                "patch",
+                "pod",
+                name,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+        }
+    }
+}
+
 /// Takes the test's finalizer off every pod of the namespace on drop, so
 /// the namespace can go whatever the test did.
 pub struct ReleasePods(pub String);
@@ -1341,4 +1391,96 @@ impl Drop for ReleasePods {
             ]);
         }
     }
+}
+
+/// A ValidatingWebhookConfiguration on Events of one namespace, pointing at
+/// a port that accepts connections and never answers; deleted on drop.
+pub struct SlowEvents {
+    name: String,
+    _hole: std::net::TcpListener,
+}
+
+impl SlowEvents {
+    /// Installed, and an Event in `ns` seen taking about `delay` (whole
+    /// seconds: the webhook's timeoutSeconds), else this test could not fail.
+    pub async fn install(test_ns: &TestNs, delay: Duration) -> SlowEvents {
+        let ns = test_ns.name.as_str();
+        // Bound and never accepted: the kernel completes the TCP handshake
+        // (backlog), the TLS handshake never comes.
+        let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = hole.local_addr().expect("addr").port();
+        let name = format!("e2e-slow-events-{ns}");
+        let config = serde_json::json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": "slow-events.e2e.local",
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}/")},
+                "rules": [{
+                    "apiGroups": ["", "events.k8s.io"], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["events"]
+                }],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": delay.as_secs()
+            }]
+        });
+        let path = std::env::temp_dir().join(format!("{name}.json"));
+        std::fs::write(&path, config.to_string()).expect("write webhook config");
+        kubectl_ok(&["apply", "-f", &path_str(&path)]);
+        let slow = SlowEvents { name, _hole: hole };
+        let mut took = Duration::ZERO;
+        for n in 0..20 {
+            took = time_one_event(test_ns, n).await;
+            if took >= delay - Duration::from_millis(500) {
+                return slow;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!("the webhook on Events does not slow them: {took:?}");
+    }
+}
+
+impl Drop for SlowEvents {
+    fn drop(&mut self) {
+        let _ = kubectl(&[
+            "delete",
+            "validatingwebhookconfiguration",
+            &self.name,
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+/// Creates an Event in `ns` and returns how long the apiserver took.
+async fn time_one_event(ns: &TestNs, n: usize) -> Duration {
+    let api: Api<Event> = ns.api();
+    let ev = Event {
+        metadata: ObjectMeta {
+            name: Some(format!("probe-{n}")),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some("probe".into()),
+            namespace: Some(ns.name.clone()),
+            ..Default::default()
+        }),
+        reporting_controller: Some("e2e/probe".into()),
+        reporting_instance: Some("e2e".into()),
+        action: Some("Probe".into()),
+        reason: Some("Probe".into()),
+        type_: Some("Normal".into()),
+        ..Default::default()
+    };
+    let t = Instant::now();
+    api.create(&PostParams::default(), &ev)
+        .await
+        .expect("create probe Event");
+    t.elapsed()
 }

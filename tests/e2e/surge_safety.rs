@@ -822,7 +822,6 @@ async fn a_rollout_started_mid_surge_completes_and_the_surge_reverts() {
 ///     cooldown with the node still cordoned and those pods still there.
 #[tokio::test]
 async fn pods_stuck_terminating_on_a_cordoned_node_do_not_hold_the_surge() {
-    const FINALIZER: &str = "e2e.eviction-autoscaler.test/hold";
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-stuck").await;
     let _release = ReleasePods(ns.name.clone());
@@ -832,7 +831,7 @@ async fn pods_stuck_terminating_on_a_cordoned_node_do_not_hold_the_surge() {
         spec.template
             .metadata
             .get_or_insert_with(Default::default)
-            .finalizers = Some(vec![FINALIZER.into()]);
+            .finalizers = Some(vec![HOLD_FINALIZER.into()]);
     }
     create_deployment(&ns, &d).await;
     ready_on(&ns, "st", 3, node).await;

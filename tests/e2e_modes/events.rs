@@ -213,3 +213,57 @@ async fn pod_updates_plan_nothing_and_a_change_plans_only_its_namespace() {
         spaces.len() - 1
     ));
 }
+
+/// An Event owed when SIGTERM comes is sent before the process exits
+/// (run.rs flushes the Events, 2 s at most, before it closes the
+/// listener). Events in the namespace take 1 s here (a webhook that never
+/// answers, `SlowEvents`), so the surge's Event is still on its way when
+/// the signal arrives; SHUTDOWN_DELAY is 0 s in e2e, so nothing else keeps
+/// the process alive for it.
+#[tokio::test]
+async fn an_event_owed_at_sigterm_is_sent_before_exit() {
+    let _g = nodes_lock().await;
+    let wh = restart_server(&[]);
+    let ns = TestNs::new("e2e-flush").await;
+    let node = "kwok-node-1";
+    let deps: Api<Deployment> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &pinned_to(deployment("fl", 1, None), node),
+    )
+    .await
+    .expect("create Deployment");
+    wait_ready(&ns, "fl", 1).await;
+    wait_pdb_blocking(&ns, "fl", 1).await;
+    let _slow = SlowEvents::install(&ns, Duration::from_secs(1)).await;
+
+    kubectl_ok(&["cordon", node]);
+    wait_deployment(&ns, "fl", 2, true, Duration::from_secs(30)).await;
+    assert_eq!(
+        event_count(&ns.name, "SurgeStarted"),
+        0,
+        "the Event was sent before the signal: this run cannot tell"
+    );
+    let pid = wh.pid().to_string();
+    let signalled = std::time::Instant::now();
+    signal(&pid, "TERM");
+    wait_for("the server gone", Duration::from_secs(15), || async {
+        (!signal(&pid, "0")).then_some(())
+    })
+    .await;
+    let exited = signalled.elapsed();
+    let sent = event_count(&ns.name, "SurgeStarted");
+    let _ = restart_server(&[]);
+    assert_eq!(
+        sent, 1,
+        "the SurgeStarted Event owed at SIGTERM (the server exited {exited:?} after it)"
+    );
+}
+
+/// `kill -<sig> <pid>`; whether it succeeded.
+fn signal(pid: &str, sig: &str) -> bool {
+    std::process::Command::new("kill")
+        .args([&format!("-{sig}"), pid])
+        .status()
+        .is_ok_and(|s| s.success())
+}
