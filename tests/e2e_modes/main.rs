@@ -975,3 +975,83 @@ async fn a_followers_blocked_eviction_surges_through_the_leader() {
     .await;
     follower.terminate();
 }
+
+/// ZERO_SURGE_OVERRIDE (behaviour.md sections 1 and 5). A Deployment whose
+/// strategy allows no surge (Recreate) gets none by default: the
+/// EvictionAutoScaler is Degraded and the eviction's 429 says why. With the
+/// override at 1, the same cordon surges it by one, and the uncordon takes
+/// it back to exactly its baseline.
+#[tokio::test]
+async fn zero_surge_override_surges_a_recreate_deployment() {
+    let _g = nodes_lock().await;
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("e2e-zso").await;
+    let node = "kwok-node-0";
+    let mut d = deployment("rc", 2, Some(node));
+    if let Some(spec) = d.spec.as_mut() {
+        spec.strategy = Some(DeploymentStrategy {
+            type_: Some("Recreate".into()),
+            rolling_update: None,
+        });
+    }
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &d)
+        .await
+        .expect("create Deployment");
+    let pods = wait_ready(&ns, "rc", 2).await;
+    assert!(
+        nodes_of(&pods).iter().all(|n| n == node),
+        "both pods on {node}: {:?}",
+        nodes_of(&pods)
+    );
+    wait_pdb_blocking(&ns, "rc", 2).await;
+
+    // Without the override: no surge, and both say why.
+    kubectl_ok(&["cordon", node]);
+    let eas = || {
+        kubectl_ok(&[
+            "-n",
+            &ns.name,
+            "get",
+            "evictionautoscalers.eviction-autoscaler.azure.com",
+            "rc",
+            "-o",
+            "yaml",
+        ])
+    };
+    wait_for(
+        "Degraded: SurgeImpossible because of Recreate",
+        Duration::from_secs(30),
+        || async {
+            let y = eas();
+            (y.contains("reason: SurgeImpossible") && y.contains("Recreate")).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(deployment_state(&ns, "rc").await, (2, Some(false)), "no surge");
+    let victim = pods[0].metadata.name.clone().unwrap_or_default();
+    let refused = pods_without_retry(&ns)
+        .await
+        .evict(&victim, &Default::default())
+        .await;
+    match refused {
+        Err(kube::Error::Api(s)) => assert!(
+            s.code == 429 && s.message.contains("Recreate"),
+            "the 429 says why: {s:?}"
+        ),
+        other => panic!("eviction of {victim} not refused: {other:?}"),
+    }
+    uncordon(node);
+
+    // With the override: one more replica, then back to exactly 2.
+    let _ = restart_server(&[("ZERO_SURGE_OVERRIDE", "1")]);
+    kubectl_ok(&["cordon", node]);
+    wait_deployment(&ns, "rc", 3, true, Duration::from_secs(30)).await;
+    wait_for("Degraded cleared", Duration::from_secs(30), || async {
+        (!eas().contains("reason: SurgeImpossible")).then_some(())
+    })
+    .await;
+    uncordon(node);
+    assert_settled_at(&ns, "rc", 2, Duration::from_secs(60)).await;
+    let _ = restart_server(&[]);
+}
