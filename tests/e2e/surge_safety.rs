@@ -919,8 +919,12 @@ async fn eviction_autoscaler_deleted_mid_surge_the_surge_still_reverts() {
     let ns = TestNs::new("e2e-ss-easgone").await;
     let node = "kwok-node-1";
     let watch = surged_on(&ns, "eg", node).await;
-    let before = eviction_autoscalers(&ns.name);
-    assert_eq!(before, vec!["eg".to_string()], "one EvictionAutoScaler");
+    wait_for(
+        "one EvictionAutoScaler",
+        Duration::from_secs(30),
+        || async { (eviction_autoscalers(&ns.name) == ["eg"]).then_some(()) },
+    )
+    .await;
     let uid = || {
         kubectl(&[
             "-n",

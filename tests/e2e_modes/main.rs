@@ -1028,7 +1028,11 @@ async fn zero_surge_override_surges_a_recreate_deployment() {
         },
     )
     .await;
-    assert_eq!(deployment_state(&ns, "rc").await, (2, Some(false)), "no surge");
+    assert_eq!(
+        deployment_state(&ns, "rc").await,
+        (2, Some(false)),
+        "no surge"
+    );
     let victim = pods[0].metadata.name.clone().unwrap_or_default();
     let refused = pods_without_retry(&ns)
         .await
