@@ -1137,6 +1137,20 @@ pub async fn owned_pdbs(ns: &TestNs) -> Vec<String> {
         .collect()
 }
 
+/// `kubectl get` of the EvictionAutoScaler `name` in `ns`, `-o <output>`
+/// (`yaml`, `jsonpath=...`); the raw output, so a missing one is seen.
+pub fn eas_get(ns: &str, name: &str, output: &str) -> Output {
+    kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "evictionautoscalers.eviction-autoscaler.azure.com",
+        name,
+        "-o",
+        output,
+    ])
+}
+
 /// Names of the EvictionAutoScalers in the namespace.
 pub fn eviction_autoscalers(ns: &str) -> Vec<String> {
     kubectl_ok(&[

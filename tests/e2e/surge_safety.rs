@@ -925,17 +925,7 @@ async fn eviction_autoscaler_deleted_mid_surge_the_surge_still_reverts() {
         || async { (eviction_autoscalers(&ns.name) == ["eg"]).then_some(()) },
     )
     .await;
-    let uid = || {
-        kubectl(&[
-            "-n",
-            &ns.name,
-            "get",
-            "evictionautoscalers.eviction-autoscaler.azure.com",
-            "eg",
-            "-o",
-            "jsonpath={.metadata.uid}",
-        ])
-    };
+    let uid = || eas_get(&ns.name, "eg", "jsonpath={.metadata.uid}");
     let old_uid = String::from_utf8_lossy(&uid().stdout).to_string();
     kubectl_ok(&[
         "-n",
@@ -962,17 +952,9 @@ async fn eviction_autoscaler_deleted_mid_surge_the_surge_still_reverts() {
     assert_settled_at(&ns, "eg", 3, REVERT_TIMEOUT).await;
     let min = watch.finish().await;
     assert!(min >= 3, "Ready pods went down to {min}");
-    let baseline = kubectl_ok(&[
-        "-n",
-        &ns.name,
-        "get",
-        "evictionautoscalers.eviction-autoscaler.azure.com",
-        "eg",
-        "-o",
-        "jsonpath={.status.minReplicas}",
-    ]);
+    let baseline = eas_get(&ns.name, "eg", "jsonpath={.status.minReplicas}");
     assert_eq!(
-        baseline.trim(),
+        String::from_utf8_lossy(&baseline.stdout).trim(),
         "3",
         "the new EvictionAutoScaler's baseline"
     );

@@ -1008,17 +1008,7 @@ async fn zero_surge_override_surges_a_recreate_deployment() {
 
     // Without the override: no surge, and both say why.
     kubectl_ok(&["cordon", node]);
-    let eas = || {
-        kubectl_ok(&[
-            "-n",
-            &ns.name,
-            "get",
-            "evictionautoscalers.eviction-autoscaler.azure.com",
-            "rc",
-            "-o",
-            "yaml",
-        ])
-    };
+    let eas = || String::from_utf8_lossy(&eas_get(&ns.name, "rc", "yaml").stdout).to_string();
     wait_for(
         "Degraded: SurgeImpossible because of Recreate",
         Duration::from_secs(30),
