@@ -528,6 +528,12 @@ async fn compare(prefix: &str, cases: Vec<Case>, answers: &[&str]) {
             "{}: the webhook refused out of scope",
             c.app
         );
+        // Pods no Deployment owns pass through untouched (behaviour.md section 2).
+        assert!(
+            !(c.victim == Victim::Bare && by_webhook),
+            "{}: the webhook refused a pod no Deployment owns",
+            c.app
+        );
         let agrees = match code_alone {
             201 => code_with == 201,
             429 => code_with == 429 || code_with == 201,
