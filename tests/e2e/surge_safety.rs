@@ -988,3 +988,89 @@ async fn a_users_scale_to_zero_mid_surge_is_kept() {
         event_log(&ns.name)
     );
 }
+
+/// 15. The user's PDB is edited mid-surge so that it no longer selects the
+///     surged Deployment's pods (its selector now names another app). For
+///     the Deployment that is a PDB gone: one PDB of ours takes its place
+///     (minAvailable 3, the baseline, not the surge's 6), never two over
+///     the pods, and the surge goes back to exactly 3.
+#[tokio::test]
+async fn user_pdb_selector_edited_away_mid_surge_reverts_with_one_pdb() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-pdbaway").await;
+    let node = "kwok-node-1";
+    create_pdb(
+        &ns,
+        &user_pdb("sel-user", "sel", Some(IntOrString::Int(3)), None),
+    )
+    .await;
+    create_deployment(&ns, &on_node("sel", 3, node)).await;
+    ready_on(&ns, "sel", 3, node).await;
+    wait_pdb_blocking(&ns, "sel-user", 3).await;
+    let watch = AvailabilityWatcher::start(&ns, "sel");
+    cordon_and_wait_surge(&ns, node, &[("sel", 6)]).await;
+
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let away = json!({"spec": {"selector": {"matchLabels": {"app": "someone-else"}}}});
+    pdbs.patch("sel-user", &PatchParams::default(), &Patch::Merge(&away))
+        .await
+        .expect("edit the user's PDB selector");
+    let ours = wait_pdb(&ns, "sel", "our PDB in its place at minAvailable 3", |p| {
+        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(3))
+    })
+    .await;
+    assert!(is_owned(&ours), "the new PDB is ours");
+    uncordon(node);
+
+    assert_settled_at(&ns, "sel", 3, REVERT_TIMEOUT).await;
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+    // One PDB over the pods: ours; the user's selects none of them.
+    let over: Vec<String> = pdbs
+        .list(&ListParams::default())
+        .await
+        .expect("list PDBs")
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .and_then(|s| s.match_labels.as_ref())
+                .and_then(|l| l.get("app"))
+                .is_some_and(|a| a == "sel")
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert_eq!(over, vec!["sel".to_string()], "one PDB over the pods");
+    let user = pdbs.get("sel-user").await.expect("the user's PDB");
+    assert_eq!(
+        user.spec.and_then(|s| s.min_available),
+        Some(IntOrString::Int(3)),
+        "the user's PDB as they left it"
+    );
+}
+
+/// 16. The surged Deployment is deleted mid-surge (a GitOps prune). Nothing
+///     of ours is left behind: its PDB and EvictionAutoScaler go, and are
+///     not made again once the node is uncordoned.
+#[tokio::test]
+async fn deployment_deleted_mid_surge_leaves_nothing_of_ours() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-depgone").await;
+    let node = "kwok-node-2";
+    let _watch = surged_on(&ns, "dg", node).await;
+    let deps: Api<Deployment> = ns.api();
+    deps.delete("dg", &DeleteParams::background())
+        .await
+        .expect("delete Deployment dg");
+    wait_gone(&deps, "dg", "Deployment dg gone", Duration::from_secs(30)).await;
+    wait_nothing_of_ours(&ns, "our PDB and EvictionAutoScaler of dg gone").await;
+    uncordon(node);
+    // Past a cooldown and a few worker passes: nothing made again.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        owned_pdbs(&ns).await.is_empty() && eviction_autoscalers(&ns.name).is_empty(),
+        "something of ours came back"
+    );
+}
