@@ -1074,3 +1074,62 @@ async fn deployment_deleted_mid_surge_leaves_nothing_of_ours() {
         "something of ours came back"
     );
 }
+
+/// 17. A Deployment is added mid-surge under the user's PDB that the surged
+///     one is under (`tier=web` over both): the PDB now counts the new pods
+///     too. No PDB of ours is made for either (one budget over the pods),
+///     the newcomer is never surged (none of its pods is displaced), and the
+///     surged one goes back to exactly 3.
+#[tokio::test]
+async fn a_deployment_added_mid_surge_under_the_same_pdb() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-added").await;
+    let node = "kwok-node-0";
+    create_pdb(
+        &ns,
+        &user_pdb_over(
+            "tier-web",
+            &[("tier", "web")],
+            Some(IntOrString::Int(3)),
+            None,
+        ),
+    )
+    .await;
+    create_deployment(
+        &ns,
+        &template_label(on_node("first", 3, node), "tier", "web"),
+    )
+    .await;
+    ready_on(&ns, "first", 3, node).await;
+    wait_pdb_blocking(&ns, "tier-web", 3).await;
+    let watch = AvailabilityWatcher::start(&ns, "first");
+    cordon_and_wait_surge(&ns, node, &[("first", 6)]).await;
+
+    // Its pods prefer the cordoned node and land on the others.
+    create_deployment(
+        &ns,
+        &template_label(on_node("later", 2, node), "tier", "web"),
+    )
+    .await;
+    wait_ready(&ns, "later", 2).await;
+    wait_pdb(&ns, "tier-web", "8 pods counted", |p| {
+        p.status.as_ref().is_some_and(|s| s.expected_pods == 8)
+    })
+    .await;
+    uncordon(node);
+
+    assert_settled_at(&ns, "first", 3, REVERT_TIMEOUT).await;
+    assert_eq!(deployment_state(&ns, "later").await, (2, Some(false)));
+    assert!(
+        owned_pdbs(&ns).await.is_empty(),
+        "a PDB of ours beside the user's"
+    );
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+    assert_eq!(
+        event_total(&ns.name, "SurgeStarted"),
+        1,
+        "one surge, of the first:\n{}",
+        event_log(&ns.name)
+    );
+}
