@@ -23,7 +23,7 @@ mkdir -p "$LOGS"
 # control plane that comes back hurt then costs that test only.
 #   e2e, e2e_modes, chaos, restarts
 SUITES="${SUITES:-e2e e2e_modes chaos restarts}"
-declare -A DEADLINE=([e2e]=1200 [e2e_modes]=900 [chaos]=900 [restarts]=600)
+declare -A DEADLINE=([e2e]=1500 [e2e_modes]=900 [chaos]=900 [restarts]=600)
 # SUITE_DEADLINE=<s> sets one deadline for all (to try this script out).
 if [[ -n "${SUITE_DEADLINE:-}" ]]; then for k in "${!DEADLINE[@]}"; do DEADLINE[$k]=$SUITE_DEADLINE; done; fi
 declare -A BIN=([e2e]=e2e [e2e_modes]=e2e_modes [chaos]=chaos [restarts]=chaos)
