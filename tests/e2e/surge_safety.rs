@@ -68,6 +68,17 @@ async fn create_pdb(ns: &TestNs, p: &PodDisruptionBudget) {
         .unwrap_or_else(|e| panic!("create PDB {:?}: {e}", p.metadata.name));
 }
 
+/// The user's PDB `tier-web` (minAvailable `min`) over every pod labelled `tier=web`.
+async fn create_tier_web_pdb(ns: &TestNs, min: i32) {
+    let pdb = user_pdb_over(
+        "tier-web",
+        &[("tier", "web")],
+        Some(IntOrString::Int(min)),
+        None,
+    );
+    create_pdb(ns, &pdb).await;
+}
+
 /// `n` Ready pods of `app`, all on `node` (so a cordon displaces every one).
 async fn ready_on(ns: &TestNs, app: &str, n: usize, node: &str) {
     let pods = wait_ready(ns, app, n).await;
@@ -277,16 +288,7 @@ async fn pdb_over_two_deployments_is_sized_with_all_its_pods() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-twodeps").await;
     let node = "kwok-node-0";
-    create_pdb(
-        &ns,
-        &user_pdb_over(
-            "tier-web",
-            &[("tier", "web")],
-            Some(IntOrString::Int(5)),
-            None,
-        ),
-    )
-    .await;
+    create_tier_web_pdb(&ns, 5).await;
     for (name, replicas) in [("a", 3), ("b", 2)] {
         let d = rolling_max_surge(deployment(name, replicas, Some(node)), IntOrString::Int(1));
         create_deployment(&ns, &template_label(d, "tier", "web")).await;
@@ -1085,16 +1087,7 @@ async fn a_deployment_added_mid_surge_under_the_same_pdb() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-ss-added").await;
     let node = "kwok-node-0";
-    create_pdb(
-        &ns,
-        &user_pdb_over(
-            "tier-web",
-            &[("tier", "web")],
-            Some(IntOrString::Int(3)),
-            None,
-        ),
-    )
-    .await;
+    create_tier_web_pdb(&ns, 3).await;
     create_deployment(
         &ns,
         &template_label(on_node("first", 3, node), "tier", "web"),
