@@ -376,14 +376,14 @@ async fn set_up(ns: &TestNs, c: &Case) -> String {
         }
     }
     if c.victim == Victim::Bare {
-        // The Deployment's pod, made by hand: no owner.
+        // The Deployment's pods, made by hand: no owner.
         let pods: Api<Pod> = ns.api();
         let template = d.spec.map(|s| s.template).unwrap_or_default();
         for i in 0..c.replicas {
-            let mut meta = template.metadata.clone().unwrap_or_default();
-            meta.name = Some(format!("{}-{i}", c.app));
+            let mut metadata = template.metadata.clone().unwrap_or_default();
+            metadata.name = Some(format!("{}-{i}", c.app));
             let pod = Pod {
-                metadata: meta,
+                metadata,
                 spec: template.spec.clone(),
                 status: None,
             };
@@ -391,12 +391,11 @@ async fn set_up(ns: &TestNs, c: &Case) -> String {
                 .await
                 .unwrap_or_else(|e| panic!("create a bare pod of {}: {e}", c.app));
         }
-        wait_ready(ns, c.app, c.replicas as usize).await;
-        return a_ready_pod(ns, c.app).await;
+    } else {
+        deps.create(&PostParams::default(), &d)
+            .await
+            .unwrap_or_else(|e| panic!("create Deployment {}: {e}", c.app));
     }
-    deps.create(&PostParams::default(), &d)
-        .await
-        .unwrap_or_else(|e| panic!("create Deployment {}: {e}", c.app));
     if c.victim == Victim::Pending {
         let pods: Api<Pod> = ns.api();
         return wait_for(

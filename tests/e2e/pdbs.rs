@@ -27,13 +27,6 @@ fn min_available(p: &PodDisruptionBudget) -> Option<IntOrString> {
     p.spec.as_ref()?.min_available.clone()
 }
 
-async fn wait_min(ns: &TestNs, name: &str, want: i32) -> PodDisruptionBudget {
-    wait_pdb(ns, name, &format!("minAvailable {want}"), |p| {
-        min_available(p) == Some(IntOrString::Int(want))
-    })
-    .await
-}
-
 async fn absent_for(ns: &TestNs, name: &str, how_long: Duration) {
     let deadline = std::time::Instant::now() + how_long;
     while std::time::Instant::now() < deadline {

@@ -883,13 +883,20 @@ fn start_server(env: &[(&str, &str)]) -> WebhookInfo {
     WebhookInfo { state, port }
 }
 
+/// `kill -<sig> <pid>` (`0` only asks whether the process is there);
+/// whether it succeeded.
+pub fn signal(pid: &str, sig: &str) -> bool {
+    Command::new("kill")
+        .args([&format!("-{sig}"), pid])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// SIGTERM, then SIGKILL if the process still runs after 10 s: a replica
 /// holding the Lease releases it, so the next server need not wait for it
 /// to expire.
 pub fn terminate(c: &mut Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &c.id().to_string()])
-        .status();
+    signal(&c.id().to_string(), "TERM");
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(Some(_)) = c.try_wait() {
@@ -1096,6 +1103,17 @@ pub async fn assert_settled_at(ns: &TestNs, name: &str, baseline: i32, timeout: 
         (baseline, Some(false)),
         "Deployment {name} did not stay at its baseline {baseline} without markers"
     );
+}
+
+/// Waits until PDB `name` has `minAvailable: want` (an int); returns it.
+pub async fn wait_min(ns: &TestNs, name: &str, want: i32) -> PodDisruptionBudget {
+    wait_pdb(
+        ns,
+        name,
+        &format!("PDB {name} at minAvailable {want}"),
+        |p| p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(want)),
+    )
+    .await
 }
 
 /// The PDB's status is current and it allows no disruption with `healthy` pods.
@@ -1372,18 +1390,22 @@ fn release_held_pods() {
             continue;
         };
         if finalizers.contains(HOLD_FINALIZER) {
-            let _ = kubectl(&[
-                "-n",
-                ns,
-                "patch",
-                "pod",
-                name,
-                "--type=merge",
-                "-p",
-                r#"{"metadata":{"finalizers":null}}"#,
-            ]);
+            drop_finalizers(ns, &format!("pod/{name}"));
         }
     }
+}
+
+/// Removes every finalizer of `object` (`pod/<name>`) in `ns`.
+fn drop_finalizers(ns: &str, object: &str) {
+    let _ = kubectl(&[
+        "-n",
+        ns,
+        "patch",
+        object,
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
 }
 
 /// Takes the test's finalizer off every pod of the namespace on drop, so
@@ -1394,15 +1416,7 @@ impl Drop for ReleasePods {
     fn drop(&mut self) {
         let out = kubectl(&["-n", &self.0, "get", "pods", "-o", "name"]);
         for pod in String::from_utf8_lossy(&out.stdout).lines() {
-            let _ = kubectl(&[
-                "-n",
-                &self.0,
-                "patch",
-                pod,
-                "--type=merge",
-                "-p",
-                r#"{"metadata":{"finalizers":null}}"#,
-            ]);
+            drop_finalizers(&self.0, pod);
         }
     }
 }

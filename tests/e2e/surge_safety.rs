@@ -391,10 +391,7 @@ async fn hpa_added_mid_surge_reverts_to_the_baseline() {
         .await
         .expect("create HPA");
     // Let the product see the HPA while the node is still cordoned.
-    wait_pdb(&ns, "hl", "our PDB follows the HPA minimum", |p| {
-        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(2))
-    })
-    .await;
+    wait_min(&ns, "hl", 2).await;
     uncordon(node);
 
     assert_settled_at(&ns, "hl", 3, REVERT_TIMEOUT).await;
@@ -770,10 +767,7 @@ async fn a_cordoned_node_deleted_mid_surge_the_surge_still_reverts() {
     // 40 s quarantine, so this revert did not wait for their removal.
     wait_deployment(&ns, "ng", 3, false, Duration::from_secs(30)).await;
     assert_settled_at(&ns, "ng", 3, REVERT_TIMEOUT).await;
-    let pdb = wait_pdb(&ns, "ng", "our PDB still at minAvailable 3", |p| {
-        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(3))
-    })
-    .await;
+    let pdb = wait_min(&ns, "ng", 3).await;
     assert!(is_owned(&pdb), "the PDB is ours");
 }
 
@@ -805,10 +799,7 @@ async fn a_rollout_started_mid_surge_completes_and_the_surge_reverts() {
     assert_settled_at(&ns, "ro", 3, REVERT_TIMEOUT).await;
     let min = watch.finish().await;
     assert!(min >= 3, "Ready pods went down to {min}");
-    let pdb = wait_pdb(&ns, "ro", "our PDB at minAvailable 3", |p| {
-        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(3))
-    })
-    .await;
+    let pdb = wait_min(&ns, "ro", 3).await;
     assert!(is_owned(&pdb), "the PDB is ours");
     assert_eq!(
         event_total(&ns.name, "SurgeReverted"),
@@ -896,11 +887,9 @@ async fn hpa_deleted_mid_surge_the_deployment_still_reverts() {
         .await
         .expect("delete HPA hg");
     wait_gone(&hpas, "hg", "HPA hg gone", Duration::from_secs(30)).await;
-    // Our PDB follows the Deployment's own baseline again, not the HPA's.
-    wait_pdb(&ns, "hg", "our PDB at minAvailable 3", |p| {
-        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(3))
-    })
-    .await;
+    // Our PDB stays at 3: without the HPA it follows the Deployment's own
+    // baseline (its markers), not the surged 6.
+    wait_min(&ns, "hg", 3).await;
     uncordon(node);
 
     assert_settled_at(&ns, "hg", 3, REVERT_TIMEOUT).await;
@@ -974,10 +963,7 @@ async fn a_users_scale_to_zero_mid_surge_is_kept() {
     let _watch = surged_on(&ns, "zr", node).await;
     kubectl_ok(&["-n", &ns.name, "scale", "deployment/zr", "--replicas=0"]);
     wait_deployment(&ns, "zr", 0, false, Duration::from_secs(30)).await;
-    wait_pdb(&ns, "zr", "our PDB at minAvailable 0", |p| {
-        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(0))
-    })
-    .await;
+    wait_min(&ns, "zr", 0).await;
     // Past a cooldown with the node still cordoned, then after it.
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert_eq!(deployment_state(&ns, "zr").await, (0, Some(false)));
@@ -1017,10 +1003,7 @@ async fn user_pdb_selector_edited_away_mid_surge_reverts_with_one_pdb() {
     pdbs.patch("sel-user", &PatchParams::default(), &Patch::Merge(&away))
         .await
         .expect("edit the user's PDB selector");
-    let ours = wait_pdb(&ns, "sel", "our PDB in its place at minAvailable 3", |p| {
-        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(3))
-    })
-    .await;
+    let ours = wait_min(&ns, "sel", 3).await;
     assert!(is_owned(&ours), "the new PDB is ours");
     uncordon(node);
 

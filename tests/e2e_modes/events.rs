@@ -259,11 +259,3 @@ async fn an_event_owed_at_sigterm_is_sent_before_exit() {
         "the SurgeStarted Event owed at SIGTERM (the server exited {exited:?} after it)"
     );
 }
-
-/// `kill -<sig> <pid>`; whether it succeeded.
-fn signal(pid: &str, sig: &str) -> bool {
-    std::process::Command::new("kill")
-        .args([&format!("-{sig}"), pid])
-        .status()
-        .is_ok_and(|s| s.success())
-}

@@ -162,11 +162,7 @@ async fn sigkill_during_surge_resumes_from_markers() {
     )
     .await;
     // SIGKILL: no chance to clean up.
-    let ok = Command::new("kill")
-        .args(["-9", &wh.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    assert!(signal(&wh.pid().to_string(), "9"), "SIGKILL the server");
     uncordon("kwok-node-0");
     let _ = restart_server(&[]);
     wait_for(
@@ -227,9 +223,7 @@ async fn a_second_replica_takes_over_the_lease() {
         "the second replica waits while the first renews"
     );
 
-    let _ = Command::new("kill")
-        .args(["-9", &wh.pid().to_string()])
-        .status();
+    signal(&wh.pid().to_string(), "9");
     let started = Instant::now();
     wait_for(
         "the second replica takes the lease",
