@@ -20,6 +20,7 @@ use crate::cache::{keda_resource, owned_by_us, KEDA_GROUP, KEDA_VERSION};
 use crate::crd::EvictionAutoScaler;
 use crate::markers::Markers;
 use crate::patch::{annotation_ops, deployment_revert_ops, guarded_set, json_patch};
+use crate::surge::view::hpa_is_kedas;
 
 #[derive(Debug, Default)]
 pub struct Report {
@@ -109,7 +110,12 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
 
     // Autoscalers first: their Deployments' own markers are reverted below.
     let hpas: Api<HorizontalPodAutoscaler> = Api::all(client.clone());
+    // KEDA's own HPA carries copies of its ScaledObject's markers: the
+    // ScaledObject is reverted below and KEDA's operator follows it.
     for h in hpas.list(&ListParams::default()).await? {
+        if hpa_is_kedas(&h) {
+            continue;
+        }
         let current = h
             .spec
             .as_ref()

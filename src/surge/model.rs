@@ -182,6 +182,8 @@ struct State {
     /// The worker cannot list ScaledObjects (KEDA served, RBAC missing): it
     /// sees none, and sees KEDA's HPA over `web` while one exists.
     keda_blind: bool,
+    /// Writes to objects that are not ours to write (KEDA's HPA).
+    foreign_writes: Vec<String>,
 }
 
 /// The in-memory apiserver the worker writes to.
@@ -344,6 +346,7 @@ impl State {
             follower_skew: 0,
             faults: Vec::new(),
             audits: Vec::new(),
+            foreign_writes: Vec::new(),
             next_pod: 0,
             wall: Timestamp::UNIX_EPOCH,
             rv: 0,
@@ -830,13 +833,13 @@ impl State {
             .collect();
         let ns_ann: BTreeMap<String, String> =
             [(names::ENABLE.to_string(), self.ns_enabled.to_string())].into();
-        // KEDA's HPA, as its operator keeps it: only the blind worker needs
-        // it (seen, it is not what a surge changes; see step.rs).
-        let kedas_hpa = self
-            .so
-            .as_ref()
-            .filter(|_| self.keda_blind)
-            .map(|so| crate::surge::view::kedas_hpa(NS, "web", so_min(so).max(1), 20));
+        // KEDA's HPA, as its operator keeps it: made from the ScaledObject,
+        // annotations and all (our markers included), never ours to write.
+        let kedas_hpa = self.so.as_ref().map(|so| {
+            let mut h = crate::surge::view::kedas_hpa(NS, "web", so_min(so).max(1), 20);
+            h.metadata.annotations = so.metadata.annotations.clone();
+            h
+        });
         ClusterView {
             deployments: self.deployments.values().cloned().map(Arc::new).collect(),
             hpas: self
@@ -1073,6 +1076,10 @@ impl SurgeApi for Model {
         } else {
             Some(s.faults.remove(0))
         };
+        if target.kind == ObjKind::Hpa && target.name.starts_with("keda-hpa-") {
+            s.foreign_writes.push(format!("{} {ops:?}", target.name));
+            return Err(ApiError::Other("KEDA's HPA is its operator's".into()));
+        }
         if fault == Some(Fault::Fail) {
             return Err(ApiError::Other("injected failure".into()));
         }
@@ -1517,7 +1524,15 @@ impl Run {
     }
 
     fn check_audits(&self) -> Result<(), String> {
-        self.with(|s| s.audits.iter().try_for_each(check_audit))
+        self.with(|s| {
+            if let Some(w) = s.foreign_writes.first() {
+                return Err(format!(
+                    "wrote KEDA's HPA ({} writes), first: {w}",
+                    s.foreign_writes.len()
+                ));
+            }
+            s.audits.iter().try_for_each(check_audit)
+        })
     }
 
     /// Invariants 1 and 4: every value is the user's (or, for a Deployment

@@ -393,6 +393,12 @@ fn of_deployment<'a>(ns: &str, d: &'a Deployment) -> Surgeable<'a> {
     }
 }
 
+/// KEDA's own HPA is never ours to write: its operator makes it from the
+/// ScaledObject, annotations included (`newHPAForScaledObject` copies them),
+/// so our markers on a surged ScaledObject reappear on it. Read without
+/// annotations, it never counts as marked: a surge under KEDA lives on the
+/// ScaledObject, and a copy of its markers is no record of ours to adopt,
+/// clean or revert (each such write KEDA would undo: a write loop).
 fn of_hpa<'a>(ns: &str, h: &'a HorizontalPodAutoscaler) -> Surgeable<'a> {
     Surgeable {
         key: key(ObjKind::Hpa, ns, h.metadata.name.as_ref()),
@@ -400,7 +406,11 @@ fn of_hpa<'a>(ns: &str, h: &'a HorizontalPodAutoscaler) -> Surgeable<'a> {
         raw: h.spec.as_ref().and_then(|s| s.min_replicas),
         default: 1,
         ceiling: h.spec.as_ref().map(|s| s.max_replicas),
-        annotations: h.metadata.annotations.as_ref(),
+        annotations: if hpa_is_kedas(h) {
+            None
+        } else {
+            h.metadata.annotations.as_ref()
+        },
         resource_version: h.metadata.resource_version.as_deref(),
         writer: writer(&h.metadata, Field::MinReplicas),
     }
@@ -1247,6 +1257,49 @@ mod tests {
             op_value(&s.writes[0], "replace", "/spec/replicas"),
             Some(json!(4))
         );
+    }
+
+    #[test]
+    fn kedas_hpa_carrying_copies_of_our_markers_is_never_written() {
+        // KEDA's operator copies the ScaledObject's annotations onto its HPA:
+        // our markers appear there too, with its minimum at our raised one.
+        let mut kedas = crate::surge::view::kedas_hpa("ns", "web", 4, 9);
+        kedas.metadata.annotations = ann(Some((2, 4)));
+        kedas.metadata.managed_fields = Some(vec![crate::surge::writer::field_entry(
+            crate::surge::writer::Field::MinReplicas,
+            "keda-operator",
+            None,
+        )]);
+        let objs = NsObjects {
+            deployments: vec![dep(4, Some((2, 4)))],
+            scaled_objects: vec![scaled_object(4, Some((2, 4)))],
+            hpas: vec![Arc::new(kedas)],
+            pods: pods(4, "n1"),
+            pdbs: vec![blocking_pdb(2)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let never_kedas = |s: &Step| {
+            assert!(
+                !targets(s).iter().any(|(k, _)| *k == ObjKind::Hpa),
+                "{:?}",
+                s.writes
+            );
+        };
+        // Mid-drain: not taken for someone's value to adopt (no write).
+        let mid = run(&objs, &["n1"], &quiet());
+        never_kedas(&mid);
+        assert_eq!(
+            mid.active,
+            Some(Markers {
+                baseline: 2,
+                surged_to: 4
+            })
+        );
+        // Drain over: the ScaledObject goes back, KEDA's HPA is left to KEDA.
+        let back = run(&objs, &[], &quiet());
+        never_kedas(&back);
+        assert!(targets(&back).contains(&(ObjKind::ScaledObject, "web".into())));
     }
 
     #[test]

@@ -89,18 +89,17 @@ impl ClusterView {
     /// `lastEviction`), or a node is draining. When false the worker skips
     /// the pass and does not read the pods.
     pub fn may_need_a_step(&self, signalled: bool, window: std::time::Duration) -> bool {
-        let marked = self
-            .deployments
-            .iter()
-            .any(|d| Markers::any_present(d.metadata.annotations.as_ref()))
-            || self
-                .hpas
+        let marked =
+            self.deployments
                 .iter()
-                .any(|h| Markers::any_present(h.metadata.annotations.as_ref()))
-            || self
-                .scaled_objects
-                .iter()
-                .any(|s| Markers::any_present(s.metadata.annotations.as_ref()));
+                .any(|d| Markers::any_present(d.metadata.annotations.as_ref()))
+                || self.hpas.iter().any(|h| {
+                    !hpa_is_kedas(h) && Markers::any_present(h.metadata.annotations.as_ref())
+                })
+                || self
+                    .scaled_objects
+                    .iter()
+                    .any(|s| Markers::any_present(s.metadata.annotations.as_ref()));
         let wall = self.wall_now.unwrap_or_else(Timestamp::now);
         let recent_durable = self.eas.iter().any(|e| {
             e.spec
@@ -283,7 +282,8 @@ impl NsObjects {
                 out.insert(name.to_string());
             }
         }
-        for h in &self.hpas {
+        // KEDA's HPA carries copies of its ScaledObject's markers (step.rs).
+        for h in self.hpas.iter().filter(|h| !hpa_is_kedas(h)) {
             if Markers::any_present(h.metadata.annotations.as_ref()) {
                 out.extend(hpa_carrier(h));
             }

@@ -615,7 +615,8 @@ async fn dry_run_drain_changes_nothing() {
     let before = deps.get("dr").await.unwrap();
     let on_node = nodes_of(&pods).iter().any(|n| n == node);
     assert!(on_node);
-    let d = drain(node, "app=dr", &["--dry-run=server"]).await;
+    // Each retry of the refused evictions is another dry run; 20 s is four.
+    let d = drain(node, "app=dr", &["--dry-run=server", "--timeout=20s"]).await;
     assert!(d.output.contains("server dry run"), "{}", d.output);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let now = deps.get("dr").await.unwrap();
@@ -784,4 +785,209 @@ async fn drain_taint_surges_like_a_cordon() {
     kubectl_ok(&["taint", "node", node, "karpenter.sh/disrupted:NoSchedule-"]);
     wait_replicas(&ns, "t", 2, false, Duration::from_secs(40)).await;
     surged
+}
+
+/// KEDA's operator as far as its HPA goes (kedacore/keda,
+/// controllers/keda/hpa.go): `keda-hpa-<name>`, controlled by the
+/// ScaledObject, made from it with its annotations copied and its minimum
+/// (at least 1), updated whenever they differ. Records every field manager
+/// other than its own that wrote the HPA (not its status, which the HPA
+/// controller writes): writes of someone else, such as ours.
+struct KedaOperator {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<(usize, Vec<String>)>,
+}
+
+const KEDA_MANAGER: &str = "keda-operator";
+
+impl KedaOperator {
+    fn start(ns: &TestNs, name: &str) -> KedaOperator {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let so_api = kube::Api::<kube::core::DynamicObject>::namespaced_with(
+            ns.client.clone(),
+            &ns.name,
+            &crate::pdbs::keda_resource(),
+        );
+        let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+        let (name, hpa_name) = (name.to_string(), format!("keda-hpa-{name}"));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let pp = PostParams {
+                field_manager: Some(KEDA_MANAGER.into()),
+                ..Default::default()
+            };
+            let (mut writes, mut foreign) = (0usize, Vec::new());
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let Ok(so) = so_api.get(&name).await else {
+                    continue;
+                };
+                let min = so.data["spec"]["minReplicaCount"]
+                    .as_i64()
+                    .unwrap_or(0)
+                    .max(1) as i32;
+                let annotations = so.metadata.annotations.clone();
+                let Ok(current) = hpas.get_opt(&hpa_name).await else {
+                    continue;
+                };
+                let Some(mut h) = current else {
+                    let mut h = hpa(&hpa_name, &name, min);
+                    h.metadata.annotations = annotations;
+                    h.metadata.owner_references = Some(vec![
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                            api_version: "keda.sh/v1alpha1".into(),
+                            kind: "ScaledObject".into(),
+                            name: name.clone(),
+                            uid: so.metadata.uid.clone().unwrap_or_default(),
+                            controller: Some(true),
+                            block_owner_deletion: Some(true),
+                        },
+                    ]);
+                    if hpas.create(&pp, &h).await.is_ok() {
+                        writes += 1;
+                    }
+                    continue;
+                };
+                for m in h.metadata.managed_fields.iter().flatten() {
+                    let manager = m.manager.clone().unwrap_or_default();
+                    if manager != KEDA_MANAGER
+                        && m.subresource.as_deref() != Some("status")
+                        && !foreign.contains(&manager)
+                    {
+                        foreign.push(manager);
+                    }
+                }
+                let spec_min = h.spec.as_ref().and_then(|s| s.min_replicas);
+                if spec_min != Some(min) || h.metadata.annotations != annotations {
+                    h.metadata.annotations = annotations;
+                    if let Some(s) = h.spec.as_mut() {
+                        s.min_replicas = Some(min);
+                    }
+                    if hpas.replace(&hpa_name, &pp, &h).await.is_ok() {
+                        writes += 1;
+                    }
+                }
+            }
+            (writes, foreign)
+        });
+        KedaOperator { stop, task }
+    }
+
+    /// Its writes, and the other field managers seen on the HPA.
+    async fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await.expect("KEDA operator task")
+    }
+}
+
+/// KEDA's HPA carries copies of the ScaledObject's annotations, our surge
+/// markers among them, and its minimum follows our raised one: the surge
+/// lives on the ScaledObject, and KEDA's HPA is never written by us (each
+/// write KEDA's operator would undo: a write loop on an object not ours).
+#[tokio::test]
+async fn kedas_hpa_with_copies_of_our_markers_is_left_to_keda() {
+    let _nodes = nodes_lock().await;
+    kubectl_ok(&[
+        "apply",
+        "-f",
+        &path_str(&repo().join("tests/e2e/keda-crd.yaml")),
+    ]);
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/scaledobjects.keda.sh",
+        "--timeout=30s",
+    ]);
+    let wh = WebhookInfo::get();
+    wait_for(
+        "the server watches ScaledObjects",
+        Duration::from_secs(20),
+        || async { wh.log().contains("KEDA ScaledObjects found").then_some(()) },
+    )
+    .await;
+    let ns = TestNs::new("e2e-kedahpa").await;
+    let so_api = kube::Api::<kube::core::DynamicObject>::namespaced_with(
+        ns.client.clone(),
+        &ns.name,
+        &crate::pdbs::keda_resource(),
+    );
+    so_api
+        .create(&PostParams::default(), &scaled_object("kh", 2))
+        .await
+        .expect("create ScaledObject");
+    let keda = KedaOperator::start(&ns, "kh");
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-1";
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment("kh", 2, Some(node)), Some(IntOrString::Int(2))),
+    )
+    .await
+    .expect("create Deployment");
+    wait_ready(&ns, "kh", 2).await;
+    owned_pdb_blocking(&ns, "kh", 2).await;
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    let copied = || async {
+        let h = hpas.get_opt("keda-hpa-kh").await.ok()??;
+        let a = h.metadata.annotations.unwrap_or_default();
+        let min = h.spec.and_then(|s| s.min_replicas);
+        (a.contains_key(SURGE) && a.contains_key(ORIGINAL) && min.unwrap_or(0) > 2).then_some(())
+    };
+    let watcher = AvailabilityWatcher::start(&ns, "kh");
+    let drain = tokio::spawn(drain(node, "app=kh", &[]));
+    // The markers reach KEDA's HPA mid-surge, as its operator copies them.
+    wait_for(
+        "KEDA's HPA carrying copies of the surge markers",
+        Duration::from_secs(60),
+        copied,
+    )
+    .await;
+    let d = drain.await.expect("drain task");
+    uncordon(node);
+    assert!(d.ok, "drain:\n{}", d.output);
+    assert!(watcher.finish().await >= 2);
+    wait_for(
+        "minReplicaCount restored, markers removed",
+        Duration::from_secs(60),
+        || async {
+            let so = so_api.get("kh").await.ok()?;
+            let restored = so.data["spec"]["minReplicaCount"].as_i64() == Some(2)
+                && !so
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(SURGE));
+            restored.then_some(())
+        },
+    )
+    .await;
+    wait_replicas(&ns, "kh", 2, false, Duration::from_secs(60)).await;
+    // KEDA's operator catches up (its HPA back at 2, no markers), then a
+    // quiet spell in which nobody writes it.
+    wait_for(
+        "KEDA's HPA back at 2 without markers",
+        Duration::from_secs(30),
+        || async {
+            let h = hpas.get_opt("keda-hpa-kh").await.ok()??;
+            let marked = h
+                .metadata
+                .annotations
+                .is_some_and(|a| a.contains_key(SURGE) || a.contains_key(ORIGINAL));
+            (!marked && h.spec.and_then(|s| s.min_replicas) == Some(2)).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (writes, foreign) = keda.finish().await;
+    assert!(
+        foreign.is_empty(),
+        "KEDA's HPA written by {foreign:?} (KEDA's operator wrote it {writes} times)"
+    );
+    // Made, raised, lowered: a loop would be one write per pass of ours.
+    assert!(
+        writes <= 6,
+        "KEDA's operator wrote its HPA {writes} times: a write loop"
+    );
+    let (r, s, _) = replicas(&ns, "kh").await;
+    assert_eq!((r, s), (2, None));
 }
