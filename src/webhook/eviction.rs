@@ -307,6 +307,15 @@ fn decide_inner(
 /// entry stops counting the pod as leaving after this long.
 const DISRUPTED_POD_TIMEOUT: SignedDuration = SignedDuration::from_secs(120);
 
+/// Whether a `disruptedPods` entry of time `at` still counts its pod as
+/// leaving. A time so late that adding the timeout overflows (anyone with
+/// write access to the status can set one) counts as leaving, as the
+/// controller's Go arithmetic has it, and never panics.
+fn still_leaving(at: Timestamp, now: Timestamp) -> bool {
+    at.checked_add(DISRUPTED_POD_TIMEOUT)
+        .map_or(true, |end| end > now)
+}
+
 /// Whether the PDB's status allows this eviction only because it has not
 /// counted a scale-down of the pod's Deployment yet ([`Recount`]).
 ///
@@ -374,7 +383,7 @@ fn count_healthy(
             .disrupted_pods
             .as_ref()
             .and_then(|d| d.get(name))
-            .is_some_and(|t| t.0 + DISRUPTED_POD_TIMEOUT > now)
+            .is_some_and(|t| still_leaving(t.0, now))
     };
     let (mut healthy, mut dep_healthy) = (0i32, 0i32);
     for p in view.pods_in(ns) {
@@ -483,7 +492,7 @@ pub fn live_healthy(
             let name = p.metadata.name.as_deref().unwrap_or_default();
             let leaving = disrupted
                 .and_then(|d| d.get(name))
-                .is_some_and(|t| t.0 + DISRUPTED_POD_TIMEOUT > now);
+                .is_some_and(|t| still_leaving(t.0, now));
             let ready = p
                 .status
                 .as_ref()
@@ -623,6 +632,10 @@ pub fn confirm<E>(
 pub enum SurgeState {
     /// A surge is in place: replicas from `from` to `to`.
     Active { from: i32, to: i32 },
+    /// Someone set the replicas during the surge (markers `n` to `n`, an
+    /// adoption): their value stands and no surge of ours adds to it for
+    /// the pods already counted, so no room is coming from us.
+    Kept { replicas: i32 },
     /// The signal was recorded; the worker will size the surge.
     Requested,
     /// A dry run: a real eviction would have asked for a surge; this one
@@ -636,6 +649,9 @@ pub enum SurgeState {
 /// the surged count, `original-min-replicas` the baseline).
 pub fn surge_state_from_markers(dep: &Deployment) -> SurgeState {
     match Markers::from_annotations(dep.metadata.annotations.as_ref()) {
+        Some(m) if m.surged_to <= m.baseline => SurgeState::Kept {
+            replicas: m.surged_to,
+        },
         Some(m) => SurgeState::Active {
             from: m.baseline,
             to: m.surged_to,
@@ -650,6 +666,11 @@ pub fn blocked_message(b: &Blocked, surge: &SurgeState) -> String {
     let what = match surge {
         SurgeState::Active { from, to } => format!(
             "eviction-autoscaler is surging Deployment {} from {from} to {to} replicas; retry shortly.",
+            b.deployment
+        ),
+        SurgeState::Kept { replicas } => format!(
+            "Deployment {} keeps the {replicas} replicas someone set during its surge; \
+             eviction-autoscaler adds none for the pods it already counted.",
             b.deployment
         ),
         SurgeState::Requested => format!(
@@ -1038,6 +1059,8 @@ pub(crate) mod tests {
         let m = blocked_message(&b, &SurgeState::Active { from: 3, to: 6 });
         assert!(m.starts_with(names::APISERVER_PDB_MESSAGE));
         assert!(m.contains("web-pdb") && m.contains("Deployment web") && m.contains("from 3 to 6"));
+        let m = blocked_message(&b, &SurgeState::Kept { replicas: 3 });
+        assert!(m.contains("keeps the 3 replicas someone set"), "{m}");
         let m = blocked_message(&b, &SurgeState::WouldRequest);
         assert!(m.contains("dry run: nothing was asked"), "{m}");
         let m = blocked_message(&b, &SurgeState::Impossible("maxUnavailable is 0".into()));
@@ -1058,6 +1081,18 @@ pub(crate) mod tests {
         assert_eq!(
             surge_state_from_markers(&d),
             SurgeState::Active { from: 3, to: 6 }
+        );
+        // Adopted: someone's 4 is the baseline and the surged number.
+        d.metadata.annotations = Some(
+            [
+                (names::ORIGINAL_MIN_REPLICAS.to_string(), "4".to_string()),
+                (names::SURGE_REPLICAS.to_string(), "4".to_string()),
+            ]
+            .into(),
+        );
+        assert_eq!(
+            surge_state_from_markers(&d),
+            SurgeState::Kept { replicas: 4 }
         );
     }
 
@@ -1498,6 +1533,11 @@ pub(crate) mod tests {
         leaving.status.as_mut().unwrap().disrupted_pods =
             Some([("r".to_string(), Time(now - SignedDuration::from_secs(180)))].into());
         assert_eq!(live_healthy(&pods, &leaving, now), Some(2));
+        // An entry at the last instant a timestamp holds (year 9999): leaving,
+        // as Go's arithmetic has it, and no overflow panic.
+        leaving.status.as_mut().unwrap().disrupted_pods =
+            Some([("r".to_string(), Time(Timestamp::MAX))].into());
+        assert_eq!(live_healthy(&pods, &leaving, now), Some(1));
         // Under a minimum of 1 (status 4 healthy, 3 allowed): 3 read now
         // leave 2 disruptions, and the condition stays.
         let mut low_minimum = proposed.clone();

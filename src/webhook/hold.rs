@@ -58,7 +58,8 @@ use super::live::{self, LiveReader};
 pub const MAX_HELD: usize = 96;
 const _: () = assert!(MAX_HELD + 32 <= crate::server::MAX_IN_FLIGHT);
 
-/// Whether a Block may be held.
+/// Whether a Block may be held: only while a surge of ours is asked for or
+/// in place, the one thing that can make room within the hold.
 pub fn should_hold(
     hold: Duration,
     dry_run: bool,
@@ -428,6 +429,9 @@ mod tests {
         assert!(!should_hold(two, false, Freshness::NotSynced, &active));
         let impossible = SurgeState::Impossible("maxUnavailable: 0".into());
         assert!(!should_hold(two, false, fresh, &impossible));
+        // Someone's value adopted mid-surge: no room is coming from us.
+        let kept = SurgeState::Kept { replicas: 3 };
+        assert!(!should_hold(two, false, fresh, &kept));
     }
 
     #[tokio::test]

@@ -397,24 +397,27 @@ impl Webhooks {
     /// Brings an owned PDB's status up to date with the pods that are gone
     /// ([`eviction::status_catch_up`]); nothing when it is not ours or does
     /// not lag. A failed write changes nothing: the apiserver then decides on
-    /// the status as it is, as it would without us.
+    /// the status as it is, as it would without us. The read and the write
+    /// share one live-read timeout, so an answer that follows a hold stays
+    /// within the hold plus one live read (`MAX_EVICTION_HOLD`).
     async fn catch_up_status(&self, ns: &str, pdb: &str) {
         let Some(c) = eviction::status_catch_up(&self.cache, ns, pdb) else {
             return;
         };
+        let deadline = tokio::time::Instant::now() + self.live_timeout;
         // The caches said so; the pods read now must say so too.
-        let Some(c) = self.live_catch_up(ns, c).await else {
+        let Some(c) = self.live_catch_up(ns, c, deadline).await else {
             return;
         };
         let api: kube::Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
             kube::Api::namespaced(self.live.client.clone(), ns);
         let written = match crate::patch::json_patch(c.ops(k8s_openapi::jiff::Timestamp::now())) {
-            Ok(patch) => tokio::time::timeout(
-                self.live_timeout,
+            Ok(patch) => tokio::time::timeout_at(
+                deadline,
                 api.patch_status(&c.pdb, &kube::api::PatchParams::default(), &patch),
             )
             .await
-            .map_err(|_| format!("no answer within {:?}", self.live_timeout))
+            .map_err(|_| format!("no answer within {:?} of the read", self.live_timeout))
             .and_then(|r| r.map(|_| ()).map_err(|e| e.to_string())),
             Err(e) => Err(e.to_string()),
         };
@@ -436,12 +439,13 @@ impl Webhooks {
     }
 
     /// `c` with the healthy pods counted from a live list of the PDB's pods
-    /// (within the live-read timeout); None when that list fails or leaves
+    /// (by `deadline`); None when that list fails or leaves
     /// the room the status says: no write then.
     async fn live_catch_up(
         &self,
         ns: &str,
         c: eviction::StatusCatchUp,
+        deadline: tokio::time::Instant,
     ) -> Option<eviction::StatusCatchUp> {
         use eviction::EvictionView;
         let pdb = self.cache.pdb_named(ns, &c.pdb)?;
@@ -450,7 +454,7 @@ impl Webhooks {
         let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
             kube::Api::namespaced(self.live.client.clone(), ns);
         let lp = kube::api::ListParams::default().labels_from(&selector);
-        let listed = match tokio::time::timeout(self.live_timeout, pods.list(&lp)).await {
+        let listed = match tokio::time::timeout_at(deadline, pods.list(&lp)).await {
             Ok(Ok(l)) => l.items,
             Ok(Err(e)) => {
                 tracing::info!(namespace = ns, pdb = %c.pdb, error = %e, "the PDB's pods could not be read; its status is left as it is");

@@ -165,6 +165,16 @@ fn chart_lints_clean_with_each_certificate_source() {
             "/controllerConfig/zeroSurgeOverride",
         ),
         ("webhook.timeoutSeconds=60", "/webhook/timeoutSeconds"),
+        // A hold that does not leave room for the live read and the
+        // apiserver's own eviction (ea.validate in _helpers.tpl).
+        (
+            "webhook.timeoutSeconds=5",
+            "controllerConfig.evictionHold 6s plus 2s",
+        ),
+        (
+            "webhook.timeoutSeconds=4,controllerConfig.evictionHold=2500ms",
+            "must fit in webhook.timeoutSeconds (4)",
+        ),
     ] {
         let out = Command::new(helm())
             .args(["template", "charts/eviction-autoscaler", "--set", set])

@@ -180,13 +180,18 @@ async fn a_gitops_tool_forcing_its_replicas_mid_surge_wins_once_without_a_write_
     let pods = pods_without_retry(&ns).await;
     let victim = on_node[0].clone();
     let mut refused = 0;
+    let last_refusal = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let replicas = |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas);
     let (seen, before_last, last) = sync_loop(&deps, &d, replicas, || {
-        let (pods, victim) = (pods.clone(), victim.clone());
+        let (pods, victim, last_refusal) = (pods.clone(), victim.clone(), last_refusal.clone());
         refused += 1;
         async move {
             match pods.evict(&victim, &EvictParams::default()).await {
-                Err(kube::Error::Api(e)) if e.code == 429 => {}
+                Err(kube::Error::Api(e)) if e.code == 429 => {
+                    if let Ok(mut m) = last_refusal.lock() {
+                        *m = e.message;
+                    }
+                }
                 other => panic!(
                     "the eviction was not refused after the sync of 3 (raised again?): {other:?}"
                 ),
@@ -195,6 +200,12 @@ async fn a_gitops_tool_forcing_its_replicas_mid_surge_wins_once_without_a_write_
     })
     .await;
     assert_eq!(refused, SYNCS, "one eviction after each sync");
+    // Said at once, not after a hold: no room is coming from us.
+    let said = last_refusal.lock().map(|m| m.clone()).unwrap_or_default();
+    assert!(
+        said.contains("keeps the 3 replicas someone set during its surge"),
+        "the 429 says the tool's value stands: {said}"
+    );
     let still: Vec<String> = wait_ready(&ns, "g", 3)
         .await
         .into_iter()

@@ -88,6 +88,18 @@ caBundle valid), else a new CA and certificate. Call once per render (it is rand
 {{- if or (lt $t 1) (gt $t 30) -}}
 {{- fail (printf "webhook.timeoutSeconds must be 1 to 30, not %v" .Values.webhook.timeoutSeconds) -}}
 {{- end -}}
+{{- /* A held eviction is answered within the hold plus one live read (1.5 s); the
+     apiserver then runs its own eviction. Past timeoutSeconds the apiserver gives
+     up on the webhook and, failurePolicy Ignore, lets the eviction through unchecked. */ -}}
+{{- $hold := toString (default "6s" .Values.controllerConfig.evictionHold) | trim -}}
+{{- $holdMs := -1 -}}
+{{- if regexMatch "^[0-9]+ms$" $hold -}}{{- $holdMs = int (trimSuffix "ms" $hold) -}}
+{{- else if regexMatch "^[0-9]+s$" $hold -}}{{- $holdMs = mul (int (trimSuffix "s" $hold)) 1000 -}}
+{{- else if eq $hold "0" -}}{{- $holdMs = 0 -}}
+{{- end -}}
+{{- if and (gt $holdMs 0) (gt (add $holdMs 2000) (mul $t 1000)) -}}
+{{- fail (printf "controllerConfig.evictionHold %s plus 2s (one live read, then the apiserver's own eviction) must fit in webhook.timeoutSeconds (%d)" $hold $t) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* cert-manager's CA injector fills caBundle from the Certificate. */}}
