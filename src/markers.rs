@@ -66,6 +66,48 @@ impl Markers {
     }
 }
 
+/// A surge left by the Go project's older versions (behaviour.md names both
+/// markers; those versions wrote `evictionSurgeReplicas` alone on a
+/// Deployment and kept the baseline in the EvictionAutoScaler's
+/// `status.minReplicas`): the lone marker is an integer equal to `replicas`,
+/// and an EvictionAutoScaler of the namespace targeting `deployment`, whose
+/// status this product has not written yet, records a baseline from 1 to
+/// below it (the reconciler leaves that status alone meanwhile). Read so the surge goes back to that
+/// baseline instead of the lone marker being cleaned and the surged number
+/// kept for good; anything less certain is no surge we manage.
+pub fn legacy_surge(
+    deployment: &str,
+    annotations: Option<&BTreeMap<String, String>>,
+    replicas: Option<i32>,
+    eas: &[std::sync::Arc<crate::crd::EvictionAutoScaler>],
+) -> Option<Markers> {
+    let a = annotations?;
+    if a.contains_key(names::ORIGINAL_MIN_REPLICAS) {
+        return None;
+    }
+    let surged_to = a.get(names::SURGE_REPLICAS)?.trim().parse::<i32>().ok()?;
+    if replicas != Some(surged_to) {
+        return None;
+    }
+    let mut baselines = eas
+        .iter()
+        .filter(|e| e.spec.target_name.eq_ignore_ascii_case(deployment))
+        // Its record, not ours: this product's status carries
+        // `baselineReplicas` and sets `minReplicas` to the PDB's minimum.
+        .filter_map(|e| e.status.as_ref().filter(|s| s.baseline_replicas.is_none()))
+        .filter_map(|s| s.min_replicas)
+        .filter(|m| (1..surged_to).contains(m));
+    let baseline = baselines.next()?;
+    // Two records that disagree: no baseline to trust.
+    if baselines.any(|m| m != baseline) {
+        return None;
+    }
+    Some(Markers {
+        baseline,
+        surged_to,
+    })
+}
+
 /// Ours, beside the markers: set when a user's change during a surge is
 /// adopted, to the number of displaced pods counted then. The episode is not
 /// surged again unless more pods are displaced (behaviour.md section 5), so a
@@ -80,8 +122,66 @@ pub fn adopted_displaced(annotations: Option<&BTreeMap<String, String>>) -> Opti
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
+    use crate::crd::{EvictionAutoScaler, EvictionAutoScalerSpec, EvictionAutoScalerStatus};
+    use std::sync::Arc;
+
+    /// An EvictionAutoScaler targeting `target` with `status.minReplicas`;
+    /// `ours`: its status written by this product (`baselineReplicas` set).
+    pub fn record(target: &str, min: i32, ours: bool) -> Arc<EvictionAutoScaler> {
+        let mut e = EvictionAutoScaler::new(
+            target,
+            EvictionAutoScalerSpec {
+                target_name: target.into(),
+                target_kind: "deployment".into(),
+                last_eviction: None,
+            },
+        );
+        e.status = Some(EvictionAutoScalerStatus {
+            min_replicas: Some(min),
+            baseline_replicas: ours.then_some(min),
+            ..Default::default()
+        });
+        Arc::new(e)
+    }
+
+    #[test]
+    fn a_lone_marker_of_the_go_project_is_read_with_its_records_baseline() {
+        let lone = |v: &str| -> BTreeMap<String, String> {
+            [(names::SURGE_REPLICAS.to_string(), v.to_string())].into()
+        };
+        let go = [record("web", 3, false)];
+        let m = Some(Markers {
+            baseline: 3,
+            surged_to: 5,
+        });
+        assert_eq!(legacy_surge("web", Some(&lone("5")), Some(5), &go), m);
+        assert_eq!(legacy_surge("Web", Some(&lone(" 5 ")), Some(5), &go), m);
+        // Not at the marker's value: someone changed it; no surge of ours.
+        assert_eq!(legacy_surge("web", Some(&lone("5")), Some(4), &go), None);
+        assert_eq!(legacy_surge("web", Some(&lone("x")), Some(5), &go), None);
+        assert_eq!(legacy_surge("web", None, Some(5), &go), None);
+        // Both markers: ours, read by `from_annotations`.
+        let mut both = lone("5");
+        both.insert(names::ORIGINAL_MIN_REPLICAS.into(), "3".into());
+        assert_eq!(legacy_surge("web", Some(&both), Some(5), &go), None);
+        // No record, another target's, one this product wrote, one not below
+        // the surge or not above 0, two that disagree: no baseline to trust.
+        assert_eq!(legacy_surge("web", Some(&lone("5")), Some(5), &[]), None);
+        let other = [record("api", 3, false)];
+        assert_eq!(legacy_surge("web", Some(&lone("5")), Some(5), &other), None);
+        let ours = [record("web", 3, true)];
+        assert_eq!(legacy_surge("web", Some(&lone("5")), Some(5), &ours), None);
+        for min in [0, 5, 6] {
+            let r = [record("web", min, false)];
+            assert_eq!(legacy_surge("web", Some(&lone("5")), Some(5), &r), None);
+        }
+        let split = [record("web", 3, false), record("web", 2, false)];
+        assert_eq!(legacy_surge("web", Some(&lone("5")), Some(5), &split), None);
+        let agree = [record("web", 3, false), record("web", 3, false)];
+        assert_eq!(legacy_surge("web", Some(&lone("5")), Some(5), &agree), m);
+    }
 
     #[test]
     fn markers_round_trip() {

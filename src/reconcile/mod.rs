@@ -799,6 +799,19 @@ impl Reconciler {
             let dep = deployments
                 .iter()
                 .find(|d| d.metadata.name.as_deref() == Some(target));
+            // The Go project's record of a surge it left: kept until the
+            // surge worker has written its baseline beside the lone marker.
+            let legacy = dep.and_then(|d| {
+                crate::markers::legacy_surge(
+                    target,
+                    d.metadata.annotations.as_ref(),
+                    d.spec.as_ref().and_then(|s| s.replicas),
+                    std::slice::from_ref(e),
+                )
+            });
+            if legacy.is_some() {
+                continue;
+            }
             let pdb = pdbs
                 .iter()
                 .find(|p| p.metadata.name.as_deref() == Some(name.as_str()));

@@ -202,7 +202,22 @@ pub fn floor_for(dep: &Deployment, s: &NamespaceSnapshot) -> i32 {
     if let Some(min) = s.keda_min.get(name) {
         return *min;
     }
-    min_available_for(dep, hpa_for(dep, s.hpas).map(|h| h.as_ref()))
+    let hpa = hpa_for(dep, s.hpas);
+    // A surge of the Go project's older versions (lone marker): its
+    // recorded baseline, not the surged number, until the surge worker
+    // writes that baseline beside the marker.
+    if hpa.is_none() {
+        let legacy = crate::markers::legacy_surge(
+            name,
+            dep.metadata.annotations.as_ref(),
+            dep.spec.as_ref().and_then(|sp| sp.replicas),
+            s.eas.unwrap_or_default(),
+        );
+        if let Some(m) = legacy {
+            return m.baseline;
+        }
+    }
+    min_available_for(dep, hpa.map(|h| h.as_ref()))
 }
 
 fn target_of(p: &PodDisruptionBudget) -> Option<&str> {
@@ -1072,6 +1087,32 @@ mod tests {
                     .any(|a| matches!(a, Action::SetMinAvailable { pdb, .. } if pdb == "web")),
             "{a:?}"
         );
+    }
+
+    #[test]
+    fn a_surge_left_by_the_go_project_keeps_its_pdb_at_the_recorded_baseline() {
+        // The Go project's older versions: `evictionSurgeReplicas` alone on
+        // the Deployment at 5, the baseline 3 in its record's status; its PDB
+        // (ownedBy) at 3. Not raised to 5 while the surge worker completes
+        // the markers; with no record to trust it follows the replicas.
+        let mut w = World::new();
+        let mut d = dep("web", 5);
+        d.metadata.annotations =
+            Some([(names::SURGE_REPLICAS.to_string(), "5".to_string())].into());
+        w.deps = vec![with_uid(d)];
+        let mut p = owned_pdb(&dep("web", 3), 3);
+        p.metadata.uid = Some("pdb-uid".into());
+        w.pdbs = vec![Arc::new(p)];
+        w.eas = vec![crate::markers::tests::record("web", 3, false)];
+        let raised = |a: &[Action]| {
+            a.iter()
+                .any(|a| matches!(a, Action::SetMinAvailable { pdb, min: 5 } if pdb == "web"))
+        };
+        let a = w.plan();
+        assert!(!raised(&a), "{a:?}");
+        w.eas = vec![crate::markers::tests::record("web", 3, true)];
+        let a = w.plan();
+        assert!(raised(&a), "{a:?}");
     }
 
     #[test]

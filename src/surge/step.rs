@@ -155,6 +155,9 @@ pub struct Step {
     /// Nodes the Deployment's pods run on now (the next pass counts a node
     /// found draining as a signal even if the pods left it in between).
     pub nodes: BTreeSet<String>,
+    /// A surge left by the Go project's older versions whose baseline this
+    /// step writes beside its lone marker ([`markers::legacy_surge`]).
+    pub legacy: Option<Markers>,
 }
 
 /// An object that can carry a surge, as read.
@@ -214,6 +217,25 @@ impl Surgeable<'_> {
         ops.extend(annotation_ops(
             self.annotations,
             &[a, b, (markers::ADOPTED_DISPLACED, None)],
+        ));
+        self.write(ops)
+    }
+
+    /// The baseline of a lone marker of the Go project's older versions
+    /// ([`markers::legacy_surge`]) written beside it, guarded on the value
+    /// and the marker as read: from then on a surge like any of ours.
+    fn complete_legacy(&self, m: Markers) -> Option<Write> {
+        let mut ops = self.test_value();
+        let lone = self
+            .annotations
+            .and_then(|a| a.get(crate::names::SURGE_REPLICAS))?;
+        ops.push(json!({"op": "test", "path": annotation_path(crate::names::SURGE_REPLICAS), "value": lone}));
+        ops.extend(annotation_ops(
+            self.annotations,
+            &[(
+                crate::names::ORIGINAL_MIN_REPLICAS,
+                Some(m.baseline.to_string()),
+            )],
         ));
         self.write(ops)
     }
@@ -507,9 +529,16 @@ pub fn step(
     let so_s: Vec<Surgeable> = sos.iter().map(|so| of_scaled_object(ns, so)).collect();
     let all: Vec<&Surgeable> = dep_s.iter().chain(&hpa_s).chain(&so_s).collect();
 
+    // A plain Deployment's surge left by the Go project's older versions:
+    // its baseline is written beside the lone marker (not cleaned away).
+    let legacy = dep_s
+        .as_ref()
+        .filter(|_| hpas.is_empty() && sos.is_empty())
+        .and_then(|d| markers::legacy_surge(name, d.annotations, d.raw, &objs.eas).map(|m| (d, m)));
     let mut writes: Vec<Write> = all
         .iter()
         .filter(|o| Markers::any_present(o.annotations) && o.markers().is_none())
+        .filter(|o| !(legacy.is_some() && o.key.kind == ObjKind::Deployment))
         .filter_map(|o| o.clean())
         .collect();
 
@@ -543,7 +572,16 @@ pub fn step(
             .map(|o| o.value())
             .max(),
         nodes: BTreeSet::new(),
+        legacy: None,
     };
+
+    if let Some((d, m)) = legacy {
+        writes.extend(d.complete_legacy(m));
+        out.writes = writes;
+        out.active = Some(m);
+        out.legacy = Some(m);
+        return out;
+    }
 
     // KEDA's ScaledObjects unknown (their watch cannot list, or is stale):
     // a Deployment under KEDA's HPA may carry its surge on a ScaledObject
@@ -1935,6 +1973,53 @@ mod tests {
             op_value(&s.writes[0], "test", "/spec/replicas"),
             Some(json!(3))
         );
+    }
+
+    #[test]
+    fn a_surge_left_by_the_go_project_gets_its_baseline_and_goes_back() {
+        // Its older versions wrote `evictionSurgeReplicas` alone and kept the
+        // baseline in the EvictionAutoScaler's status.
+        let mut d = (*dep(5, None)).clone();
+        d.metadata.annotations =
+            Some([(crate::names::SURGE_REPLICAS.to_string(), "5".to_string())].into());
+        let objs = NsObjects {
+            deployments: vec![Arc::new(d)],
+            eas: vec![crate::markers::tests::record("web", 3, false)],
+            pods: pods(5, "n1"),
+            pdbs: vec![blocking_pdb(3)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &[], &quiet());
+        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
+        let w = &s.writes[0];
+        assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(5)));
+        let surge = annotation_path(crate::names::SURGE_REPLICAS);
+        let original = annotation_path(crate::names::ORIGINAL_MIN_REPLICAS);
+        assert_eq!(op_value(w, "test", &surge), Some(json!("5")));
+        assert_eq!(op_value(w, "add", &original), Some(json!("3")));
+        assert!(
+            w.ops.iter().all(|o| o["op"] != "remove"),
+            "not cleaned: {w:?}"
+        );
+        // Completed, it is a surge like ours: back to 3 once quiet.
+        let completed = NsObjects {
+            deployments: vec![dep(5, Some((3, 5)))],
+            ..objs.clone()
+        };
+        let back = run(&completed, &[], &quiet());
+        assert_eq!(
+            op_value(&back.writes[0], "replace", "/spec/replicas"),
+            Some(json!(3))
+        );
+        // A record this product wrote is not the Go project's: cleaned as
+        // before (the surged number stays; nothing tells the baseline).
+        let ours = NsObjects {
+            eas: vec![crate::markers::tests::record("web", 3, true)],
+            ..objs.clone()
+        };
+        let s = run(&ours, &[], &quiet());
+        assert!(s.writes[0].ops.iter().all(|o| o["op"] == "remove"));
     }
 
     #[test]

@@ -257,6 +257,25 @@ impl Worker {
             },
         };
         let pdb = s.pdb.clone().unwrap_or_default();
+        if let Some(m) = s.legacy {
+            tracing::info!(
+                namespace = ns,
+                deployment = name,
+                baseline = m.baseline,
+                surged_to = m.surged_to,
+                "a surge left by an earlier eviction-autoscaler (evictionSurgeReplicas alone): \
+                 the baseline its EvictionAutoScaler recorded is written beside it"
+            );
+            self.events.emit(
+                &dep_ref,
+                EventType::Normal,
+                "SurgeTakenOver",
+                format!(
+                    "surge to {} replicas left by an earlier eviction-autoscaler taken over; it goes back to the {} recorded in its EvictionAutoScaler",
+                    m.surged_to, m.baseline
+                ),
+            );
+        }
         match &s.action {
             Action::Surge {
                 baseline,
