@@ -52,11 +52,13 @@ impl Markers {
         [(a.0, Some(a.1)), (b.0, Some(b.1))]
     }
 
-    /// Annotation changes that remove both markers (and the adoption note).
-    pub const CLEAR: [(&'static str, Option<String>); 3] = [
+    /// Annotation changes that remove both markers (and the adoption and
+    /// take-over notes).
+    pub const CLEAR: [(&'static str, Option<String>); 4] = [
         (names::SURGE_REPLICAS, None),
         (names::ORIGINAL_MIN_REPLICAS, None),
         (ADOPTED_DISPLACED, None),
+        (TAKEN_OVER, None),
     ];
 
     /// The value not counting our surge: the baseline when markers are
@@ -81,17 +83,11 @@ pub fn legacy_surge(
     replicas: Option<i32>,
     eas: &[std::sync::Arc<crate::crd::EvictionAutoScaler>],
 ) -> Option<Markers> {
-    let a = annotations?;
-    if a.contains_key(names::ORIGINAL_MIN_REPLICAS) {
-        return None;
-    }
-    let surged_to = a.get(names::SURGE_REPLICAS)?.trim().parse::<i32>().ok()?;
-    if replicas != Some(surged_to) {
-        return None;
-    }
+    let surged_to = lone_marker_at(annotations, replicas)?;
     let mut baselines = eas
         .iter()
         .filter(|e| e.spec.target_name.eq_ignore_ascii_case(deployment))
+        .filter(|e| e.spec.target_kind.eq_ignore_ascii_case("deployment"))
         // Its record, not ours: this product's status carries
         // `baselineReplicas` and sets `minReplicas` to the PDB's minimum.
         .filter_map(|e| e.status.as_ref().filter(|s| s.baseline_replicas.is_none()))
@@ -107,6 +103,27 @@ pub fn legacy_surge(
         surged_to,
     })
 }
+
+/// `evictionSurgeReplicas` alone, an integer equal to `replicas`: what a
+/// surge of the Go project's older versions looks like (see
+/// [`legacy_surge`]); its value.
+pub fn lone_marker_at(
+    annotations: Option<&BTreeMap<String, String>>,
+    replicas: Option<i32>,
+) -> Option<i32> {
+    let a = annotations?;
+    if a.contains_key(names::ORIGINAL_MIN_REPLICAS) {
+        return None;
+    }
+    let surged_to = a.get(names::SURGE_REPLICAS)?.trim().parse::<i32>().ok()?;
+    (replicas == Some(surged_to)).then_some(surged_to)
+}
+
+/// Written with the baseline of a surge taken over from the Go project
+/// ([`legacy_surge`]), to the replicas it found: that value, though last
+/// written by the Go project's client (not us, not an autoscaler), is the
+/// surge's and not someone's to keep. Removed with the markers.
+pub const TAKEN_OVER: &str = "eviction-autoscaler.azure.com/taken-over";
 
 /// Ours, beside the markers: set when a user's change during a surge is
 /// adopted, to the number of displaced pods counted then. The episode is not

@@ -57,7 +57,7 @@ fn key(ns: Option<&str>, kind: &str, name: Option<&str>) -> String {
     )
 }
 
-const CLEAR: [(&str, Option<String>); 3] = Markers::CLEAR;
+const CLEAR: [(&str, Option<String>); 4] = Markers::CLEAR;
 
 /// Reverting an autoscaler minimum at `path`: back to the persisted baseline
 /// if it is still the surged value (a value someone else set stays, as on a

@@ -115,6 +115,8 @@ impl Objects {
             wall_now: None,
             // Listed above, or the doctor failed (a missing API is none).
             keda_unknown: false,
+            // Not read by the doctor: a lone surge marker is shown as it is.
+            eas_unknown: true,
         };
         let mut indexed = view.index();
         indexed.draining.extend(extra_draining.iter().cloned());

@@ -91,6 +91,15 @@ impl Backoff {
         });
     }
 
+    /// Forgets the objects of namespaces that no longer exist (`exists`
+    /// false): deleted while no pass of this replica planned them (it was
+    /// not leading, or a pass outlasted the deletion), their entries would
+    /// stay due for good and wake the reconciler at every turn.
+    pub fn forget_gone_namespaces(&mut self, exists: impl Fn(&str) -> bool) {
+        self.entries
+            .retain(|k, _| k.split_once('/').is_none_or(|(ns, _)| exists(ns)));
+    }
+
     /// Forgets objects the last pass no longer planned to write: their
     /// problem went away, so a later write starts afresh.
     pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
@@ -191,5 +200,17 @@ mod tests {
         assert_eq!(b.len(), 1);
         assert!(b.due("a", now));
         assert!(!b.due("b", now));
+    }
+
+    #[test]
+    fn entries_of_a_namespace_that_is_gone_are_forgotten() {
+        let now = Instant::now();
+        let mut b = Backoff::default();
+        b.failed("gone/pdb/web", now);
+        b.failed("here/pdb/web", now);
+        let later = now + Duration::from_secs(600);
+        assert_eq!(b.due_namespaces(later).count(), 2);
+        b.forget_gone_namespaces(|ns| ns == "here");
+        assert_eq!(b.due_namespaces(later).collect::<Vec<_>>(), ["here"]);
     }
 }

@@ -14,7 +14,7 @@
 pub mod backoff;
 pub mod plan;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -387,8 +387,16 @@ impl Reconciler {
         // Objects of a namespace planned this pass that were not planned
         // again are fixed or gone: forget their backoff. Other namespaces'
         // entries wait for their own pass.
+        let existing: HashSet<String> = self
+            .cache
+            .namespaces
+            .state()
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
         if let Ok(mut b) = self.backoff.lock() {
             b.settle_pass(&planned, &planned_ns);
+            b.forget_gone_namespaces(|ns| existing.contains(ns));
         }
         // A replica that stopped leading keeps the gauge at the 0 its
         // step-down set.
@@ -615,17 +623,20 @@ impl Reconciler {
                 pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
                 tracing::info!(namespace = ns, %pdb, "owner reference set");
             }
-            Action::ReleaseOwner { pdb, keep } => {
+            Action::ReleaseOwner { pdb, uid, keep } => {
                 let current = self
                     .cache
                     .pdbs
                     .get(&kube::runtime::reflector::ObjectRef::new(&pdb).within(ns))
                     .and_then(|p| p.metadata.owner_references.clone());
-                let ops = guarded_set(
+                // Only the PDB the plan read: one re-created under its name
+                // meanwhile was never ours and keeps its references.
+                let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": uid})];
+                ops.extend(guarded_set(
                     "/metadata/ownerReferences",
                     current.map(|c| json!(c)),
                     json!(keep),
-                );
+                ));
                 pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
                 tracing::info!(namespace = ns, %pdb, "PDB handed to its user: owner reference dropped");
             }

@@ -48,7 +48,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::budget::Selector;
@@ -101,6 +101,8 @@ pub enum Action {
     /// The user removed `ownedBy` from a PDB we created: drop our reference, keep the PDB.
     ReleaseOwner {
         pdb: String,
+        /// The PDB read (a precondition: not a PDB re-created under the name).
+        uid: Option<String>,
         keep: Vec<OwnerReference>,
     },
     DeletePdb {
@@ -196,28 +198,45 @@ fn deployment_ref<'a>(p: &'a PodDisruptionBudget, dep_name: &str) -> Option<&'a 
 }
 
 /// The floor our PDB keeps for a Deployment: KEDA minimum, else HPA minimum,
-/// else replicas, never counting our own surge.
-pub fn floor_for(dep: &Deployment, s: &NamespaceSnapshot) -> i32 {
+/// else replicas, never counting our own surge. None: not known yet (a lone
+/// surge marker while the EvictionAutoScalers are not listed): the PDB is
+/// neither resized nor created meanwhile.
+pub fn floor_for(dep: &Deployment, s: &NamespaceSnapshot) -> Option<i32> {
     let name = dep.metadata.name.as_deref().unwrap_or_default();
     if let Some(min) = s.keda_min.get(name) {
-        return *min;
+        return Some(*min);
     }
     let hpa = hpa_for(dep, s.hpas);
     // A surge of the Go project's older versions (lone marker): its
     // recorded baseline, not the surged number, until the surge worker
     // writes that baseline beside the marker.
     if hpa.is_none() {
-        let legacy = crate::markers::legacy_surge(
-            name,
-            dep.metadata.annotations.as_ref(),
-            dep.spec.as_ref().and_then(|sp| sp.replicas),
-            s.eas.unwrap_or_default(),
-        );
-        if let Some(m) = legacy {
-            return m.baseline;
+        let annotations = dep.metadata.annotations.as_ref();
+        let replicas = dep.spec.as_ref().and_then(|sp| sp.replicas);
+        let Some(eas) = s.eas else {
+            return match crate::markers::lone_marker_at(annotations, replicas) {
+                Some(_) => None,
+                None => Some(min_available_for(dep, None)),
+            };
+        };
+        if let Some(m) = crate::markers::legacy_surge(name, annotations, replicas, eas) {
+            return Some(m.baseline);
         }
     }
-    min_available_for(dep, hpa.map(|h| h.as_ref()))
+    Some(min_available_for(dep, hpa.map(|h| h.as_ref())))
+}
+
+/// The same label selector, an empty map or list counting as absent.
+fn same_selector(a: Option<&LabelSelector>, b: Option<&LabelSelector>) -> bool {
+    let labels = |s: Option<&LabelSelector>| {
+        s.and_then(|s| s.match_labels.clone())
+            .filter(|m| !m.is_empty())
+    };
+    let exprs = |s: Option<&LabelSelector>| {
+        s.and_then(|s| s.match_expressions.clone())
+            .filter(|e| !e.is_empty())
+    };
+    labels(a) == labels(b) && exprs(a) == exprs(b)
 }
 
 fn target_of(p: &PodDisruptionBudget) -> Option<&str> {
@@ -257,7 +276,7 @@ fn plan_matching(
     matching: &[&Arc<PodDisruptionBudget>],
     overlap: Option<&Arc<PodDisruptionBudget>>,
     mutual: Option<&Arc<PodDisruptionBudget>>,
-    floor: i32,
+    floor: Option<i32>,
     opted_out: bool,
     eas: &[Arc<EvictionAutoScaler>],
     out: &mut Vec<Action>,
@@ -315,7 +334,7 @@ fn plan_matching(
                 continue;
             }
             let current = p.spec.as_ref().and_then(|sp| sp.min_available.clone());
-            if current != Some(IntOrString::Int(floor)) {
+            if let Some(floor) = floor.filter(|f| current != Some(IntOrString::Int(*f))) {
                 out.push(Action::SetMinAvailable {
                     pdb: pdb_name.clone(),
                     min: floor,
@@ -350,6 +369,7 @@ fn plan_matching(
                 .collect();
             out.push(Action::ReleaseOwner {
                 pdb: pdb_name,
+                uid: p.metadata.uid.clone(),
                 keep,
             });
         }
@@ -459,6 +479,32 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
             continue;
         };
         if waiting.contains(dep_name.as_str()) {
+            continue;
+        }
+        // Ours for this Deployment (its reference, or none yet) with another
+        // selector than the Deployment's: edited by hand, or made at the
+        // admission of a create refused as a duplicate. It may select other
+        // pods a second budget protects (every eviction of them fails) and
+        // not these: deleted (UID precondition), and made again right.
+        let edited: Vec<&Arc<PodDisruptionBudget>> = s
+            .pdbs
+            .iter()
+            .filter(|p| ours_for(p, &dep_name))
+            .filter(|p| {
+                deployment_ref(p, &dep_name)
+                    .is_none_or(|o| Some(&o.uid) == dep.metadata.uid.as_ref())
+            })
+            .filter(|p| {
+                let theirs = p.spec.as_ref().and_then(|sp| sp.selector.as_ref());
+                !same_selector(theirs, dep.spec.as_ref().map(|sp| &sp.selector))
+            })
+            .collect();
+        if !edited.is_empty() {
+            out.extend(edited.into_iter().map(|p| Action::DeletePdb {
+                pdb: p.metadata.name.clone().unwrap_or_default(),
+                uid: p.metadata.uid.clone(),
+                why: "its selector is not its Deployment's (edited); made again",
+            }));
             continue;
         }
         let opted_out = deployment_opted_out(dep.metadata.annotations.as_ref());
@@ -571,7 +617,12 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
                 Some(_) => {}
                 // Pods unknown: a PDB now might cover one another protects.
                 None if s.pods.is_none() => {}
-                None => planned.push((dep, owned_pdb(dep, floor))),
+                // The floor not known yet: made once it is.
+                None => {
+                    if let Some(floor) = floor {
+                        planned.push((dep, owned_pdb(dep, floor)));
+                    }
+                }
             }
         }
     }
@@ -1110,6 +1161,19 @@ mod tests {
         };
         let a = w.plan();
         assert!(!raised(&a), "{a:?}");
+        // The records not listed yet: the PDB is left as it is, and none is
+        // made where there is none.
+        w.eas_known = false;
+        let a = w.plan();
+        assert!(!raised(&a), "{a:?}");
+        let pdbs = std::mem::take(&mut w.pdbs);
+        let a = w.plan();
+        assert!(
+            !a.iter().any(|a| matches!(a, Action::CreatePdb(_))),
+            "{a:?}"
+        );
+        w.pdbs = pdbs;
+        w.eas_known = true;
         w.eas = vec![crate::markers::tests::record("web", 3, true)];
         let a = w.plan();
         assert!(raised(&a), "{a:?}");
@@ -1227,11 +1291,9 @@ mod tests {
         w.pdbs = vec![Arc::new(stale.clone())];
         let a = w.plan();
         assert!(
-            a.contains(&Action::DeletePdb {
-                pdb: "web".into(),
-                uid: Some("pdb-stale".into()),
-                why: "made for an earlier Deployment of this name, with another selector",
-            }),
+            a.iter()
+                .any(|x| matches!(x, Action::DeletePdb { pdb, uid, .. }
+                if pdb == "web" && uid.as_deref() == Some("pdb-stale"))),
             "{a:?}"
         );
         assert!(
@@ -1242,14 +1304,74 @@ mod tests {
         assert!(w.plan().iter().any(
             |x| matches!(x, Action::CreatePdb(p) if p.metadata.name.as_deref() == Some("web"))
         ));
-        // Owned by this Deployment (its UID): not stale, a conflict as before.
+        // Owned by another Deployment of this name (an earlier UID): stale.
+        let mut earlier = stale.clone();
+        earlier.metadata.owner_references = crate::pdb::owner_reference(&old).map(|mut o| {
+            o.name = "web".into();
+            vec![o]
+        });
+        w.pdbs = vec![Arc::new(earlier)];
+        assert!(
+            w.plan().contains(&Action::DeletePdb {
+                pdb: "web".into(),
+                uid: Some("pdb-stale".into()),
+                why: "made for an earlier Deployment of this name, with another selector",
+            }),
+            "{:?}",
+            w.plan()
+        );
+        // Owned by this Deployment (its UID), its selector edited by hand:
+        // it may now select pods another PDB protects (two budgets over
+        // them) and not its own; deleted and made again, not left as a
+        // name conflict.
         stale.metadata.owner_references = crate::pdb::owner_reference(&w.deps[0]).map(|o| vec![o]);
         w.pdbs = vec![Arc::new(stale)];
         let a = w.plan();
-        assert!(
-            !a.iter().any(|x| matches!(x, Action::DeletePdb { .. })),
-            "{a:?}"
+        assert_eq!(
+            a,
+            vec![Action::DeletePdb {
+                pdb: "web".into(),
+                uid: Some("pdb-stale".into()),
+                why: "its selector is not its Deployment's (edited); made again",
+            }]
         );
+    }
+
+    #[test]
+    fn the_same_selector_with_empty_parts_absent() {
+        let sel = |labels: Option<Vec<(&str, &str)>>, exprs: Option<usize>| LabelSelector {
+            match_labels: labels.map(|l| {
+                l.into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            }),
+            match_expressions: exprs.map(|n| {
+                (0..n)
+                    .map(|i| {
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                            key: format!("k{i}"),
+                            operator: "Exists".into(),
+                            values: None,
+                        }
+                    })
+                    .collect()
+            }),
+        };
+        let app = sel(Some(vec![("app", "web")]), None);
+        assert!(same_selector(
+            Some(&app),
+            Some(&sel(Some(vec![("app", "web")]), Some(0)))
+        ));
+        assert!(!same_selector(
+            Some(&app),
+            Some(&sel(Some(vec![("app", "api")]), None))
+        ));
+        assert!(!same_selector(
+            Some(&app),
+            Some(&sel(Some(vec![("app", "web")]), Some(1)))
+        ));
+        assert!(same_selector(None, Some(&sel(Some(vec![]), Some(0)))));
+        assert!(!same_selector(None, Some(&app)));
     }
 
     #[test]
@@ -1395,6 +1517,7 @@ mod tests {
         w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
         assert!(w.plan().contains(&Action::ReleaseOwner {
             pdb: "web".into(),
+            uid: Some("pdb-uid".into()),
             keep: vec![extra]
         }));
     }

@@ -889,6 +889,7 @@ impl State {
             behaviour: Arc::new(Behaviour::default()),
             wall_now: Some(self.wall),
             keda_unknown: self.keda_blind,
+            eas_unknown: false,
         }
     }
 

@@ -53,6 +53,10 @@ pub struct ClusterView {
     /// KEDA's API is served but its ScaledObjects are not known (not listed,
     /// or their watch stale): `scaled_objects` may miss some.
     pub keda_unknown: bool,
+    /// The EvictionAutoScalers are not listed yet (or their CRD is gone):
+    /// a lone surge marker may be the Go project's, its baseline in one of
+    /// them (`markers::legacy_surge`), so it is left as it is meanwhile.
+    pub eas_unknown: bool,
 }
 
 /// One namespace's objects.
@@ -67,6 +71,8 @@ pub struct NsObjects {
     pub in_scope: bool,
     /// See [`ClusterView::keda_unknown`].
     pub keda_unknown: bool,
+    /// See [`ClusterView::eas_unknown`].
+    pub eas_unknown: bool,
 }
 
 /// A [`ClusterView`] indexed by namespace, with the draining nodes.
@@ -154,6 +160,7 @@ impl ClusterView {
                 .and_then(|n| n.metadata.annotations.as_ref());
             objs.in_scope = scope::namespace_scope(name, ann, &self.behaviour).enabled;
             objs.keda_unknown = self.keda_unknown;
+            objs.eas_unknown = self.eas_unknown;
         }
         Indexed {
             namespaces: m,

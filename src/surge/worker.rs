@@ -195,6 +195,7 @@ impl Worker {
             behaviour: c.behaviour.clone(),
             wall_now: Some(wall_now),
             keda_unknown: !c.keda_known(),
+            eas_unknown: !c.eas_ready(),
         };
         let signalled = !self.signals.recent(window, now).is_empty();
         let busy = v.may_need_a_step(signalled, window);

@@ -175,6 +175,10 @@ fn chart_lints_clean_with_each_certificate_source() {
             "webhook.timeoutSeconds=4,controllerConfig.evictionHold=2500ms",
             "must fit in webhook.timeoutSeconds (4)",
         ),
+        (
+            "controllerConfig.evictionHold=7s 500ms",
+            "must be whole seconds or milliseconds",
+        ),
     ] {
         let out = Command::new(helm())
             .args(["template", "charts/eviction-autoscaler", "--set", set])

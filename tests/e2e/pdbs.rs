@@ -781,3 +781,93 @@ async fn an_empty_selector_pdb_beside_ours_makes_ours_step_aside() {
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert!(pdb_opt(&ns, "es").await.is_none(), "ours stays away");
 }
+
+/// Invariant 3: our PDB's selector edited by hand to another Deployment's
+/// pods, which a PDB of the user's protects: two budgets over those pods
+/// (every eviction of them fails) and none over ours. Ours is deleted and
+/// made again with its Deployment's selector; the user's stays as it is.
+#[tokio::test]
+async fn our_pdb_whose_selector_is_edited_away_is_made_again() {
+    let ns = TestNs::new("e2e-edited").await;
+    let deps: Api<Deployment> = ns.api();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("eb-user", "eb", Some(IntOrString::Int(1)), None),
+    )
+    .await
+    .unwrap();
+    for app in ["ea", "eb"] {
+        deps.create(&PostParams::default(), &deployment(app, 2, None))
+            .await
+            .unwrap();
+    }
+    let ours = wait_pdb(&ns, "ea", "owned PDB", |p| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(OWNED))
+    })
+    .await;
+    assert!(
+        pdb_opt(&ns, "eb").await.is_none(),
+        "the user's PDB protects eb"
+    );
+    let user_before = pdbs.get("eb-user").await.unwrap();
+    pdbs.patch(
+        "ea",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"selector": {"matchLabels": {"app": "eb"}}}})),
+    )
+    .await
+    .unwrap();
+    let remade = wait_pdb(&ns, "ea", "ours made again over ea's pods", |p| {
+        p.metadata.uid != ours.metadata.uid
+            && p.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .and_then(|s| s.match_labels.as_ref())
+                .and_then(|l| l.get("app"))
+                .map(String::as_str)
+                == Some("ea")
+    })
+    .await;
+    assert!(remade
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(OWNED)));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let over_eb: Vec<String> = pdbs
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .and_then(|s| s.match_labels.as_ref())
+                .and_then(|l| l.get("app"))
+                .map(String::as_str)
+                == Some("eb")
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert_eq!(over_eb, ["eb-user"], "one budget over eb's pods");
+    let user_after = pdbs.get("eb-user").await.unwrap();
+    assert_eq!(
+        (
+            &user_after.spec,
+            &user_after.metadata.annotations,
+            &user_after.metadata.owner_references
+        ),
+        (
+            &user_before.spec,
+            &user_before.metadata.annotations,
+            &user_before.metadata.owner_references
+        ),
+        "the user's PDB untouched"
+    );
+}

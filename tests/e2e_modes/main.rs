@@ -1059,7 +1059,13 @@ async fn a_surge_left_by_the_go_project_goes_back_to_its_recorded_baseline() {
     let deps: Api<Deployment> = ns.api();
     let mut d = deployment("lg", 5, None);
     d.metadata.annotations = Some([(SURGE_MARKER.to_string(), "5".to_string())].into());
-    deps.create(&PostParams::default(), &d)
+    // As its client writes: field manager `manager` (its binary's name), so
+    // by managedFields the 5 is someone's value, not an autoscaler's.
+    let go_client = PostParams {
+        field_manager: Some("manager".into()),
+        ..Default::default()
+    };
+    deps.create(&go_client, &d)
         .await
         .expect("create Deployment");
     let mut pdb = user_pdb("lg", "lg", Some(IntOrString::Int(3)), None);

@@ -96,6 +96,8 @@ caBundle valid), else a new CA and certificate. Call once per render (it is rand
 {{- if regexMatch "^[0-9]+ms$" $hold -}}{{- $holdMs = int (trimSuffix "ms" $hold) -}}
 {{- else if regexMatch "^[0-9]+s$" $hold -}}{{- $holdMs = mul (int (trimSuffix "s" $hold)) 1000 -}}
 {{- else if eq $hold "0" -}}{{- $holdMs = 0 -}}
+{{- else -}}
+{{- fail (printf "controllerConfig.evictionHold must be whole seconds or milliseconds (6s, 2500ms) or 0, not %q, so the chart can check it against webhook.timeoutSeconds" $hold) -}}
 {{- end -}}
 {{- if and (gt $holdMs 0) (gt (add $holdMs 2000) (mul $t 1000)) -}}
 {{- fail (printf "controllerConfig.evictionHold %s plus 2s (one live read, then the apiserver's own eviction) must fit in webhook.timeoutSeconds (%d)" $hold $t) -}}
