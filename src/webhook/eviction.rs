@@ -660,6 +660,45 @@ pub fn surge_state_from_markers(dep: &Deployment) -> SurgeState {
     }
 }
 
+/// [`surge_state_from_markers`], except that someone's value kept on the
+/// Deployment while an autoscaler's minimum (`hpas`, `sos`: the namespace's)
+/// stays raised by us is still a surge under way: the autoscaler lifts the
+/// Deployment again, so room is coming.
+pub fn surge_state_under_autoscalers(
+    dep: Option<&Deployment>,
+    hpas: &[Arc<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>],
+    sos: &[Arc<kube::core::DynamicObject>],
+) -> SurgeState {
+    let Some(dep) = dep else {
+        return SurgeState::Requested;
+    };
+    let state = surge_state_from_markers(dep);
+    if !matches!(state, SurgeState::Kept { .. }) {
+        return state;
+    }
+    let name = dep.metadata.name.as_deref();
+    let raised = |a: Option<&std::collections::BTreeMap<String, String>>| {
+        Markers::from_annotations(a).filter(|m| m.surged_to > m.baseline)
+    };
+    let hpa = hpas
+        .iter()
+        .filter(|h| !crate::surge::view::hpa_is_kedas(h))
+        .filter(|h| crate::surge::view::hpa_carrier(h).as_deref() == name)
+        .find_map(|h| raised(h.metadata.annotations.as_ref()));
+    let so = || {
+        sos.iter()
+            .filter(|so| crate::surge::view::scaled_object_carrier(so).as_deref() == name)
+            .find_map(|so| raised(so.metadata.annotations.as_ref()))
+    };
+    match hpa.or_else(so) {
+        Some(m) => SurgeState::Active {
+            from: m.baseline,
+            to: m.surged_to,
+        },
+        None => state,
+    }
+}
+
 /// The message of the 429: the apiserver's own words first, so tools that
 /// match on them keep working, then what the product is doing about it.
 pub fn blocked_message(b: &Blocked, surge: &SurgeState) -> String {
@@ -1093,6 +1132,42 @@ pub(crate) mod tests {
         assert_eq!(
             surge_state_from_markers(&d),
             SurgeState::Kept { replicas: 4 }
+        );
+        // Kept on the Deployment, but its HPA's minimum stays raised by us
+        // (2 to 5): the HPA lifts it again, room is coming.
+        d.metadata.name = Some("web".into());
+        let mut h = crate::surge::view::kedas_hpa("ns", "web", 5, 9);
+        h.metadata.owner_references = None;
+        h.metadata.annotations = Some(
+            [
+                (names::ORIGINAL_MIN_REPLICAS.to_string(), "2".to_string()),
+                (names::SURGE_REPLICAS.to_string(), "5".to_string()),
+            ]
+            .into(),
+        );
+        let standalone = [Arc::new(h.clone())];
+        assert_eq!(
+            surge_state_under_autoscalers(Some(&d), &standalone, &[]),
+            SurgeState::Active { from: 2, to: 5 }
+        );
+        // KEDA's own HPA carries copies only: still kept.
+        let kedas = [Arc::new(crate::surge::view::kedas_hpa("ns", "web", 5, 9))];
+        let mut kedas_marked = (*kedas[0]).clone();
+        kedas_marked.metadata.annotations = h.metadata.annotations.clone();
+        assert_eq!(
+            surge_state_under_autoscalers(Some(&d), &[Arc::new(kedas_marked)], &[]),
+            SurgeState::Kept { replicas: 4 }
+        );
+        // Another Deployment's HPA: still kept.
+        let mut other = h;
+        other.spec.as_mut().unwrap().scale_target_ref.name = "api".into();
+        assert_eq!(
+            surge_state_under_autoscalers(Some(&d), &[Arc::new(other)], &[]),
+            SurgeState::Kept { replicas: 4 }
+        );
+        assert_eq!(
+            surge_state_under_autoscalers(None, &standalone, &[]),
+            SurgeState::Requested
         );
     }
 

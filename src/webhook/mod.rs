@@ -548,10 +548,38 @@ impl Webhooks {
         if let Some(why) = impossible {
             return SurgeState::Impossible(why);
         }
-        self.cache
-            .deployment(ns, &b.deployment)
-            .map(|d| eviction::surge_state_from_markers(&d))
-            .unwrap_or(SurgeState::Requested)
+        let dep = self.cache.deployment(ns, &b.deployment);
+        // Autoscalers matter only once someone's value was kept (rare): read then.
+        if !matches!(
+            dep.as_deref().map(eviction::surge_state_from_markers),
+            Some(SurgeState::Kept { .. })
+        ) {
+            return dep
+                .map(|d| eviction::surge_state_from_markers(&d))
+                .unwrap_or(SurgeState::Requested);
+        }
+        let in_ns = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            m.namespace.as_deref() == Some(ns)
+        };
+        let hpas: Vec<_> = self
+            .cache
+            .hpas
+            .state()
+            .into_iter()
+            .filter(|h| in_ns(&h.metadata))
+            .collect();
+        let sos: Vec<_> = self
+            .cache
+            .keda
+            .read()
+            .ok()
+            .and_then(|g| g.clone())
+            .map(|store| store.state())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|so| in_ns(&so.metadata))
+            .collect();
+        eviction::surge_state_under_autoscalers(dep.as_deref(), &hpas, &sos)
     }
 
     pub async fn deployments(&self, req: AdmissionRequest<DynamicObject>) -> Answer {
