@@ -478,9 +478,10 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         let Some(dep_name) = dep.metadata.name.clone() else {
             continue;
         };
-        if waiting.contains(dep_name.as_str()) {
-            continue;
-        }
+        // Under KEDA's HPA with the ScaledObjects unknown: the floor is not
+        // known (neither resized nor made), but one budget per pod still
+        // holds (a PDB of the user's over its pods makes ours step aside).
+        let waits = waiting.contains(dep_name.as_str());
         // Ours for this Deployment (its reference, or none yet) with another
         // selector than the Deployment's: edited by hand, or made at the
         // admission of a create refused as a duplicate. It may select other
@@ -509,7 +510,7 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
         }
         let opted_out = deployment_opted_out(dep.metadata.annotations.as_ref());
         let matching = compiled.matching(dep);
-        let floor = floor_for(dep, s);
+        let floor = if waits { None } else { floor_for(dep, s) };
         let overlap = pdb::overlapping(dep, s.deployments, &compiled)
             .map(|(p, d)| {
                 let name = d.metadata.name.as_deref().unwrap_or_default();
@@ -1108,8 +1109,9 @@ mod tests {
     }
 
     /// KEDA's ScaledObjects unknown: a Deployment under KEDA's HPA keeps
-    /// its PDB and EvictionAutoScaler as they are (its floor is its
-    /// ScaledObject's minimum, not known); the others are planned as usual.
+    /// its PDB's minimum as it is (its floor is its ScaledObject's minimum,
+    /// not known), and no PDB is made for it; one budget per pod still holds
+    /// for it. The others are planned as usual.
     #[test]
     fn with_scaled_objects_unknown_only_deployments_under_kedas_hpa_wait() {
         let mut w = World::new();
@@ -1122,10 +1124,38 @@ mod tests {
         w.hpas = vec![Arc::new(crate::surge::view::kedas_hpa("ns", "web", 3, 9))];
         w.keda_unknown = true;
         let a = w.plan();
+        let for_web = |a: &[Action]| {
+            a.iter()
+                .filter(|a| {
+                    matches!(a, Action::SetMinAvailable { pdb, .. } if pdb == "web")
+                        || matches!(a, Action::CreatePdb(p) if p.metadata.name.as_deref() == Some("web"))
+                })
+                .count()
+        };
+        assert_eq!(for_web(&a), 0, "{a:?}");
         assert!(
-            matches!(&a[..], [Action::CreatePdb(p)] if p.metadata.name.as_deref() == Some("api")),
+            a.iter().any(
+                |a| matches!(a, Action::CreatePdb(p) if p.metadata.name.as_deref() == Some("api"))
+            ),
             "{a:?}"
         );
+        // Without its PDB: none made while the floor is unknown.
+        let kept = std::mem::take(&mut w.pdbs);
+        assert_eq!(for_web(&w.plan()), 0);
+        // A PDB of the user's over web's pods: ours steps aside even so.
+        let mut theirs = (*ours(&dep("web", 3), 1)).clone();
+        theirs.metadata.name = Some("web-user".into());
+        theirs.metadata.annotations = None;
+        theirs.metadata.owner_references = None;
+        theirs.metadata.uid = Some("user-uid".into());
+        w.pdbs = kept.into_iter().chain([Arc::new(theirs)]).collect();
+        let a = w.plan();
+        assert!(
+            a.iter()
+                .any(|a| matches!(a, Action::StepAside { pdb, .. } if pdb == "web")),
+            "{a:?}"
+        );
+        w.pdbs.pop();
         // Known again: web is planned, its floor read from its ScaledObject.
         w.keda_unknown = false;
         w.keda.insert("web".into(), 3);
