@@ -131,6 +131,24 @@ impl DegradedReasons {
         }
     }
 
+    /// Clears every condition of this reason whose Deployment `keep` does
+    /// not name (its cause is gone, or the Deployment itself).
+    pub fn retain_reason(&self, reason: &str, keep: impl Fn(&str, &str) -> bool) {
+        let mut marked = BTreeSet::new();
+        if let Ok(mut m) = self.reasons.lock() {
+            m.retain(|(ns, dep), (r, _)| {
+                let stays = r != reason || keep(ns, dep);
+                if !stays {
+                    marked.insert(ns.clone());
+                }
+                stays
+            });
+        }
+        for ns in marked {
+            self.dirty.mark(&ns);
+        }
+    }
+
     pub fn get(&self, ns: &str, dep: &str) -> Option<(String, String)> {
         self.reasons
             .lock()
@@ -1111,6 +1129,18 @@ fn forget_solved(reported: &mut BTreeSet<String>, ns: &str, still: &BTreeSet<Str
 mod tests {
     use super::*;
     use crate::pdb::owned_pdb;
+
+    #[test]
+    fn a_reason_is_kept_only_where_asked() {
+        let d = DegradedReasons::default();
+        d.set("a", "web", "SurgeImpossible", "maxUnavailable is 0");
+        d.set("a", "api", "SurgeImpossible", "Recreate");
+        d.set("b", "web", "PDBNameConflict", "taken");
+        d.retain_reason("SurgeImpossible", |ns, dep| (ns, dep) == ("a", "api"));
+        assert_eq!(d.get("a", "web"), None);
+        assert!(d.get("a", "api").is_some());
+        assert!(d.get("b", "web").is_some(), "another reason stays");
+    }
     use crate::pdb::tests::dep;
     use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;

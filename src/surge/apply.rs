@@ -178,7 +178,7 @@ struct Retry {
     failures: u32,
 }
 
-type Key = (String, String);
+pub type Key = (String, String);
 
 /// Per Deployment, what a step planned to persist and could not (the write
 /// failed): known only here until a later step of that Deployment succeeds.
@@ -234,6 +234,8 @@ pub struct Core<A> {
     lifts: Unpersisted<crate::markers::Markers>,
     /// Per Deployment, its autoscalers' minimum as read and since when.
     mins: Mutex<HashMap<Key, (i32, Instant)>>,
+    /// The candidates of the last pass (stepped or not): see [`Core::looked_at`].
+    looked_at: Mutex<std::collections::HashSet<Key>>,
     /// Node → the Deployments whose pods it held at the last pass.
     last_nodes: Mutex<HashMap<String, std::collections::BTreeSet<Key>>>,
     /// Deployments whose step is running, with the surge replicas it keeps
@@ -276,6 +278,7 @@ impl<A: SurgeApi> Core<A> {
             adoptions: Unpersisted::new(),
             lifts: Unpersisted::new(),
             mins: Mutex::new(HashMap::new()),
+            looked_at: Mutex::new(Default::default()),
             last_nodes: Mutex::new(HashMap::new()),
             in_flight: Default::default(),
         }
@@ -333,6 +336,13 @@ impl<A: SurgeApi> Core<A> {
     }
 
     /// Plans every candidate Deployment and carries out the writes.
+    /// The Deployments the last pass looked at: marked, signalled, or with
+    /// pods on a draining node (stepped, or skipped while backing off or in
+    /// another pass).
+    pub fn looked_at(&self) -> std::collections::HashSet<Key> {
+        self.looked_at.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
     pub async fn pass(&self, view: ClusterView, now: Instant) -> Vec<Outcome> {
         let cooldown = self.settings.cooldown;
         let window = crate::surge::signals::window(cooldown);
@@ -390,6 +400,9 @@ impl<A: SurgeApi> Core<A> {
         }
         if let Ok(mut m) = self.mins.lock() {
             m.retain(|k, _| looked_at.contains(k));
+        }
+        if let Ok(mut l) = self.looked_at.lock() {
+            l.clone_from(&looked_at);
         }
         self.adoptions.retain(&looked_at);
         self.lifts.retain(&looked_at);

@@ -4,7 +4,7 @@
 //! puts on the EvictionAutoScaler, and metrics. Decisions live in
 //! `plan.rs` / `step.rs`, writes in `apply.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,7 @@ use crate::cache::{Cache, Reader};
 use crate::events::Events;
 use crate::metrics::{ControllerLabel, Metrics};
 use crate::reconcile::DegradedReasons;
-use crate::surge::apply::{Core, KubeApi, Outcome};
+use crate::surge::apply::{Core, Key, KubeApi, Outcome};
 use crate::surge::clock::{Look, SignalClock};
 use crate::surge::plan::{Action, SurgeKind};
 use crate::surge::signals::SignalBook;
@@ -145,9 +145,9 @@ impl Worker {
                 tokio::select! {
                     Some(outcomes) = passes.next() => {
                         let still = *leader.borrow();
-                        let running = core.as_ref().filter(|_| still).map(|c| c.in_flight_surges(&outcomes));
-                        if let Some(running) = running {
-                            self.report(&outcomes, running);
+                        let running = core.as_ref().filter(|_| still).map(|c| (c.in_flight_surges(&outcomes), c.looked_at()));
+                        if let Some((running, looked_at)) = running {
+                            self.report(&outcomes, running, &looked_at);
                         }
                         if pending && passes.is_empty() {
                             break;
@@ -207,7 +207,14 @@ impl Worker {
 
     /// `running`: active surges and their replicas among the steps of
     /// other passes still running (their outcome is reported then).
-    fn report(&self, outcomes: &[Outcome], running: (i64, i64)) {
+    fn report(&self, outcomes: &[Outcome], running: (i64, i64), looked_at: &HashSet<Key>) {
+        // "No surge can help" holds while a surge is needed: a Deployment no
+        // pass looks at any more (nothing displaced, signalled or marked for
+        // twice the cooldown, or deleted) has it cleared, so a cause fixed
+        // meanwhile does not stay Degraded (nor in this map) for good.
+        self.degraded.retain_reason("SurgeImpossible", |ns, dep| {
+            looked_at.contains(&(ns.to_string(), dep.to_string()))
+        });
         let (mut active, mut surge_replicas) = running;
         for o in outcomes {
             let s = &o.step;
