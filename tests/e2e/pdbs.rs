@@ -802,11 +802,14 @@ async fn our_pdb_whose_selector_is_edited_away_is_made_again() {
             .await
             .unwrap();
     }
-    let ours = wait_pdb(&ns, "ea", "owned PDB", |p| {
+    // Ours with its owner reference (the Deployment's UID): not a PDB left
+    // by an earlier Deployment of the name, which goes by another rule.
+    let ours = wait_pdb(&ns, "ea", "owned PDB with its owner reference", |p| {
         p.metadata
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(OWNED))
+            && !owner_uids(p).is_empty()
     })
     .await;
     assert!(
