@@ -17,27 +17,11 @@ use crate::support::*;
 
 const CRD: &str = "scaledobjects.keda.sh";
 
-fn apply_crd() {
-    let crd = repo().join("tests/e2e/keda-crd.yaml");
-    kubectl_ok(&["apply", "-f", &path_str(&crd)]);
-    kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        &format!("crd/{CRD}"),
-        "--timeout=60s",
-    ]);
-}
-
 /// KEDA's CRD applied and the shared server restarted, watching ScaledObjects.
 pub(crate) async fn server_with_keda() -> WebhookInfo {
-    apply_crd();
+    install_keda_crd();
     let wh = restart_server(&[]);
-    wait_for(
-        "the server watches ScaledObjects",
-        Duration::from_secs(30),
-        || async { wh.log().contains("KEDA ScaledObjects found").then_some(()) },
-    )
-    .await;
+    wait_keda_watched(&wh).await;
     wh
 }
 

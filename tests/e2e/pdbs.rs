@@ -156,17 +156,7 @@ async fn min_available_follows_replicas_and_hpa_and_cleanup_cascades() {
 #[tokio::test]
 async fn min_available_follows_a_keda_scaled_object() {
     let ns = TestNs::new("e2e-keda").await;
-    kubectl_ok(&[
-        "apply",
-        "-f",
-        &path_str(&repo().join("tests/e2e/keda-crd.yaml")),
-    ]);
-    kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/scaledobjects.keda.sh",
-        "--timeout=30s",
-    ]);
+    install_keda_crd();
     let deps: Api<Deployment> = ns.api();
     deps.create(&PostParams::default(), &deployment("kd", 4, None))
         .await
@@ -825,14 +815,7 @@ async fn our_pdb_whose_selector_is_edited_away_is_made_again() {
     .await
     .unwrap();
     let remade = wait_pdb(&ns, "ea", "ours made again over ea's pods", |p| {
-        p.metadata.uid != ours.metadata.uid
-            && p.spec
-                .as_ref()
-                .and_then(|s| s.selector.as_ref())
-                .and_then(|s| s.match_labels.as_ref())
-                .and_then(|l| l.get("app"))
-                .map(String::as_str)
-                == Some("ea")
+        p.metadata.uid != ours.metadata.uid && selector_app(p) == Some("ea")
     })
     .await;
     assert!(remade
@@ -847,15 +830,7 @@ async fn our_pdb_whose_selector_is_edited_away_is_made_again() {
         .unwrap()
         .items
         .into_iter()
-        .filter(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.selector.as_ref())
-                .and_then(|s| s.match_labels.as_ref())
-                .and_then(|l| l.get("app"))
-                .map(String::as_str)
-                == Some("eb")
-        })
+        .filter(|p| selector_app(p) == Some("eb"))
         .filter_map(|p| p.metadata.name)
         .collect();
     assert_eq!(over_eb, ["eb-user"], "one budget over eb's pods");

@@ -1512,3 +1512,39 @@ async fn time_one_event(ns: &TestNs, n: usize) -> Duration {
         .expect("create probe Event");
     t.elapsed()
 }
+
+/// KEDA's CRD (tests/e2e/keda-crd.yaml, no operator) applied and Established.
+pub fn install_keda_crd() {
+    kubectl_ok(&[
+        "apply",
+        "-f",
+        &path_str(&repo().join("tests/e2e/keda-crd.yaml")),
+    ]);
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/scaledobjects.keda.sh",
+        "--timeout=60s",
+    ]);
+}
+
+/// Waits until the server `wh` watches ScaledObjects (it looks for KEDA's
+/// API every 5 s): a drain before that would not see them.
+pub async fn wait_keda_watched(wh: &WebhookInfo) {
+    wait_for(
+        "the server watches ScaledObjects",
+        Duration::from_secs(30),
+        || async { wh.log().contains("KEDA ScaledObjects found").then_some(()) },
+    )
+    .await;
+}
+
+/// The `app` label a PDB's selector matches, if any.
+pub fn selector_app(p: &PodDisruptionBudget) -> Option<&str> {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .and_then(|s| s.match_labels.as_ref())
+        .and_then(|l| l.get("app"))
+        .map(String::as_str)
+}

@@ -402,15 +402,18 @@ async fn max_unavailable_zero_is_degraded_and_the_429_says_why() {
     );
     let (r, s, _) = replicas(&ns, "z").await;
     assert_eq!((r, s), (2, None), "no surge");
-    let yaml = kubectl_ok(&[
-        "get",
-        "evictionautoscalers",
-        "-n",
-        &ns.name,
-        "z-pdb",
-        "-o",
-        "yaml",
-    ]);
+    let eas = || {
+        kubectl_ok(&[
+            "get",
+            "evictionautoscalers",
+            "-n",
+            &ns.name,
+            "z-pdb",
+            "-o",
+            "yaml",
+        ])
+    };
+    let yaml = eas();
     assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
     // Nothing displaced or refused any more (twice the cooldown): no surge
     // is needed, and the condition clears (a cause fixed since is not shown
@@ -418,18 +421,7 @@ async fn max_unavailable_zero_is_degraded_and_the_429_says_why() {
     wait_for(
         "Degraded SurgeImpossible cleared after the drain",
         Duration::from_secs(45),
-        || async {
-            let y = kubectl_ok(&[
-                "get",
-                "evictionautoscalers",
-                "-n",
-                &ns.name,
-                "z-pdb",
-                "-o",
-                "yaml",
-            ]);
-            (!y.contains("reason: SurgeImpossible")).then_some(())
-        },
+        || async { (!eas().contains("reason: SurgeImpossible")).then_some(()) },
     )
     .await;
 }
@@ -654,6 +646,47 @@ async fn dry_run_drain_changes_nothing() {
     let _ = pods_of(&ns, "dr").await;
 }
 
+/// The ScaledObjects of `ns`.
+fn so_api(ns: &TestNs) -> Api<kube::core::DynamicObject> {
+    kube::Api::namespaced_with(ns.client.clone(), &ns.name, &crate::pdbs::keda_resource())
+}
+
+/// KEDA's CRD installed and watched by the server (run alone on a fresh
+/// cluster, a test must not drain before the product has noticed KEDA); a
+/// namespace with ScaledObject `so` (minimum `min`); its ScaledObjects.
+async fn keda_namespace(
+    prefix: &str,
+    so: &str,
+    min: i64,
+) -> (TestNs, Api<kube::core::DynamicObject>) {
+    install_keda_crd();
+    wait_keda_watched(WebhookInfo::get()).await;
+    let ns = TestNs::new(prefix).await;
+    let api = so_api(&ns);
+    api.create(&PostParams::default(), &scaled_object(so, min))
+        .await
+        .expect("create ScaledObject");
+    (ns, api)
+}
+
+/// Waits until ScaledObject `name` is back at minReplicaCount `min` without markers.
+async fn wait_so_restored(so_api: &Api<kube::core::DynamicObject>, name: &str, min: i64) {
+    wait_for(
+        &format!("{name}'s minReplicaCount back at {min}, markers removed"),
+        Duration::from_secs(60),
+        || async {
+            let so = so_api.get(name).await.ok()?;
+            let marked = so
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(SURGE));
+            (so.data["spec"]["minReplicaCount"].as_i64() == Some(min) && !marked).then_some(())
+        },
+    )
+    .await;
+}
+
 fn scaled_object(name: &str, min: i64) -> kube::core::DynamicObject {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
@@ -670,36 +703,7 @@ fn scaled_object(name: &str, min: i64) -> kube::core::DynamicObject {
 #[tokio::test]
 async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
     let _nodes = nodes_lock().await;
-    kubectl_ok(&[
-        "apply",
-        "-f",
-        &path_str(&repo().join("tests/e2e/keda-crd.yaml")),
-    ]);
-    kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/scaledobjects.keda.sh",
-        "--timeout=30s",
-    ]);
-    // The product looks for KEDA's API every 5 s; run alone on a fresh
-    // cluster this test must not drain before it has noticed KEDA.
-    let wh = WebhookInfo::get();
-    wait_for(
-        "the server watches ScaledObjects",
-        Duration::from_secs(20),
-        || async { wh.log().contains("KEDA ScaledObjects found").then_some(()) },
-    )
-    .await;
-    let ns = TestNs::new("e2e-kedasurge").await;
-    let so_api = kube::Api::<kube::core::DynamicObject>::namespaced_with(
-        ns.client.clone(),
-        &ns.name,
-        &crate::pdbs::keda_resource(),
-    );
-    so_api
-        .create(&PostParams::default(), &scaled_object("kd", 2))
-        .await
-        .unwrap();
+    let (ns, so_api) = keda_namespace("e2e-kedasurge", "kd", 2).await;
     let deps: Api<Deployment> = ns.api();
     let node = "kwok-node-0";
     deps.create(
@@ -732,21 +736,7 @@ async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
     assert!(d.ok, "drain:\n{}", d.output);
     assert!(sampler.await.unwrap_or(0) > 2, "minReplicaCount was raised");
     assert!(watcher.finish().await >= 2);
-    wait_for(
-        "minReplicaCount restored, markers removed",
-        Duration::from_secs(60),
-        || async {
-            let so = so_api.get("kd").await.ok()?;
-            let restored = so.data["spec"]["minReplicaCount"].as_i64() == Some(2)
-                && !so
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(SURGE));
-            restored.then_some(())
-        },
-    )
-    .await;
+    wait_so_restored(&so_api, "kd", 2).await;
     wait_replicas(&ns, "kd", 2, false, Duration::from_secs(30)).await;
 
     // KEDA plus a standalone HPA on one Deployment.
@@ -823,11 +813,7 @@ const KEDA_MANAGER: &str = "keda-operator";
 impl KedaOperator {
     fn start(ns: &TestNs, name: &str) -> KedaOperator {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let so_api = kube::Api::<kube::core::DynamicObject>::namespaced_with(
-            ns.client.clone(),
-            &ns.name,
-            &crate::pdbs::keda_resource(),
-        );
+        let so_api = so_api(ns);
         let hpas: Api<HorizontalPodAutoscaler> = ns.api();
         let (name, hpa_name) = (name.to_string(), format!("keda-hpa-{name}"));
         let flag = stop.clone();
@@ -907,34 +893,7 @@ impl KedaOperator {
 #[tokio::test]
 async fn kedas_hpa_with_copies_of_our_markers_is_left_to_keda() {
     let _nodes = nodes_lock().await;
-    kubectl_ok(&[
-        "apply",
-        "-f",
-        &path_str(&repo().join("tests/e2e/keda-crd.yaml")),
-    ]);
-    kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/scaledobjects.keda.sh",
-        "--timeout=30s",
-    ]);
-    let wh = WebhookInfo::get();
-    wait_for(
-        "the server watches ScaledObjects",
-        Duration::from_secs(20),
-        || async { wh.log().contains("KEDA ScaledObjects found").then_some(()) },
-    )
-    .await;
-    let ns = TestNs::new("e2e-kedahpa").await;
-    let so_api = kube::Api::<kube::core::DynamicObject>::namespaced_with(
-        ns.client.clone(),
-        &ns.name,
-        &crate::pdbs::keda_resource(),
-    );
-    so_api
-        .create(&PostParams::default(), &scaled_object("kh", 2))
-        .await
-        .expect("create ScaledObject");
+    let (ns, so_api) = keda_namespace("e2e-kedahpa", "kh", 2).await;
     let keda = KedaOperator::start(&ns, "kh");
     let deps: Api<Deployment> = ns.api();
     let node = "kwok-node-1";
@@ -966,21 +925,7 @@ async fn kedas_hpa_with_copies_of_our_markers_is_left_to_keda() {
     uncordon(node);
     assert!(d.ok, "drain:\n{}", d.output);
     assert!(watcher.finish().await >= 2);
-    wait_for(
-        "minReplicaCount restored, markers removed",
-        Duration::from_secs(60),
-        || async {
-            let so = so_api.get("kh").await.ok()?;
-            let restored = so.data["spec"]["minReplicaCount"].as_i64() == Some(2)
-                && !so
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(SURGE));
-            restored.then_some(())
-        },
-    )
-    .await;
+    wait_so_restored(&so_api, "kh", 2).await;
     wait_replicas(&ns, "kh", 2, false, Duration::from_secs(60)).await;
     // KEDA's operator catches up (its HPA back at 2, no markers), then a
     // quiet spell in which nobody writes it.

@@ -1017,14 +1017,7 @@ async fn user_pdb_selector_edited_away_mid_surge_reverts_with_one_pdb() {
         .expect("list PDBs")
         .items
         .into_iter()
-        .filter(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.selector.as_ref())
-                .and_then(|s| s.match_labels.as_ref())
-                .and_then(|l| l.get("app"))
-                .is_some_and(|a| a == "sel")
-        })
+        .filter(|p| selector_app(p) == Some("sel"))
         .filter_map(|p| p.metadata.name)
         .collect();
     assert_eq!(over, vec!["sel".to_string()], "one PDB over the pods");
