@@ -602,10 +602,14 @@ pub fn step(
         reverted: false,
         adopting: None,
         lifting: None,
-        autoscaler_min: all
+        // KEDA's HPA left out: a copy its operator makes of the
+        // ScaledObject's minimum, late (see `keda_lags`).
+        autoscaler_min: hpa_s
             .iter()
-            .filter(|o| o.key.kind != ObjKind::Deployment)
-            .map(|o| o.value())
+            .zip(&hpas)
+            .filter(|(_, h)| !hpa_is_kedas(h))
+            .map(|(o, _)| o.value())
+            .chain(so_s.iter().map(|o| o.value()))
             .max(),
         nodes: BTreeSet::new(),
         legacy: None,
@@ -956,8 +960,17 @@ pub fn step(
         // Under autoscalers, only once their minimum has stood (SETTLE),
         // with none of them written in this step.
         let written = writes.iter().any(|w| w.target.kind != ObjKind::Deployment);
+        // KEDA's operator has not yet copied the ScaledObject's minimum onto
+        // its HPA: the HPA controller would lift the Deployment back to the
+        // old one (with no markers left to lower it again).
+        let keda_lags = so_s.first().is_some_and(|so| {
+            hpas.iter().filter(|h| hpa_is_kedas(h)).any(|h| {
+                h.spec.as_ref().and_then(|s| s.min_replicas).unwrap_or(1) != so.value().max(1)
+            })
+        });
         let stood = out.autoscaler_min.is_none_or(|min| {
             !written
+                && !keda_lags
                 && facts
                     .autoscaler_min
                     .is_some_and(|(v, d)| v == min && d >= SETTLE)
@@ -1378,6 +1391,47 @@ mod tests {
         let back = run(&objs, &[], &quiet());
         never_kedas(&back);
         assert!(targets(&back).contains(&(ObjKind::ScaledObject, "web".into())));
+        // The ScaledObject back at 2, KEDA's operator not yet: its HPA still
+        // at 4 (markers gone). The Deployment waits, however long the
+        // ScaledObject's 2 has stood: lowered now, the HPA controller would
+        // lift it back to 4 with no markers left (and taken for the floor,
+        // as it was, 4 was kept: seen on the local cluster).
+        let mut lagging = crate::surge::view::kedas_hpa("ns", "web", 4, 9);
+        lagging.metadata.annotations = None;
+        let reverted_so = NsObjects {
+            scaled_objects: vec![scaled_object(2, None)],
+            hpas: vec![Arc::new(lagging)],
+            ..objs.clone()
+        };
+        let stood_long = Facts {
+            autoscaler_min: Some((2, Duration::from_secs(600))),
+            ..quiet()
+        };
+        let waits = run(&reverted_so, &[], &stood_long);
+        assert!(waits.writes.is_empty(), "{:?}", waits.writes);
+        assert_eq!(
+            waits.active,
+            Some(Markers {
+                baseline: 2,
+                surged_to: 4
+            })
+        );
+        // Caught up (its HPA at 2) and stood: the Deployment back to 2.
+        let synced = NsObjects {
+            hpas: vec![Arc::new(crate::surge::view::kedas_hpa("ns", "web", 2, 9))],
+            ..reverted_so.clone()
+        };
+        let stood = Facts {
+            autoscaler_min: Some((2, SETTLE)),
+            ..quiet()
+        };
+        let down = run(&synced, &[], &stood);
+        assert_eq!(
+            op_value(&down.writes[0], "replace", "/spec/replicas"),
+            Some(json!(2)),
+            "{:?}",
+            down.writes
+        );
     }
 
     #[test]
