@@ -548,15 +548,13 @@ impl Webhooks {
         if let Some(why) = impossible {
             return SurgeState::Impossible(why);
         }
-        let dep = self.cache.deployment(ns, &b.deployment);
+        let Some(dep) = self.cache.deployment(ns, &b.deployment) else {
+            return SurgeState::Requested;
+        };
         // Autoscalers matter only once someone's value was kept (rare): read then.
-        if !matches!(
-            dep.as_deref().map(eviction::surge_state_from_markers),
-            Some(SurgeState::Kept { .. })
-        ) {
-            return dep
-                .map(|d| eviction::surge_state_from_markers(&d))
-                .unwrap_or(SurgeState::Requested);
+        let state = eviction::surge_state_from_markers(&dep);
+        if !matches!(state, SurgeState::Kept { .. }) {
+            return state;
         }
         let in_ns = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
             m.namespace.as_deref() == Some(ns)
@@ -579,7 +577,7 @@ impl Webhooks {
             .into_iter()
             .filter(|so| in_ns(&so.metadata))
             .collect();
-        eviction::surge_state_under_autoscalers(dep.as_deref(), &hpas, &sos)
+        eviction::surge_state_under_autoscalers(Some(&dep), &hpas, &sos)
     }
 
     pub async fn deployments(&self, req: AdmissionRequest<DynamicObject>) -> Answer {
