@@ -1409,6 +1409,9 @@ mod tests {
         };
         let waits = run(&reverted_so, &[], &stood_long);
         assert!(waits.writes.is_empty(), "{:?}", waits.writes);
+        // Right after a restart (nothing remembered of earlier passes): waits too.
+        let restarted = run(&reverted_so, &[], &quiet());
+        assert!(restarted.writes.is_empty(), "{:?}", restarted.writes);
         assert_eq!(
             waits.active,
             Some(Markers {
