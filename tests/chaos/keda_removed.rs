@@ -8,10 +8,6 @@
 
 use std::time::Duration;
 
-use kube::api::PostParams;
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::Api;
-
 use crate::fleet::blocked_on_node;
 use crate::support::*;
 
@@ -23,27 +19,6 @@ pub(crate) async fn server_with_keda() -> WebhookInfo {
     let wh = restart_server(&[]);
     wait_keda_watched(&wh).await;
     wh
-}
-
-/// A ScaledObject `name` (minimum `min`, a CPU trigger) targeting the
-/// Deployment of that name; the API of ScaledObjects in `ns`.
-pub(crate) async fn create_scaled_object(ns: &TestNs, name: &str, min: i64) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
-        "scaledobjects",
-    );
-    let sos: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &ar);
-    let so: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-        "metadata": {"name": name},
-        "spec": {"scaleTargetRef": {"name": name}, "minReplicaCount": min, "maxReplicaCount": 10,
-                 "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}
-    }))
-    .expect("ScaledObject");
-    sos.create(&PostParams::default(), &so)
-        .await
-        .expect("create ScaledObject");
-    sos
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

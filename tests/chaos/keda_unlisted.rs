@@ -18,7 +18,7 @@ use kube::Api;
 
 use crate::crd_deleted::InPlaceOfShared;
 use crate::fleet::{blocked_on_node, https_get};
-use crate::keda_removed::{create_scaled_object, server_with_keda};
+use crate::keda_removed::server_with_keda;
 use crate::support::*;
 
 const ROLE: &str = "eviction-autoscaler";

@@ -24,6 +24,7 @@ mod load;
 mod no_webhook;
 mod proxy;
 mod recount;
+mod restart_steps;
 mod rolling;
 mod set_back;
 mod slow_apiserver;

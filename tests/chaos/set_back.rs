@@ -25,7 +25,7 @@ use kube::Api;
 use eviction_autoscaler::surge::writer::{replicas_writer, writer, Field, ReplicasWriter};
 
 use crate::fleet::blocked_on_node;
-use crate::keda_removed::{create_scaled_object, server_with_keda};
+use crate::keda_removed::server_with_keda;
 use crate::support::*;
 
 /// The shared server started again and the node uncordoned, however the

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::DynamicObject;
 use kube::Api;
 use serde_json::json;
 
@@ -606,13 +606,6 @@ async fn status_columns_and_name_conflict_without_a_loop() {
         "Degraded again: {:?}",
         e.data["status"]
     );
-}
-
-pub fn keda_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
-        "scaledobjects",
-    )
 }
 
 /// Invariant 3: a copy of our PDB under another name, annotations and all

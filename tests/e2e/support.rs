@@ -23,11 +23,14 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, MicroTime, ObjectMeta, OwnerReference,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client, Config};
 
 use eviction_autoscaler::surge::writer::{replicas_writer, ReplicasWriter};
@@ -725,17 +728,14 @@ impl DenyUpdates {
 
     /// Does a server-side dry-run update of `object` (`kind/name`) pass?
     fn update_passes(&self, object: &str) -> bool {
-        kubectl(&[
-            "annotate",
-            "-n",
-            &self.ns,
-            object,
-            "e2e-probe=1",
-            "--overwrite",
-            "--dry-run=server",
-        ])
-        .status
-        .success()
+        self.probe_passes(&["annotate", object, "e2e-probe=1", "--overwrite"])
+    }
+
+    /// Does `kubectl <command> -n <ns> --dry-run=server` pass?
+    fn probe_passes(&self, command: &[&str]) -> bool {
+        let mut all = command.to_vec();
+        all.extend_from_slice(&["-n", &self.ns, "--dry-run=server"]);
+        kubectl(&all).status.success()
     }
 
     /// Waits until the apiserver has loaded the policy: an update of
@@ -749,6 +749,18 @@ impl DenyUpdates {
         .await;
     }
 
+    /// Waits until the policy refuses `kubectl <command> -n <ns>` (a
+    /// server-side dry run): for a policy that refuses some requests only,
+    /// or creations.
+    pub async fn wait_refusing_command(&self, command: &[&str]) {
+        wait_for(
+            &format!("the policy refusing kubectl {command:?}"),
+            Duration::from_secs(30),
+            || async { (!self.probe_passes(command)).then_some(()) },
+        )
+        .await;
+    }
+
     /// Deletes the policy and waits until an update of `object` passes.
     pub async fn lift(self, object: &str) {
         self.delete();
@@ -756,6 +768,18 @@ impl DenyUpdates {
             &format!("updates of {object} passing again"),
             Duration::from_secs(30),
             || async { self.update_passes(object).then_some(()) },
+        )
+        .await;
+    }
+
+    /// Deletes the policy and waits until `kubectl <command> -n <ns>`
+    /// passes (a server-side dry run).
+    pub async fn lift_command(self, command: &[&str]) {
+        self.delete();
+        wait_for(
+            &format!("kubectl {command:?} passing again"),
+            Duration::from_secs(30),
+            || async { self.probe_passes(command).then_some(()) },
         )
         .await;
     }
@@ -1547,4 +1571,231 @@ pub fn selector_app(p: &PodDisruptionBudget) -> Option<&str> {
         .and_then(|s| s.match_labels.as_ref())
         .and_then(|l| l.get("app"))
         .map(String::as_str)
+}
+
+pub fn keda_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    )
+}
+
+/// The ScaledObjects of `ns`.
+pub fn so_api(ns: &TestNs) -> Api<DynamicObject> {
+    Api::namespaced_with(ns.client.clone(), &ns.name, &keda_resource())
+}
+
+/// A ScaledObject `name` (minimum `min`, maximum 10, a CPU trigger)
+/// targeting the Deployment of that name.
+pub fn scaled_object(name: &str, min: i64) -> DynamicObject {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": name},
+        "spec": {"scaleTargetRef": {"name": name}, "minReplicaCount": min, "maxReplicaCount": 10,
+                 "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}
+    }))
+    .expect("scaled object")
+}
+
+/// Waits until ScaledObject `name` is back at minReplicaCount `min` without markers.
+pub async fn wait_so_restored(so_api: &Api<DynamicObject>, name: &str, min: i64) {
+    wait_for(
+        &format!("{name}'s minReplicaCount back at {min}, markers removed"),
+        Duration::from_secs(60),
+        || async {
+            let so = so_api.get(name).await.ok()?;
+            let marked = so
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(SURGE_MARKER));
+            (so.data["spec"]["minReplicaCount"].as_i64() == Some(min) && !marked).then_some(())
+        },
+    )
+    .await;
+}
+
+/// [`scaled_object`] created in `ns`; the API of ScaledObjects in `ns`.
+pub async fn create_scaled_object(ns: &TestNs, name: &str, min: i64) -> Api<DynamicObject> {
+    let api = so_api(ns);
+    api.create(&PostParams::default(), &scaled_object(name, min))
+        .await
+        .expect("create ScaledObject");
+    api
+}
+
+/// KEDA's operator as far as its HPA goes (kedacore/keda,
+/// controllers/keda/hpa.go): `keda-hpa-<name>`, controlled by the
+/// ScaledObject, made from it with its annotations copied and its minimum
+/// (at least 1), updated whenever they differ. Records every field manager
+/// other than its own that wrote the HPA (not its status, which the HPA
+/// controller writes): writes of someone else, such as ours.
+pub struct KedaOperator {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<(usize, Vec<String>)>,
+}
+
+pub const KEDA_MANAGER: &str = "keda-operator";
+
+impl KedaOperator {
+    pub fn start(ns: &TestNs, name: &str) -> KedaOperator {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let held = paused.clone();
+        let so_api = so_api(ns);
+        let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+        let (name, hpa_name) = (name.to_string(), format!("keda-hpa-{name}"));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let pp = PostParams {
+                field_manager: Some(KEDA_MANAGER.into()),
+                ..Default::default()
+            };
+            let (mut writes, mut foreign) = (0usize, Vec::new());
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if held.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
+                let Ok(so) = so_api.get(&name).await else {
+                    continue;
+                };
+                let min = so.data["spec"]["minReplicaCount"]
+                    .as_i64()
+                    .unwrap_or(0)
+                    .max(1) as i32;
+                let annotations = so.metadata.annotations.clone();
+                let Ok(current) = hpas.get_opt(&hpa_name).await else {
+                    continue;
+                };
+                let Some(mut h) = current else {
+                    let mut h = hpa(&hpa_name, &name, min);
+                    h.metadata.annotations = annotations;
+                    h.metadata.owner_references = Some(vec![OwnerReference {
+                        api_version: "keda.sh/v1alpha1".into(),
+                        kind: "ScaledObject".into(),
+                        name: name.clone(),
+                        uid: so.metadata.uid.clone().unwrap_or_default(),
+                        controller: Some(true),
+                        block_owner_deletion: Some(true),
+                    }]);
+                    if hpas.create(&pp, &h).await.is_ok() {
+                        writes += 1;
+                    }
+                    continue;
+                };
+                for m in h.metadata.managed_fields.iter().flatten() {
+                    let manager = m.manager.clone().unwrap_or_default();
+                    if manager != KEDA_MANAGER
+                        && m.subresource.as_deref() != Some("status")
+                        && !foreign.contains(&manager)
+                    {
+                        foreign.push(manager);
+                    }
+                }
+                let spec_min = h.spec.as_ref().and_then(|s| s.min_replicas);
+                if spec_min != Some(min) || h.metadata.annotations != annotations {
+                    h.metadata.annotations = annotations;
+                    if let Some(s) = h.spec.as_mut() {
+                        s.min_replicas = Some(min);
+                    }
+                    if hpas.replace(&hpa_name, &pp, &h).await.is_ok() {
+                        writes += 1;
+                    }
+                }
+            }
+            (writes, foreign)
+        });
+        KedaOperator { stop, paused, task }
+    }
+
+    /// Stops (true) or resumes (false) its work: an operator that lags.
+    pub fn pause(&self, paused: bool) {
+        self.paused
+            .store(paused, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Its writes, and the other field managers seen on the HPA.
+    pub async fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await.expect("KEDA operator task")
+    }
+}
+
+/// What the Go project's older versions leave mid-surge (made while this
+/// product is not running): Deployment `name` at `surged` with their lone
+/// marker, written by their client (field manager `manager`, its binary's
+/// name, so the number reads as someone's); their PDB (ownedBy, minimum
+/// `baseline`); their EvictionAutoScaler with the baseline in
+/// `status.minReplicas`.
+pub async fn legacy_go_surge(ns: &TestNs, name: &str, surged: i32, baseline: i32) {
+    let deps: Api<Deployment> = ns.api();
+    let mut d = deployment(name, surged, None);
+    d.metadata.annotations = Some([(SURGE_MARKER.to_string(), surged.to_string())].into());
+    let go_client = PostParams {
+        field_manager: Some("manager".into()),
+        ..Default::default()
+    };
+    deps.create(&go_client, &d)
+        .await
+        .expect("create Deployment");
+    let mut pdb = user_pdb(name, name, Some(IntOrString::Int(baseline)), None);
+    pdb.metadata.annotations = Some(
+        [
+            (OWNED_BY.to_string(), "EvictionAutoScaler".to_string()),
+            ("target".to_string(), name.to_string()),
+        ]
+        .into(),
+    );
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .expect("create the Go project's PDB");
+    let eas = serde_json::json!({
+        "apiVersion": "eviction-autoscaler.azure.com/v1", "kind": "EvictionAutoScaler",
+        "metadata": {"name": name, "namespace": ns.name,
+                     "annotations": {OWNED_BY: "EvictionAutoScaler", "target": name}},
+        "spec": {"targetName": name, "targetKind": "deployment"}
+    });
+    let path =
+        std::env::temp_dir().join(format!("e2e-legacy-eas-{}-{name}.json", std::process::id()));
+    std::fs::write(&path, eas.to_string()).expect("write EvictionAutoScaler");
+    kubectl_ok(&["apply", "-f", &path_str(&path)]);
+    let _ = std::fs::remove_file(&path);
+    kubectl_ok(&[
+        "-n",
+        &ns.name,
+        "patch",
+        "evictionautoscalers.eviction-autoscaler.azure.com",
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"status":{{"minReplicas":{baseline}}}}}"#),
+    ]);
+}
+
+/// Samples the `minAvailable` of PDB `name` every 100 ms for `duration`:
+/// the set of values seen.
+pub fn sample_pdb_minimum(
+    ns: &TestNs,
+    name: &str,
+    duration: Duration,
+) -> tokio::task::JoinHandle<std::collections::BTreeSet<i32>> {
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let name = name.to_string();
+    tokio::spawn(async move {
+        let mut seen = std::collections::BTreeSet::new();
+        let end = Instant::now() + duration;
+        while Instant::now() < end {
+            if let Ok(p) = pdbs.get(&name).await {
+                if let Some(IntOrString::Int(m)) = p.spec.and_then(|s| s.min_available) {
+                    seen.insert(m);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        seen
+    })
 }

@@ -646,11 +646,6 @@ async fn dry_run_drain_changes_nothing() {
     let _ = pods_of(&ns, "dr").await;
 }
 
-/// The ScaledObjects of `ns`.
-fn so_api(ns: &TestNs) -> Api<kube::core::DynamicObject> {
-    kube::Api::namespaced_with(ns.client.clone(), &ns.name, &crate::pdbs::keda_resource())
-}
-
 /// KEDA's CRD installed and watched by the server (run alone on a fresh
 /// cluster, a test must not drain before the product has noticed KEDA); a
 /// namespace with ScaledObject `so` (minimum `min`); its ScaledObjects.
@@ -662,39 +657,8 @@ async fn keda_namespace(
     install_keda_crd();
     wait_keda_watched(WebhookInfo::get()).await;
     let ns = TestNs::new(prefix).await;
-    let api = so_api(&ns);
-    api.create(&PostParams::default(), &scaled_object(so, min))
-        .await
-        .expect("create ScaledObject");
+    let api = create_scaled_object(&ns, so, min).await;
     (ns, api)
-}
-
-/// Waits until ScaledObject `name` is back at minReplicaCount `min` without markers.
-async fn wait_so_restored(so_api: &Api<kube::core::DynamicObject>, name: &str, min: i64) {
-    wait_for(
-        &format!("{name}'s minReplicaCount back at {min}, markers removed"),
-        Duration::from_secs(60),
-        || async {
-            let so = so_api.get(name).await.ok()?;
-            let marked = so
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(SURGE));
-            (so.data["spec"]["minReplicaCount"].as_i64() == Some(min) && !marked).then_some(())
-        },
-    )
-    .await;
-}
-
-fn scaled_object(name: &str, min: i64) -> kube::core::DynamicObject {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-        "metadata": {"name": name},
-        "spec": {"scaleTargetRef": {"name": name}, "minReplicaCount": min, "maxReplicaCount": 10,
-                 "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}
-    }))
-    .expect("scaled object")
 }
 
 /// Scenario 4 (KEDA): the ScaledObject's minReplicaCount is raised and
@@ -795,95 +759,6 @@ async fn drain_taint_surges_like_a_cordon() {
     kubectl_ok(&["taint", "node", node, "karpenter.sh/disrupted:NoSchedule-"]);
     wait_replicas(&ns, "t", 2, false, Duration::from_secs(40)).await;
     surged
-}
-
-/// KEDA's operator as far as its HPA goes (kedacore/keda,
-/// controllers/keda/hpa.go): `keda-hpa-<name>`, controlled by the
-/// ScaledObject, made from it with its annotations copied and its minimum
-/// (at least 1), updated whenever they differ. Records every field manager
-/// other than its own that wrote the HPA (not its status, which the HPA
-/// controller writes): writes of someone else, such as ours.
-struct KedaOperator {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    task: tokio::task::JoinHandle<(usize, Vec<String>)>,
-}
-
-const KEDA_MANAGER: &str = "keda-operator";
-
-impl KedaOperator {
-    fn start(ns: &TestNs, name: &str) -> KedaOperator {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let so_api = so_api(ns);
-        let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-        let (name, hpa_name) = (name.to_string(), format!("keda-hpa-{name}"));
-        let flag = stop.clone();
-        let task = tokio::spawn(async move {
-            let pp = PostParams {
-                field_manager: Some(KEDA_MANAGER.into()),
-                ..Default::default()
-            };
-            let (mut writes, mut foreign) = (0usize, Vec::new());
-            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                let Ok(so) = so_api.get(&name).await else {
-                    continue;
-                };
-                let min = so.data["spec"]["minReplicaCount"]
-                    .as_i64()
-                    .unwrap_or(0)
-                    .max(1) as i32;
-                let annotations = so.metadata.annotations.clone();
-                let Ok(current) = hpas.get_opt(&hpa_name).await else {
-                    continue;
-                };
-                let Some(mut h) = current else {
-                    let mut h = hpa(&hpa_name, &name, min);
-                    h.metadata.annotations = annotations;
-                    h.metadata.owner_references = Some(vec![
-                        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-                            api_version: "keda.sh/v1alpha1".into(),
-                            kind: "ScaledObject".into(),
-                            name: name.clone(),
-                            uid: so.metadata.uid.clone().unwrap_or_default(),
-                            controller: Some(true),
-                            block_owner_deletion: Some(true),
-                        },
-                    ]);
-                    if hpas.create(&pp, &h).await.is_ok() {
-                        writes += 1;
-                    }
-                    continue;
-                };
-                for m in h.metadata.managed_fields.iter().flatten() {
-                    let manager = m.manager.clone().unwrap_or_default();
-                    if manager != KEDA_MANAGER
-                        && m.subresource.as_deref() != Some("status")
-                        && !foreign.contains(&manager)
-                    {
-                        foreign.push(manager);
-                    }
-                }
-                let spec_min = h.spec.as_ref().and_then(|s| s.min_replicas);
-                if spec_min != Some(min) || h.metadata.annotations != annotations {
-                    h.metadata.annotations = annotations;
-                    if let Some(s) = h.spec.as_mut() {
-                        s.min_replicas = Some(min);
-                    }
-                    if hpas.replace(&hpa_name, &pp, &h).await.is_ok() {
-                        writes += 1;
-                    }
-                }
-            }
-            (writes, foreign)
-        });
-        KedaOperator { stop, task }
-    }
-
-    /// Its writes, and the other field managers seen on the HPA.
-    async fn finish(self) -> (usize, Vec<String>) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.task.await.expect("KEDA operator task")
-    }
 }
 
 /// KEDA's HPA carries copies of the ScaledObject's annotations, our surge

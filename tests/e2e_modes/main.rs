@@ -1056,68 +1056,11 @@ async fn a_surge_left_by_the_go_project_goes_back_to_its_recorded_baseline() {
     let ns = TestNs::new("e2e-legacy").await;
     // The Go project's objects, made while this product is not running.
     stop_server();
-    let deps: Api<Deployment> = ns.api();
-    let mut d = deployment("lg", 5, None);
-    d.metadata.annotations = Some([(SURGE_MARKER.to_string(), "5".to_string())].into());
-    // As its client writes: field manager `manager` (its binary's name), so
-    // by managedFields the 5 is someone's value, not an autoscaler's.
-    let go_client = PostParams {
-        field_manager: Some("manager".into()),
-        ..Default::default()
-    };
-    deps.create(&go_client, &d)
-        .await
-        .expect("create Deployment");
-    let mut pdb = user_pdb("lg", "lg", Some(IntOrString::Int(3)), None);
-    pdb.metadata.annotations = Some(
-        [
-            (OWNED_BY.to_string(), "EvictionAutoScaler".to_string()),
-            ("target".to_string(), "lg".to_string()),
-        ]
-        .into(),
-    );
-    let pdbs: Api<PodDisruptionBudget> = ns.api();
-    pdbs.create(&PostParams::default(), &pdb)
-        .await
-        .expect("create the Go project's PDB");
-    let eas = serde_json::json!({
-        "apiVersion": "eviction-autoscaler.azure.com/v1", "kind": "EvictionAutoScaler",
-        "metadata": {"name": "lg", "namespace": ns.name,
-                     "annotations": {OWNED_BY: "EvictionAutoScaler", "target": "lg"}},
-        "spec": {"targetName": "lg", "targetKind": "deployment"}
-    });
-    let path = std::env::temp_dir().join(format!("e2e-legacy-eas-{}.json", std::process::id()));
-    std::fs::write(&path, eas.to_string()).expect("write EvictionAutoScaler");
-    kubectl_ok(&["apply", "-f", &path_str(&path)]);
-    kubectl_ok(&[
-        "-n",
-        &ns.name,
-        "patch",
-        "evictionautoscalers.eviction-autoscaler.azure.com",
-        "lg",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"minReplicas":3}}"#,
-    ]);
+    legacy_go_surge(&ns, "lg", 5, 3).await;
     wait_ready(&ns, "lg", 5).await;
 
     // Sampled from before the take-over: the PDB's minimum never leaves 3.
-    let sampler = {
-        let pdbs = pdbs.clone();
-        tokio::spawn(async move {
-            let mut seen = std::collections::BTreeSet::new();
-            for _ in 0..300 {
-                if let Ok(p) = pdbs.get("lg").await {
-                    if let Some(IntOrString::Int(m)) = p.spec.and_then(|s| s.min_available) {
-                        seen.insert(m);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            seen
-        })
-    };
+    let sampler = sample_pdb_minimum(&ns, "lg", Duration::from_secs(30));
     let _ = restart_server(&[]);
     wait_deployment(&ns, "lg", 3, false, Duration::from_secs(60)).await;
     let seen = sampler.await.expect("sampler");
