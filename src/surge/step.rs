@@ -964,9 +964,10 @@ pub fn step(
         // its HPA: the HPA controller would lift the Deployment back to the
         // old one (with no markers left to lower it again).
         let keda_lags = so_s.first().is_some_and(|so| {
-            hpas.iter().filter(|h| hpa_is_kedas(h)).any(|h| {
-                h.spec.as_ref().and_then(|s| s.min_replicas).unwrap_or(1) != so.value().max(1)
-            })
+            hpa_s
+                .iter()
+                .zip(&hpas)
+                .any(|(o, h)| hpa_is_kedas(h) && o.value() != so.value().max(1))
         });
         let stood = out.autoscaler_min.is_none_or(|min| {
             !written

@@ -61,7 +61,7 @@ async fn a_taken_over_surge_restarted_before_its_revert_goes_back_to_its_baselin
     ];
     deny.wait_refusing_command(&lower).await;
     wait_ready(&ns, "lr", 5).await;
-    let sampler = sample_pdb_minimum(&ns, "lr", Duration::from_secs(50));
+    let sampler = PdbSampler::start(&ns, "lr");
 
     let _ = restart_server(&[]);
     let deps: Api<Deployment> = ns.api();
@@ -99,7 +99,7 @@ async fn a_taken_over_surge_restarted_before_its_revert_goes_back_to_its_baselin
     let status = eas_get(&ns.name, "lr", "jsonpath={.status.minReplicas}");
     assert_eq!(String::from_utf8_lossy(&status.stdout).trim(), "3");
     assert_settled_at(&ns, "lr", 3, Duration::from_secs(30)).await;
-    let seen = sampler.await.expect("sampler");
+    let seen = sampler.finish().await;
     assert_eq!(seen, [3].into(), "the PDB's minimum during the episode");
     assert_eq!(
         event_count(&ns.name, "SurgeTakenOver"),

@@ -1776,26 +1776,36 @@ pub async fn legacy_go_surge(ns: &TestNs, name: &str, surged: i32, baseline: i32
     ]);
 }
 
-/// Samples the `minAvailable` of PDB `name` every 100 ms for `duration`:
-/// the set of values seen.
-pub fn sample_pdb_minimum(
-    ns: &TestNs,
-    name: &str,
-    duration: Duration,
-) -> tokio::task::JoinHandle<std::collections::BTreeSet<i32>> {
-    let pdbs: Api<PodDisruptionBudget> = ns.api();
-    let name = name.to_string();
-    tokio::spawn(async move {
-        let mut seen = std::collections::BTreeSet::new();
-        let end = Instant::now() + duration;
-        while Instant::now() < end {
-            if let Ok(p) = pdbs.get(&name).await {
-                if let Some(IntOrString::Int(m)) = p.spec.and_then(|s| s.min_available) {
-                    seen.insert(m);
+/// Samples the `minAvailable` of PDB `name` every 100 ms until
+/// [`PdbSampler::finish`], which returns the set of values seen.
+pub struct PdbSampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<std::collections::BTreeSet<i32>>,
+}
+
+impl PdbSampler {
+    pub fn start(ns: &TestNs, name: &str) -> PdbSampler {
+        let pdbs: Api<PodDisruptionBudget> = ns.api();
+        let name = name.to_string();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut seen = std::collections::BTreeSet::new();
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(p) = pdbs.get(&name).await {
+                    if let Some(IntOrString::Int(m)) = p.spec.and_then(|s| s.min_available) {
+                        seen.insert(m);
+                    }
                 }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        seen
-    })
+            seen
+        });
+        PdbSampler { stop, task }
+    }
+
+    pub async fn finish(self) -> std::collections::BTreeSet<i32> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await.expect("PDB sampler task")
+    }
 }

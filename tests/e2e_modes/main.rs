@@ -1060,10 +1060,10 @@ async fn a_surge_left_by_the_go_project_goes_back_to_its_recorded_baseline() {
     wait_ready(&ns, "lg", 5).await;
 
     // Sampled from before the take-over: the PDB's minimum never leaves 3.
-    let sampler = sample_pdb_minimum(&ns, "lg", Duration::from_secs(30));
+    let sampler = PdbSampler::start(&ns, "lg");
     let _ = restart_server(&[]);
     wait_deployment(&ns, "lg", 3, false, Duration::from_secs(60)).await;
-    let seen = sampler.await.expect("sampler");
+    let seen = sampler.finish().await;
     assert_eq!(
         seen,
         [3].into(),
