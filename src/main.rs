@@ -38,6 +38,13 @@ enum Command {
         /// Show what would change (server-side dry run).
         #[arg(long)]
         dry_run: bool,
+        /// Go on even while a controller holds the Lease (it may surge again
+        /// or make PDBs again right after).
+        #[arg(long)]
+        force: bool,
+        /// Namespace of the product's Lease.
+        #[arg(long, env = "POD_NAMESPACE", default_value = "eviction-autoscaler")]
+        namespace: String,
     },
 }
 
@@ -95,13 +102,23 @@ fn main() -> ExitCode {
             };
             rt.block_on(doctor::main(&args))
         }
-        Command::Uninstall { dry_run } => {
+        Command::Uninstall {
+            dry_run,
+            force,
+            namespace,
+        } => {
+            let opts = uninstall::Options {
+                dry_run,
+                force,
+                namespace,
+                ..Default::default()
+            };
             let Some(rt) = runtime(tokio::runtime::Builder::new_current_thread()) else {
                 return ExitCode::FAILURE;
             };
             let result = rt.block_on(async {
                 let client = eviction_autoscaler::client::infer().await?.api;
-                uninstall::run(client, dry_run).await
+                uninstall::run(client, &opts).await
             });
             match result {
                 Ok(r) => {

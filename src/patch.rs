@@ -77,8 +77,10 @@ pub fn deployment_revert_ops(dep: &k8s_openapi::api::apps::v1::Deployment) -> Op
     let m = crate::markers::Markers::from_annotations(ann)?;
     let current = dep.spec.as_ref().and_then(|s| s.replicas);
     let mut ops = Vec::new();
-    // Only our own value is undone; a value someone else set stays.
-    if current == Some(m.surged_to) {
+    // Only our own value is undone; a value someone else set stays, and so
+    // does one adopted mid-surge (markers n to n: someone's, even a 0).
+    if current == Some(m.surged_to) && m.surged_to != m.baseline && m.baseline.max(1) != m.surged_to
+    {
         ops.extend(guarded_set(
             "/spec/replicas",
             current.map(|c| json!(c)),

@@ -1,15 +1,29 @@
 //! `eviction-autoscaler uninstall`: reverts every active surge to its
 //! persisted baseline and deletes what the product owns. Run it after removing
 //! the webhook configurations and the Deployment, so nothing recreates them
-//! meanwhile.
+//! meanwhile: it refuses to start while a controller still renews the Lease
+//! (`--force` skips that check).
 //!
 //! What is ours: objects carrying our surge markers (reverted; markers that do
-//! not parse are just removed), and PDBs and EvictionAutoScalers carrying
-//! `ownedBy: EvictionAutoScaler` (deleted, with their UID as precondition).
-//! An EvictionAutoScaler a user created (no `ownedBy`) stays, like their PDBs.
+//! not parse are just removed), a surge left by the Go project's older
+//! versions (a lone marker, its baseline in an EvictionAutoScaler's status),
+//! and PDBs and EvictionAutoScalers carrying `ownedBy: EvictionAutoScaler`
+//! (deleted, with their UID as precondition). An EvictionAutoScaler a user
+//! created (no `ownedBy`) stays, like their PDBs.
+//!
+//! A Deployment goes back only when its autoscalers did: one whose HPA or
+//! ScaledObject could not be reverted (or whose ScaledObjects could not be
+//! read, or whose KEDA HPA still holds the old minimum) keeps its surge and
+//! markers and is listed as failed, because lowered under a raised minimum the
+//! HPA controller would lift it straight back, markers gone.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{ListParams, PatchParams};
 use kube::core::DynamicObject;
@@ -18,33 +32,79 @@ use serde_json::{json, Value};
 
 use crate::cache::{keda_resource, owned_by_us, KEDA_GROUP, KEDA_VERSION};
 use crate::crd::EvictionAutoScaler;
-use crate::markers::Markers;
+use crate::leader::{can_hold, Observed};
+use crate::markers::{self, Markers};
 use crate::patch::{annotation_ops, deployment_revert_ops, guarded_set, json_patch};
 use crate::surge::view::hpa_is_kedas;
+
+#[derive(Debug, thiserror::Error)]
+pub enum UninstallError {
+    #[error(
+        "a controller still holds Lease {lease} and renews it (holder {holder}): scale the \
+         eviction-autoscaler Deployment to 0 and wait for its pods to stop, or pass --force"
+    )]
+    ControllerRunning { lease: String, holder: String },
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Server-side dry run of every write.
+    pub dry_run: bool,
+    /// Skip the check that no controller holds the Lease.
+    pub force: bool,
+    /// Namespace of the Lease (`eviction-autoscaler`).
+    pub namespace: String,
+    /// How long to wait for KEDA's operator to copy a reverted
+    /// ScaledObject's minimum onto its HPA.
+    pub keda_wait: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            dry_run: false,
+            force: false,
+            namespace: "eviction-autoscaler".into(),
+            keda_wait: Duration::from_secs(30),
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct Report {
     pub reverted: Vec<String>,
     pub deleted_pdbs: Vec<String>,
     pub deleted_eas: Vec<String>,
-    /// Objects whose write failed (`key: error`). Uninstall goes on past
-    /// them, so one object never leaves the others' surges in place; the
-    /// command exits non-zero and can be run again.
+    /// Objects whose write failed or was held back (`key: why`). Uninstall
+    /// goes on past them, so one object never leaves the others' surges in
+    /// place; the command exits non-zero and can be run again.
     pub failed: Vec<String>,
 }
 
+/// What a 409 means for a write: a delete carries the UID as precondition,
+/// so its 409 is another object of that name (not ours, nothing to do); a
+/// patch carries none, so its 409 is a write that did not happen.
+#[derive(Clone, Copy)]
+enum Write {
+    Patch,
+    Delete,
+}
+
 /// Files one object's write under `done`, or under the failures. Gone (404)
-/// is nothing left to do, and so is a UID precondition that failed (409): an
-/// object of that name that is not the one we listed is not ours.
+/// is nothing left to do.
 fn record(
     done: &mut Vec<String>,
     failed: &mut Vec<String>,
     key: String,
+    write: Write,
     r: Result<(), kube::Error>,
 ) {
     match r {
         Ok(()) => done.push(key),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(kube::Error::Api(s)) if s.code == 409 && matches!(write, Write::Delete) => {}
         Err(e) => failed.push(format!("{key}: {e}")),
     }
 }
@@ -61,15 +121,19 @@ const CLEAR: [(&str, Option<String>); 4] = Markers::CLEAR;
 
 /// Reverting an autoscaler minimum at `path`: back to the persisted baseline
 /// if it is still the surged value (a value someone else set stays, as on a
-/// Deployment), and markers removed; markers that do not parse are only
-/// removed. None when the object carries no marker.
+/// Deployment, and so does one adopted mid-surge, markers n to n), and
+/// markers removed; markers that do not parse are only removed. None when
+/// the object carries no marker.
 fn autoscaler_revert_ops(
-    annotations: Option<&std::collections::BTreeMap<String, String>>,
+    annotations: Option<&BTreeMap<String, String>>,
     path: &str,
     current: Option<Value>,
 ) -> Option<Vec<Value>> {
     let mut ops = match Markers::from_annotations(annotations) {
-        Some(m) if current.as_ref().and_then(Value::as_i64) == Some(i64::from(m.surged_to)) => {
+        Some(m)
+            if m.surged_to != m.baseline
+                && current.as_ref().and_then(Value::as_i64) == Some(i64::from(m.surged_to)) =>
+        {
             guarded_set(path, current, json!(m.baseline.max(0)))
         }
         Some(_) => Vec::new(),
@@ -80,12 +144,142 @@ fn autoscaler_revert_ops(
     Some(ops)
 }
 
-/// The PDBs and EvictionAutoScalers uninstall deletes: ours only.
-pub fn ours<K: kube::Resource>(items: Vec<K>) -> Vec<K> {
-    items
-        .into_iter()
-        .filter(|o| owned_by_us(o.meta()))
+/// The minimum an autoscaler is left at: the reverted value if `ops`
+/// replaces it, else `current`.
+fn minimum_after(ops: &[Value], path: &str, current: Option<i64>) -> Option<i64> {
+    ops.iter()
+        .rev()
+        .find(|o| o["op"] == "replace" && o["path"] == path)
+        .and_then(|o| o["value"].as_i64())
+        .or(current)
+}
+
+/// A surge of the Go project's older versions on `d` (a lone marker at its
+/// replicas, the baseline in an EvictionAutoScaler's status): replicas back
+/// to that baseline, guarded on the value and the marker, the marker removed.
+fn legacy_revert_ops(d: &Deployment, eas: &[Arc<EvictionAutoScaler>]) -> Option<Vec<Value>> {
+    let ann = d.metadata.annotations.as_ref();
+    let replicas = d.spec.as_ref().and_then(|s| s.replicas);
+    let name = d.metadata.name.as_deref()?;
+    let ns = d.metadata.namespace.as_deref();
+    let mine: Vec<Arc<EvictionAutoScaler>> = eas
+        .iter()
+        .filter(|e| e.metadata.namespace.as_deref() == ns)
+        .cloned()
+        .collect();
+    let m = markers::legacy_surge(name, ann, replicas, &mine)?;
+    let lone = ann?.get(crate::names::SURGE_REPLICAS)?;
+    let mut ops = vec![json!({"op": "test",
+        "path": format!("/metadata/annotations/{}", crate::patch::escape(crate::names::SURGE_REPLICAS)),
+        "value": lone})];
+    ops.extend(guarded_set(
+        "/spec/replicas",
+        Some(json!(m.surged_to)),
+        json!(m.baseline),
+    ));
+    ops.extend(annotation_ops(ann, &CLEAR));
+    Some(ops)
+}
+
+/// The Deployment an HPA or a ScaledObject scales, as (namespace, name).
+type Target = (String, String);
+
+fn hpa_target(h: &HorizontalPodAutoscaler) -> Option<Target> {
+    let r = &h.spec.as_ref()?.scale_target_ref;
+    (r.kind == "Deployment").then(|| {
+        (
+            h.metadata.namespace.clone().unwrap_or_default(),
+            r.name.clone(),
+        )
+    })
+}
+
+fn so_target(so: &DynamicObject) -> Option<Target> {
+    let r = &so.data["spec"]["scaleTargetRef"];
+    let kind = r["kind"].as_str().unwrap_or("Deployment");
+    let name = r["name"].as_str()?;
+    (kind == "Deployment").then(|| {
+        (
+            so.metadata.namespace.clone().unwrap_or_default(),
+            name.to_string(),
+        )
+    })
+}
+
+/// Is KEDA's API served? From the discovery of its group version: absent
+/// on a 404 or without `scaledobjects`; any other error is no answer.
+#[derive(Debug, PartialEq)]
+enum Keda {
+    Present,
+    Absent,
+    Unknown(String),
+}
+
+fn keda_listing(
+    r: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList, kube::Error>,
+) -> Keda {
+    match r {
+        Ok(l) if l.resources.iter().any(|r| r.name == "scaledobjects") => Keda::Present,
+        Ok(_) => Keda::Absent,
+        Err(kube::Error::Api(s)) if s.code == 404 => Keda::Absent,
+        Err(e) => Keda::Unknown(e.to_string()),
+    }
+}
+
+/// KEDA's HPAs (made by its operator from a ScaledObject) of `target` whose
+/// minimum is not yet `want` (the ScaledObject's, at least 1): lowered now,
+/// the Deployment would be lifted back by the HPA controller.
+fn kedas_lagging(hpas: &[HorizontalPodAutoscaler], target: &Target, want: i64) -> Vec<String> {
+    hpas.iter()
+        .filter(|h| hpa_is_kedas(h) && hpa_target(h).as_ref() == Some(target))
+        .filter(|h| {
+            let min = h.spec.as_ref().and_then(|s| s.min_replicas).unwrap_or(1);
+            i64::from(min) != want.max(1)
+        })
+        .map(|h| {
+            format!(
+                "KEDA's HPA {} has minimum {}, not its ScaledObject's {}",
+                h.metadata.name.as_deref().unwrap_or_default(),
+                h.spec.as_ref().and_then(|s| s.min_replicas).unwrap_or(1),
+                want.max(1)
+            )
+        })
         .collect()
+}
+
+/// Waits until no controller renews the Lease `name` (or its `duration`
+/// has passed with it unchanged, as a replica would wait before taking it;
+/// measured on this process's clock, so the holder's clock does not matter).
+/// The holder when one renews it.
+async fn controller_holding(api: &Api<Lease>, name: &str) -> Result<Option<String>, kube::Error> {
+    let mut seen = Observed::default();
+    let mut changed = 0;
+    loop {
+        let Some(lease) = api.get_opt(name).await? else {
+            return Ok(None);
+        };
+        let Some(spec) = lease.spec else {
+            return Ok(None);
+        };
+        let now = Instant::now();
+        let before = seen.unchanged_for(now);
+        seen.see(&spec, now);
+        if seen.unchanged_for(now) < before {
+            changed += 1;
+        }
+        if can_hold(
+            &spec,
+            "eviction-autoscaler-uninstall",
+            seen.unchanged_for(now),
+        ) {
+            return Ok(None);
+        }
+        // Renewed while watched: a controller runs.
+        if changed > 0 {
+            return Ok(Some(spec.holder_identity.unwrap_or_default()));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// One JSON patch of `ops` to the object `name`.
@@ -101,21 +295,71 @@ where
     api.patch(name, pp, &json_patch(ops)?).await.map(|_| ())
 }
 
-pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
+/// The PDBs and EvictionAutoScalers uninstall deletes: ours only.
+pub fn ours<K: kube::Resource>(items: Vec<K>) -> Vec<K> {
+    items
+        .into_iter()
+        .filter(|o| owned_by_us(o.meta()))
+        .collect()
+}
+
+/// KEDA's group version discovered, retried a few times: a transient error
+/// would otherwise pass for KEDA absent and leave its surges in place.
+async fn discover_keda(client: &Client) -> Keda {
+    let gv = format!("{KEDA_GROUP}/{KEDA_VERSION}");
+    let mut last = Keda::Absent;
+    for attempt in 0..3 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        last = keda_listing(client.list_api_group_resources(&gv).await);
+        if !matches!(last, Keda::Unknown(_)) {
+            return last;
+        }
+    }
+    last
+}
+
+pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallError> {
     let mut report = Report::default();
     let pp = PatchParams {
-        dry_run,
+        dry_run: opts.dry_run,
         ..Default::default()
     };
+    // A dry run writes nothing a running controller could undo.
+    if !opts.force && !opts.dry_run {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &opts.namespace);
+        let name = crate::names::MANAGER;
+        if let Some(holder) = controller_holding(&leases, name).await? {
+            return Err(UninstallError::ControllerRunning {
+                lease: format!("{}/{name}", opts.namespace),
+                holder,
+            });
+        }
+    }
+
+    // Read first: the records of the Go project's surges (their baselines
+    // are deleted with the EvictionAutoScalers at the end).
+    let eas: Api<EvictionAutoScaler> = Api::all(client.clone());
+    let records: Option<Vec<Arc<EvictionAutoScaler>>> = match eas.list(&ListParams::default()).await
+    {
+        Ok(l) => Some(l.items.into_iter().map(Arc::new).collect()),
+        // The CRD is already gone: no records, nothing of ours there.
+        Err(kube::Error::Api(s)) if s.code == 404 => None,
+        Err(e) => return Err(e.into()),
+    };
+    let records_slice: &[Arc<EvictionAutoScaler>] = records.as_deref().unwrap_or_default();
+
+    // Deployments that keep their surge: an autoscaler of theirs was not
+    // reverted (why, by target).
+    let mut held: BTreeMap<Target, String> = BTreeMap::new();
 
     // Autoscalers first: their Deployments' own markers are reverted below.
     let hpas: Api<HorizontalPodAutoscaler> = Api::all(client.clone());
+    let hpa_list = hpas.list(&ListParams::default()).await?.items;
     // KEDA's own HPA carries copies of its ScaledObject's markers: the
     // ScaledObject is reverted below and KEDA's operator follows it.
-    for h in hpas.list(&ListParams::default()).await? {
-        if hpa_is_kedas(&h) {
-            continue;
-        }
+    for h in hpa_list.iter().filter(|h| !hpa_is_kedas(h)) {
         let current = h
             .spec
             .as_ref()
@@ -133,75 +377,176 @@ pub async fn run(client: Client, dry_run: bool) -> Result<Report, kube::Error> {
         let name = h.metadata.name.as_deref().unwrap_or_default();
         let r = patch_ops(&api, name, &pp, ops).await;
         let k = key(Some(&ns), "hpa", Some(name));
-        record(&mut report.reverted, &mut report.failed, k, r);
+        if r.is_err() {
+            if let Some(t) = hpa_target(h) {
+                held.insert(t, format!("its HPA {name} was not reverted"));
+            }
+        }
+        record(&mut report.reverted, &mut report.failed, k, Write::Patch, r);
     }
-    let keda_present = client
-        .list_api_group_resources(&format!("{KEDA_GROUP}/{KEDA_VERSION}"))
-        .await
-        .is_ok();
-    if keda_present {
-        let sos: Api<DynamicObject> = Api::all_with(client.clone(), &keda_resource());
-        for so in sos.list(&ListParams::default()).await? {
-            let current = so.data["spec"].get("minReplicaCount").cloned();
-            let Some(ops) = autoscaler_revert_ops(
-                so.metadata.annotations.as_ref(),
-                "/spec/minReplicaCount",
-                current,
-            ) else {
-                continue;
-            };
-            let ns = so.metadata.namespace.clone().unwrap_or_default();
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), &ns, &keda_resource());
-            let name = so.metadata.name.as_deref().unwrap_or_default();
-            let r = patch_ops(&api, name, &pp, ops).await;
-            let k = key(Some(&ns), "scaledobject", Some(name));
-            record(&mut report.reverted, &mut report.failed, k, r);
+
+    // ScaledObjects: the minimum each is left at, by target (KEDA's HPA
+    // must show it before the Deployment is lowered).
+    let mut keda_minimum: BTreeMap<Target, i64> = BTreeMap::new();
+    let mut keda_unknown: Option<String> = None;
+    match discover_keda(&client).await {
+        Keda::Absent => {}
+        Keda::Unknown(e) => keda_unknown = Some(format!("KEDA's API could not be read: {e}")),
+        Keda::Present => {
+            let sos: Api<DynamicObject> = Api::all_with(client.clone(), &keda_resource());
+            match sos.list(&ListParams::default()).await {
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => keda_unknown = Some(format!("ScaledObjects could not be listed: {e}")),
+                Ok(list) => {
+                    for so in list {
+                        let current = so.data["spec"].get("minReplicaCount").cloned();
+                        let target = so_target(&so);
+                        let Some(ops) = autoscaler_revert_ops(
+                            so.metadata.annotations.as_ref(),
+                            "/spec/minReplicaCount",
+                            current.clone(),
+                        ) else {
+                            if let (Some(t), Some(min)) =
+                                (target, current.as_ref().and_then(Value::as_i64))
+                            {
+                                keda_minimum.insert(t, min);
+                            }
+                            continue;
+                        };
+                        let ns = so.metadata.namespace.clone().unwrap_or_default();
+                        let api: Api<DynamicObject> =
+                            Api::namespaced_with(client.clone(), &ns, &keda_resource());
+                        let name = so.metadata.name.as_deref().unwrap_or_default();
+                        let left_at = minimum_after(
+                            &ops,
+                            "/spec/minReplicaCount",
+                            current.as_ref().and_then(Value::as_i64),
+                        );
+                        let r = patch_ops(&api, name, &pp, ops).await;
+                        if let Some(t) = target {
+                            if r.is_err() {
+                                held.insert(t, format!("its ScaledObject {name} was not reverted"));
+                            } else if let Some(min) = left_at {
+                                keda_minimum.insert(t, min);
+                            }
+                        }
+                        let k = key(Some(&ns), "scaledobject", Some(name));
+                        record(&mut report.reverted, &mut report.failed, k, Write::Patch, r);
+                    }
+                }
+            }
         }
     }
+    if let Some(why) = &keda_unknown {
+        report.failed.push(format!(
+            "{why}; Deployments with surge markers keep them (a ScaledObject may hold them)"
+        ));
+    }
+
     let deps: Api<Deployment> = Api::all(client.clone());
-    for d in deps.list(&ListParams::default()).await? {
+    let dep_list = deps.list(&ListParams::default()).await?.items;
+    let marked = |d: &Deployment| Markers::any_present(d.metadata.annotations.as_ref());
+    // KEDA's operator copies a ScaledObject's minimum onto its HPA a moment
+    // later: wait for that (bounded) before lowering the Deployments.
+    let keda_targets: Vec<(Target, i64)> = dep_list
+        .iter()
+        .filter(|d| marked(d))
+        .filter_map(|d| {
+            let t = (
+                d.metadata.namespace.clone().unwrap_or_default(),
+                d.metadata.name.clone().unwrap_or_default(),
+            );
+            keda_minimum.get(&t).map(|m| (t, *m))
+        })
+        .collect();
+    let mut kedas_hpas = hpa_list;
+    let deadline = Instant::now() + opts.keda_wait;
+    loop {
+        let lagging: Vec<(Target, String)> = keda_targets
+            .iter()
+            .filter_map(|(t, want)| {
+                let lag = kedas_lagging(&kedas_hpas, t, *want);
+                (!lag.is_empty()).then(|| (t.clone(), lag.join("; ")))
+            })
+            .collect();
+        // A dry run changed nothing for KEDA's operator to follow.
+        if lagging.is_empty() || opts.dry_run || Instant::now() >= deadline {
+            if !opts.dry_run {
+                for (t, why) in lagging {
+                    held.entry(t).or_insert(why);
+                }
+            }
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        kedas_hpas = hpas.list(&ListParams::default()).await?.items;
+    }
+
+    for d in &dep_list {
         let ann = d.metadata.annotations.as_ref();
-        let ops = match deployment_revert_ops(&d) {
-            Some(ops) => ops,
-            None if Markers::any_present(ann) => annotation_ops(ann, &CLEAR),
-            None => continue,
-        };
         let ns = d.metadata.namespace.clone().unwrap_or_default();
+        let name = d.metadata.name.clone().unwrap_or_default();
+        let k = key(Some(&ns), "deployment", Some(&name));
+        if marked(d) {
+            let why = held
+                .get(&(ns.clone(), name.clone()))
+                .or(keda_unknown.as_ref());
+            if let Some(why) = why {
+                report
+                    .failed
+                    .push(format!("{k}: keeps its surge and markers: {why}"));
+                continue;
+            }
+        }
+        let ops = if let Some(ops) = deployment_revert_ops(d) {
+            ops
+        } else if let Some(ops) = legacy_revert_ops(d, records_slice) {
+            ops
+        } else if Markers::any_present(ann) {
+            annotation_ops(ann, &CLEAR)
+        } else {
+            continue;
+        };
         let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-        let name = d.metadata.name.as_deref().unwrap_or_default();
-        let r = patch_ops(&api, name, &pp, ops).await;
-        let k = key(Some(&ns), "deployment", Some(name));
-        record(&mut report.reverted, &mut report.failed, k, r);
+        let r = patch_ops(&api, &name, &pp, ops).await;
+        record(&mut report.reverted, &mut report.failed, k, Write::Patch, r);
     }
 
     let pdbs: Api<PodDisruptionBudget> = Api::all(client.clone());
     for p in ours(pdbs.list(&ListParams::default()).await?.items) {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
-        let dp = crate::client::delete_only(p.metadata.uid.clone(), dry_run);
+        let dp = crate::client::delete_only(p.metadata.uid.clone(), opts.dry_run);
         let name = p.metadata.name.as_deref().unwrap_or_default();
         let r = api.delete(name, &dp).await.map(|_| ());
         let k = key(Some(&ns), "pdb", Some(name));
-        record(&mut report.deleted_pdbs, &mut report.failed, k, r);
+        record(
+            &mut report.deleted_pdbs,
+            &mut report.failed,
+            k,
+            Write::Delete,
+            r,
+        );
     }
-    let eas: Api<EvictionAutoScaler> = Api::all(client.clone());
-    match eas.list(&ListParams::default()).await {
-        Ok(list) => {
-            for e in ours(list.items) {
-                let ns = e.metadata.namespace.clone().unwrap_or_default();
-                let api: Api<EvictionAutoScaler> = Api::namespaced(client.clone(), &ns);
-                let dp = crate::client::delete_only(e.metadata.uid.clone(), dry_run);
-                // Those owned by a PDB may already be gone with it.
-                let name = e.metadata.name.as_deref().unwrap_or_default();
-                let r = api.delete(name, &dp).await.map(|_| ());
-                let k = key(Some(&ns), "evictionautoscaler", Some(name));
-                record(&mut report.deleted_eas, &mut report.failed, k, r);
-            }
-        }
-        // The CRD is already gone: nothing of ours is left there.
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(e),
+    for e in records
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| owned_by_us(&e.metadata))
+    {
+        let ns = e.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<EvictionAutoScaler> = Api::namespaced(client.clone(), &ns);
+        let dp = crate::client::delete_only(e.metadata.uid.clone(), opts.dry_run);
+        // Those owned by a PDB may already be gone with it.
+        let name = e.metadata.name.as_deref().unwrap_or_default();
+        let r = api.delete(name, &dp).await.map(|_| ());
+        let k = key(Some(&ns), "evictionautoscaler", Some(name));
+        record(
+            &mut report.deleted_eas,
+            &mut report.failed,
+            k,
+            Write::Delete,
+            r,
+        );
     }
     Ok(report)
 }
@@ -222,15 +567,19 @@ mod tests {
             })))
         };
         let (mut done, mut failed) = (Vec::new(), Vec::new());
-        record(&mut done, &mut failed, "ns/hpa/a".into(), Ok(()));
-        record(&mut done, &mut failed, "ns/hpa/b".into(), api(500));
+        let (p, d) = (Write::Patch, Write::Delete);
+        record(&mut done, &mut failed, "ns/hpa/a".into(), p, Ok(()));
+        record(&mut done, &mut failed, "ns/hpa/b".into(), p, api(500));
         // Gone, or another object of that name: nothing left to do.
-        record(&mut done, &mut failed, "ns/hpa/c".into(), api(404));
-        record(&mut done, &mut failed, "ns/pdb/d".into(), api(409));
-        record(&mut done, &mut failed, "ns/hpa/e".into(), Ok(()));
+        record(&mut done, &mut failed, "ns/hpa/c".into(), p, api(404));
+        record(&mut done, &mut failed, "ns/pdb/d".into(), d, api(409));
+        // A patch carries no precondition: its 409 is a write not done.
+        record(&mut done, &mut failed, "ns/hpa/f".into(), p, api(409));
+        record(&mut done, &mut failed, "ns/hpa/e".into(), p, Ok(()));
         assert_eq!(done, vec!["ns/hpa/a", "ns/hpa/e"]);
-        assert_eq!(failed.len(), 1);
+        assert_eq!(failed.len(), 2);
         assert!(failed[0].starts_with("ns/hpa/b: "), "{failed:?}");
+        assert!(failed[1].starts_with("ns/hpa/f: "), "{failed:?}");
     }
 
     fn eas(name: &str, owned: bool) -> EvictionAutoScaler {
@@ -297,5 +646,156 @@ mod tests {
             );
             assert_eq!(ops.len(), 2, "{ops:?}");
         }
+    }
+
+    fn marked(surged: &str, baseline: Option<&str>) -> BTreeMap<String, String> {
+        let mut a: BTreeMap<String, String> =
+            [(names::SURGE_REPLICAS.to_string(), surged.to_string())].into();
+        if let Some(b) = baseline {
+            a.insert(names::ORIGINAL_MIN_REPLICAS.to_string(), b.to_string());
+        }
+        a
+    }
+
+    fn dep(ns: &str, name: &str, replicas: i32, ann: BTreeMap<String, String>) -> Deployment {
+        Deployment {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                annotations: Some(ann),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::apps::v1::DeploymentSpec {
+                replicas: Some(replicas),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn touches(ops: &[Value], path: &str) -> bool {
+        ops.iter().any(|o| o["path"] == path && o["op"] != "test")
+    }
+
+    /// A value adopted mid-surge (markers n to n, a user's scale to 0
+    /// among them) is theirs: only the markers go, never a scale back up.
+    #[test]
+    fn an_adopted_value_keeps_its_number() {
+        for n in [0, 4] {
+            let d = dep("a", "web", n, marked(&n.to_string(), Some(&n.to_string())));
+            let ops = deployment_revert_ops(&d).expect("ops");
+            assert!(!touches(&ops, "/spec/replicas"), "{n}: {ops:?}");
+            let ann = marked(&n.to_string(), Some(&n.to_string()));
+            let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(n)))
+                .expect("ops");
+            assert!(!touches(&ops, "/spec/minReplicas"), "{n}: {ops:?}");
+        }
+        // The control: our surge 3 -> 5 at 5 goes back to 3.
+        let ops = deployment_revert_ops(&dep("a", "web", 5, marked("5", Some("3")))).expect("ops");
+        assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
+    }
+
+    fn record_of(ns: &str, target: &str, min: i32) -> Arc<EvictionAutoScaler> {
+        let mut e = eas(target, true);
+        e.metadata.namespace = Some(ns.into());
+        e.spec.target_name = target.into();
+        e.spec.target_kind = "deployment".into();
+        e.status = Some(crate::crd::EvictionAutoScalerStatus {
+            min_replicas: Some(min),
+            ..Default::default()
+        });
+        Arc::new(e)
+    }
+
+    /// A surge of the Go project (a lone marker at the replicas, the
+    /// baseline in its EvictionAutoScaler's status) goes back to that
+    /// baseline; a record of another namespace is no record of it.
+    #[test]
+    fn a_surge_left_by_the_go_project_goes_back_to_its_record() {
+        let d = dep("a", "web", 5, marked("5", None));
+        assert!(deployment_revert_ops(&d).is_none());
+        let ops = legacy_revert_ops(&d, &[record_of("a", "web", 3)]).expect("ops");
+        assert!(ops.contains(&json!({"op": "test", "path": "/spec/replicas", "value": 5})));
+        assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
+        assert!(ops.contains(
+            &json!({"op": "remove", "path": "/metadata/annotations/evictionSurgeReplicas"})
+        ));
+        assert!(legacy_revert_ops(&d, &[record_of("b", "web", 3)]).is_none());
+        assert!(legacy_revert_ops(&d, &[]).is_none());
+        // Not at the marker's number: someone's, no surge to revert.
+        let d = dep("a", "web", 4, marked("5", None));
+        assert!(legacy_revert_ops(&d, &[record_of("a", "web", 3)]).is_none());
+    }
+
+    #[test]
+    fn keda_is_absent_only_on_a_clear_answer() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIResource, APIResourceList};
+        let list = |names: &[&str]| APIResourceList {
+            group_version: "keda.sh/v1alpha1".into(),
+            resources: names
+                .iter()
+                .map(|n| APIResource {
+                    name: n.to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        let api = |code: u16| {
+            Err(kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                message: format!("code {code}"),
+                ..Default::default()
+            })))
+        };
+        assert_eq!(
+            keda_listing(Ok(list(&["scaledobjects", "scaledjobs"]))),
+            Keda::Present
+        );
+        assert_eq!(keda_listing(Ok(list(&["scaledjobs"]))), Keda::Absent);
+        assert_eq!(keda_listing(api(404)), Keda::Absent);
+        for code in [429, 500, 503] {
+            assert!(
+                matches!(keda_listing(api(code)), Keda::Unknown(_)),
+                "{code}"
+            );
+        }
+    }
+
+    fn keda_hpa(ns: &str, target: &str, min: i32) -> HorizontalPodAutoscaler {
+        crate::surge::view::kedas_hpa(ns, target, min, 10)
+    }
+
+    /// A ScaledObject back at 3 while KEDA's HPA still says 5: the
+    /// Deployment waits (lowered, the HPA controller would lift it back).
+    #[test]
+    fn a_deployment_waits_while_kedas_hpa_lags() {
+        let t = ("a".to_string(), "web".to_string());
+        assert_eq!(kedas_lagging(&[keda_hpa("a", "web", 5)], &t, 3).len(), 1);
+        assert!(kedas_lagging(&[keda_hpa("a", "web", 3)], &t, 3).is_empty());
+        // KEDA's HPA floors a minimum of 0 at 1.
+        assert!(kedas_lagging(&[keda_hpa("a", "web", 1)], &t, 0).is_empty());
+        // Another Deployment's, or a standalone HPA: not KEDA's lag.
+        assert!(kedas_lagging(&[keda_hpa("a", "api", 5)], &t, 3).is_empty());
+        let mut standalone = keda_hpa("a", "web", 5);
+        standalone.metadata.owner_references = None;
+        assert!(kedas_lagging(&[standalone], &t, 3).is_empty());
+    }
+
+    #[test]
+    fn the_reverted_minimum_is_the_one_written() {
+        let ann = marked("6", Some("2"));
+        let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicaCount", Some(json!(6)))
+            .expect("ops");
+        assert_eq!(
+            minimum_after(&ops, "/spec/minReplicaCount", Some(6)),
+            Some(2)
+        );
+        // Someone's 4 stays.
+        let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicaCount", Some(json!(4)))
+            .expect("ops");
+        assert_eq!(
+            minimum_after(&ops, "/spec/minReplicaCount", Some(4)),
+            Some(4)
+        );
     }
 }

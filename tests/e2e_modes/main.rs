@@ -9,6 +9,7 @@ mod rbac;
 #[path = "../e2e/support.rs"]
 mod support;
 mod surge_upgrade;
+mod uninstall;
 mod webhook_safety;
 
 use std::process::Command;

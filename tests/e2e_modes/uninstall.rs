@@ -1,0 +1,238 @@
+//! `eviction-autoscaler uninstall` at its edges: a controller still running,
+//! an autoscaler it cannot revert, a surge of the Go project, KEDA's HPA
+//! lagging behind its reverted ScaledObject. (The plain run and a Deployment
+//! it cannot write are in main.rs.)
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::PostParams;
+use kube::Api;
+
+use crate::support::*;
+use crate::uninstall;
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Deployment `name` (2 replicas, pods on `node`) held by its PDB, then the
+/// node cordoned: the surged number once the Deployment carries it with
+/// its markers. The guard uncordons the node and starts the server again
+/// however the test ends (uninstall is cluster-wide: a surge left behind
+/// would fail the next test's run).
+async fn surged_on(ns: &TestNs, name: &str, node: &'static str) -> (Uncordon, i32) {
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment(name, 2, Some(node)))
+        .await
+        .expect("create Deployment");
+    let pods = wait_ready(ns, name, 2).await;
+    assert!(
+        nodes_of(&pods).iter().any(|n| n == node),
+        "a pod of {name} on {node}"
+    );
+    wait_pdb_blocking(ns, name, 2).await;
+    let guard = Uncordon(node);
+    kubectl_ok(&["cordon", node]);
+    let t = wait_for(
+        &format!("{name} surged with markers"),
+        Duration::from_secs(30),
+        || async {
+            let (r, m) = deployment_state(ns, name).await;
+            (r > 2 && m == Some(true)).then_some(r)
+        },
+    )
+    .await;
+    (guard, t)
+}
+
+struct Uncordon(&'static str);
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        uncordon(self.0);
+        let _ = restart_server(&[]);
+    }
+}
+
+/// While a controller renews the Lease, uninstall refuses (it would surge
+/// again or make the PDBs again right after) and changes nothing; a dry run
+/// still shows what would change.
+#[tokio::test]
+async fn uninstall_refuses_while_a_controller_renews_the_lease() {
+    let _ = restart_server(&[]);
+    let leases: Api<Lease> = Api::namespaced(crate::support::client().await, "eviction-autoscaler");
+    wait_for("the Lease held", Duration::from_secs(30), || async {
+        let l = leases.get_opt("eviction-autoscaler").await.ok()??;
+        l.spec?.holder_identity.filter(|h| !h.is_empty())
+    })
+    .await;
+    let ns = TestNs::new("e2e-uninst-lease").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("ul", 1, None))
+        .await
+        .expect("create Deployment");
+    wait_pdb(&ns, "ul", "our PDB", |_| true).await;
+
+    let out = uninstall();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out)
+            .contains("a controller still holds Lease eviction-autoscaler/eviction-autoscaler"),
+        "{}",
+        text(&out)
+    );
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    assert!(
+        pdbs.get_opt("ul").await.expect("get PDB").is_some(),
+        "nothing deleted"
+    );
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+        .args(["uninstall", "--dry-run"])
+        .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
+        .output()
+        .expect("run uninstall --dry-run");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("deleted (dry run): {}/pdb/ul", ns.name)),
+        "{}",
+        text(&out)
+    );
+    assert!(pdbs.get_opt("ul").await.expect("get PDB").is_some());
+}
+
+/// An HPA surge whose HPA cannot be written: the Deployment keeps its surge
+/// and markers too (lowered under the raised minimum, the HPA controller
+/// would lift it straight back, markers gone); run again once the write
+/// is possible, both go back.
+#[tokio::test]
+async fn uninstall_keeps_a_deployment_whose_hpa_it_cannot_revert() {
+    let _g = nodes_lock().await;
+    let _ = restart_server(&[]);
+    let node = "kwok-node-2";
+    let ns = TestNs::new("e2e-uninst-hpa").await;
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa("uh", "uh", 2))
+        .await
+        .expect("create HPA");
+    let (guard, t) = surged_on(&ns, "uh", node).await;
+    wait_hpa_min(&hpas, "uh", t, Some(true), Duration::from_secs(30)).await;
+    stop_server();
+
+    let deny = DenyUpdates::apply(&ns, "autoscaling", "horizontalpodautoscalers", "false");
+    deny.wait_refusing("hpa/uh").await;
+    let out = uninstall();
+    let first = deployment_state(&ns, "uh").await;
+    deny.lift("hpa/uh").await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "failed: {}/deployment/uh: keeps its surge and markers: its HPA uh was not reverted",
+            ns.name
+        )),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(first, (t, Some(true)), "the Deployment kept its surge");
+
+    let out = uninstall();
+    let again = deployment_state(&ns, "uh").await;
+    let h = hpas.get("uh").await.expect("HPA");
+    drop(guard);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(again, (2, Some(false)), "{}", text(&out));
+    assert_eq!(
+        (
+            h.spec.and_then(|s| s.min_replicas),
+            markers_present(h.metadata.annotations.as_ref())
+        ),
+        (Some(2), Some(false))
+    );
+}
+
+/// A surge of the Go project's older versions (its lone marker, the
+/// baseline in its EvictionAutoScaler's status): uninstall takes the
+/// Deployment back to that baseline before deleting the record.
+#[tokio::test]
+async fn uninstall_reverts_a_surge_left_by_the_go_project() {
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("e2e-uninst-go").await;
+    stop_server();
+    legacy_go_surge(&ns, "ug", 5, 3).await;
+    let out = uninstall();
+    let state = deployment_state(&ns, "ug").await;
+    let _ = restart_server(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(state, (3, Some(false)), "{}", text(&out));
+    let d: Deployment = ns.api().get("ug").await.expect("Deployment");
+    assert!(
+        !d.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(SURGE_MARKER),
+        "the Go project's marker removed"
+    );
+    assert!(
+        text(&out).contains(&format!("deleted: {}/evictionautoscaler/ug", ns.name)),
+        "{}",
+        text(&out)
+    );
+}
+
+/// A KEDA surge: uninstall reverts the ScaledObject, then waits while KEDA's
+/// HPA still holds the surged minimum (its operator lagging), and lowers
+/// the Deployment once it has caught up. KEDA's HPA is never written by it.
+#[tokio::test]
+async fn uninstall_lowers_a_keda_deployment_once_kedas_hpa_follows() {
+    let _g = nodes_lock().await;
+    install_keda_crd();
+    let wh = restart_server(&[]);
+    wait_keda_watched(&wh).await;
+    let node = "kwok-node-0";
+    let ns = TestNs::new("e2e-uninst-keda").await;
+    let sos = create_scaled_object(&ns, "uk", 2).await;
+    let keda = KedaOperator::start(&ns, "uk");
+    let (guard, t) = surged_on(&ns, "uk", node).await;
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    let kedas_min = || async {
+        hpas.get_opt("keda-hpa-uk")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|h| h.spec?.min_replicas)
+    };
+    wait_for(
+        "KEDA's HPA at the surged minimum",
+        Duration::from_secs(30),
+        || async { (kedas_min().await == Some(t)).then_some(()) },
+    )
+    .await;
+    stop_server();
+    keda.pause(true);
+
+    let run = tokio::task::spawn_blocking(uninstall);
+    wait_so_restored(&sos, "uk", 2).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let while_lagging = deployment_state(&ns, "uk").await;
+    keda.pause(false);
+    let out = run.await.expect("uninstall task");
+    let after = deployment_state(&ns, "uk").await;
+    let (_, foreign) = keda.finish().await;
+    drop(guard);
+    assert_eq!(
+        while_lagging,
+        (t, Some(true)),
+        "lowered while KEDA's HPA still said {t}"
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(after, (2, Some(false)), "{}", text(&out));
+    assert!(foreign.is_empty(), "KEDA's HPA written by {foreign:?}");
+}
