@@ -239,14 +239,17 @@ pub fn overlapping<'a>(
 }
 
 /// The pods of `ns` that some PDB protects, each with those PDBs (what
-/// [`pod_overlap`] reads). Terminating pods are leaving and left out.
+/// [`pod_overlap`] reads). Terminating pods are leaving and left out, and
+/// so are completed ones (a CronJob's kept history): eviction.go's
+/// `canIgnorePDB` deletes them without reading any budget, so two budgets
+/// over them refuse nothing. Pending pods stay: they will run.
 pub fn protected_pods<'a>(
     compiled: &CompiledPdbs<'a>,
     ns: &str,
     pods: &'a [Arc<crate::cache::SlimPod>],
 ) -> Vec<(&'a crate::cache::SlimPod, Vec<&'a Arc<PodDisruptionBudget>>)> {
     pods.iter()
-        .filter(|p| !p.is_terminating())
+        .filter(|p| !p.is_terminating() && !p.is_completed())
         .map(|p| (p.as_ref(), compiled.selecting(ns, p.labels())))
         .filter(|(_, pdbs)| !pdbs.is_empty())
         .collect()

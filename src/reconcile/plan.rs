@@ -517,7 +517,20 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
                 (p, format!("Deployment {name}"))
             })
             .or_else(|| {
-                pdb::pod_overlap(dep, &protected, &matching)
+                // Ours for another Deployment over a pod ours covers too
+                // through the pod's own labels (a Job's pod labelled for
+                // both): only the one whose Deployment sorts after steps
+                // aside, as with `mutual_pdb`. Both stepping aside, the next
+                // pass would make both again, and so on.
+                let has_own = matching.iter().any(|p| ours_for(p, &dep_name));
+                let yields_to_us = s.pdbs.iter().filter(|p| {
+                    has_own
+                        && owned_by_us(&p.metadata)
+                        && target_of(p).is_some_and(|t| t > dep_name.as_str())
+                });
+                let ignored: Vec<&Arc<PodDisruptionBudget>> =
+                    matching.iter().copied().chain(yields_to_us).collect();
+                pdb::pod_overlap(dep, &protected, &ignored)
                     .map(|(p, pod)| (p, format!("Pod {pod}")))
             });
         let overlap_pdb = overlap.as_ref().map(|(p, _)| *p);
@@ -868,22 +881,6 @@ mod tests {
             &[("app", "shop")],
             &[("app", "shop"), ("role", "web")],
         ));
-        let created = |a: &[Action]| -> Vec<String> {
-            a.iter()
-                .filter_map(|x| match x {
-                    Action::CreatePdb(p) => p.metadata.name.clone(),
-                    _ => None,
-                })
-                .collect()
-        };
-        let stepped_aside = |a: &[Action]| -> Vec<(String, String)> {
-            a.iter()
-                .filter_map(|x| match x {
-                    Action::StepAside { pdb, by, .. } => Some((pdb.clone(), by.clone())),
-                    _ => None,
-                })
-                .collect()
-        };
         let pdb_of = |d: &Deployment| {
             let mut p = (*ours(d, 3)).clone();
             p.metadata.uid = Some(format!(
@@ -956,6 +953,26 @@ mod tests {
             );
             w.pdbs = vec![];
         }
+    }
+
+    /// The PDBs a plan creates, by name.
+    fn created(a: &[Action]) -> Vec<String> {
+        a.iter()
+            .filter_map(|x| match x {
+                Action::CreatePdb(p) => p.metadata.name.clone(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The step-asides of a plan: (our PDB, the PDB it steps aside for).
+    fn stepped_aside(a: &[Action]) -> Vec<(String, String)> {
+        a.iter()
+            .filter_map(|x| match x {
+                Action::StepAside { pdb, by, .. } => Some((pdb.clone(), by.clone())),
+                _ => None,
+            })
+            .collect()
     }
 
     fn running_pod(name: &str, labels: &[(&str, &str)]) -> Arc<SlimPod> {
@@ -1050,6 +1067,96 @@ mod tests {
             pdb::plan_for_new_deployment(&web, true, true, &[db_pdb], &[], &[], &pods),
             pdb::CreatePlan::Skip(_)
         ));
+    }
+
+    /// Two Deployments whose templates do not overlap, and a pod (a Job's)
+    /// labelled for both: each of our PDBs covers it. Only the one whose
+    /// Deployment sorts after steps aside; once it has, the other stays and
+    /// no PDB is made again (both stepping aside made both again, forever).
+    #[test]
+    fn two_of_ours_over_a_pod_labelled_for_both_settle_on_one() {
+        use crate::pdb::tests::labelled;
+        let web = with_uid(labelled("web", &[("app", "web")], &[("app", "web")]));
+        let pay = with_uid(labelled(
+            "payments",
+            &[("team", "payments")],
+            &[("team", "payments"), ("app", "billing")],
+        ));
+        let mut w = World::new();
+        w.deps = vec![web.clone(), pay.clone()];
+        w.pods = Some(vec![
+            running_pod("web-1", &[("app", "web")]),
+            running_pod("pay-1", &[("team", "payments"), ("app", "billing")]),
+            running_pod("migrate-1", &[("app", "web"), ("team", "payments")]),
+        ]);
+        let uid = |p: Arc<PodDisruptionBudget>, u: &str| {
+            let mut p = (*p).clone();
+            p.metadata.uid = Some(u.into());
+            Arc::new(p)
+        };
+        let (web_pdb, pay_pdb) = (uid(ours(&web, 1), "pdb-web"), uid(ours(&pay, 1), "pdb-pay"));
+        w.pdbs = vec![web_pdb, pay_pdb.clone()];
+        let a = w.plan();
+        assert_eq!(
+            stepped_aside(&a),
+            [("web".to_string(), "payments".to_string())],
+            "{a:?}"
+        );
+        w.pdbs = vec![pay_pdb];
+        let a = w.plan();
+        assert!(
+            created(&a).is_empty() && stepped_aside(&a).is_empty(),
+            "{a:?}"
+        );
+        assert!(
+            a.iter().any(
+                |x| matches!(x, Action::SelectorOverlap { deployment, .. } if deployment == "web")
+            ),
+            "{a:?}"
+        );
+    }
+
+    /// A completed pod (a CronJob's history) is deleted without reading any
+    /// budget (eviction.go `canIgnorePDB`): no overlap with it.
+    #[test]
+    fn a_completed_pod_under_another_pdb_is_no_overlap() {
+        use crate::pdb::tests::labelled;
+        let web = with_uid(labelled(
+            "web",
+            &[("app", "web")],
+            &[("app", "web"), ("tier", "fe")],
+        ));
+        let mut w = World::new();
+        w.deps = vec![web];
+        w.pdbs = vec![user_pdb("web-jobs", "web")];
+        let pdb = w.pdbs[0].clone();
+        let mut p = (*pdb).clone();
+        p.spec.as_mut().unwrap().selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([("tier".to_string(), "job".to_string())].into()),
+                match_expressions: None,
+            },
+        );
+        w.pdbs = vec![Arc::new(p)];
+        let done: crate::cache::PodWire = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "job-1", "namespace": "ns",
+                "labels": {"app": "web", "tier": "job"}},
+            "status": {"phase": "Succeeded"}
+        }))
+        .expect("a pod");
+        w.pods = Some(vec![Arc::new(SlimPod::from(&done))]);
+        let a = w.plan();
+        assert!(a.iter().any(|x| matches!(x, Action::CreatePdb(_))), "{a:?}");
+        // Running, it is one: no PDB of ours over it.
+        w.pods = Some(vec![running_pod(
+            "job-1",
+            &[("app", "web"), ("tier", "job")],
+        )]);
+        let a = w.plan();
+        assert!(
+            !a.iter().any(|x| matches!(x, Action::CreatePdb(_))),
+            "{a:?}"
+        );
     }
 
     #[test]

@@ -731,3 +731,70 @@ async fn a_pod_another_pdb_protects_never_gets_a_second_pdb() {
         event_log(&ns.name)
     );
 }
+
+/// Two Deployments whose templates do not overlap (`lp`: team=lp; `lw`:
+/// app=lw), each with our PDB, and a bare pod labelled for both (a Job's
+/// `app=lw, team=lp`): two budgets of ours over it. Only the PDB of the
+/// Deployment whose name sorts after steps aside, and the rest stays as it
+/// is: no PDB made and stepped aside again and again (a write loop, half
+/// the time the pod under two budgets).
+#[tokio::test]
+async fn two_of_our_pdbs_over_a_pod_labelled_for_both_settle_on_one() {
+    let ns = TestNs::new("e2e-podtwo").await;
+    let deps: Api<Deployment> = ns.api();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &labelled("lw", &[("app", "lw")], &[("app", "lw")]),
+    )
+    .await
+    .expect("create lw");
+    deps.create(
+        &PostParams::default(),
+        &labelled(
+            "lp",
+            &[("team", "lp")],
+            &[("team", "lp"), ("app", "billing")],
+        ),
+    )
+    .await
+    .expect("create lp");
+    wait_owned_pdb(&ns, "lw").await;
+    wait_owned_pdb(&ns, "lp").await;
+    let lp = pdbs.get("lp").await.expect("lp's PDB");
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("migrate-1", &[("app", "lw"), ("team", "lp")]),
+    )
+    .await
+    .expect("the pod labelled for both");
+    let names = || async {
+        let l = pdbs.list(&Default::default()).await.expect("list").items;
+        let mut n: Vec<(String, Option<String>)> = l
+            .into_iter()
+            .map(|p| (p.metadata.name.unwrap_or_default(), p.metadata.uid))
+            .collect();
+        n.sort();
+        n
+    };
+    let settled = vec![("lp".to_string(), lp.metadata.uid.clone())];
+    wait_for(
+        "lw's PDB stepped aside, lp's kept",
+        Duration::from_secs(60),
+        || async { (names().await == settled).then_some(()) },
+    )
+    .await;
+    // A loop would make lw's again (and lp's step aside) within a pass or two.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(names().await, settled, "{}", event_log(&ns.name));
+    }
+    // One step-aside: its Event on the Deployment and on the PDB.
+    assert_eq!(
+        event_count(&ns.name, "PDBSteppedAside"),
+        2,
+        "{}",
+        event_log(&ns.name)
+    );
+}
