@@ -69,15 +69,23 @@ async fn bounded<T>(
     }
 }
 
-/// A failure that says the apiserver (or a webhook it calls) is slow, not
+/// A write that says the apiserver (or a webhook it calls) is slow, not
 /// that this object is wrong: the rest of the namespace waits for a later
-/// pass rather than for one timeout after another.
-fn slow(result: &Result<(), kube::Error>) -> bool {
-    matches!(
-        result,
-        Err(kube::Error::Service(_) | kube::Error::HyperError(_))
-    )
+/// pass rather than for one timeout after another. A timeout or a broken
+/// connection, or any answer that took `SLOW_WRITE` or more: a hung
+/// admission webhook of the namespace answers 500 only after its own
+/// timeout, and 100 of those in a row would hold every other namespace's
+/// pass for minutes.
+fn slow(result: &Result<(), kube::Error>, took: Duration) -> bool {
+    took >= SLOW_WRITE
+        || matches!(
+            result,
+            Err(kube::Error::Service(_) | kube::Error::HyperError(_))
+        )
 }
+
+/// See [`slow`]: a write answered in the normal way takes milliseconds.
+const SLOW_WRITE: Duration = Duration::from_secs(2);
 
 /// Why a Deployment cannot be served, shown as the Degraded condition.
 /// Written by the reconciler and the surge worker, read when writing status.
@@ -108,15 +116,6 @@ impl DegradedReasons {
             m.insert((ns.into(), dep.into()), value.clone()).as_ref() != Some(&value)
         });
         if changed {
-            self.dirty.mark(ns);
-        }
-    }
-    pub fn clear(&self, ns: &str, dep: &str) {
-        let removed = self
-            .reasons
-            .lock()
-            .is_ok_and(|mut m| m.remove(&(ns.to_string(), dep.to_string())).is_some());
-        if removed {
             self.dirty.mark(ns);
         }
     }
@@ -539,8 +538,9 @@ impl Reconciler {
             if slowed || !self.due(&key) {
                 continue;
             }
+            let started = std::time::Instant::now();
             let result = bounded(WRITE_TIMEOUT, self.apply(&name, &deployments, action)).await;
-            slowed = slow(&result);
+            slowed = slow(&result, started.elapsed());
             self.settle(&key, "pdb", result);
         }
         if let (true, false, Some(eas)) = (sc.enabled, slowed, &eas) {
@@ -657,6 +657,20 @@ impl Reconciler {
                 ));
                 pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
                 tracing::info!(namespace = ns, %pdb, "PDB handed to its user: owner reference dropped");
+            }
+            Action::SetSelector { pdb, uid, from, to } => {
+                let mut ops = ours_guard_uid(uid.as_deref());
+                ops.extend(guarded_set(
+                    "/spec/selector",
+                    from.map(|f| json!(f)),
+                    json!(to),
+                ));
+                pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
+                tracing::info!(
+                    namespace = ns,
+                    %pdb,
+                    "PDB selector set back to its Deployment's"
+                );
             }
             Action::DeletePdb { pdb, uid, why } => {
                 let dp = crate::client::delete_only(uid, false);
@@ -861,13 +875,14 @@ impl Reconciler {
             if !self.due(&key) {
                 continue;
             }
+            let started = std::time::Instant::now();
             let result = bounded(
                 WRITE_TIMEOUT,
                 api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)),
             )
             .await
             .map(|_| ());
-            let slowed = slow(&result);
+            let slowed = slow(&result, started.elapsed());
             self.settle(&key, "status", result);
             if slowed {
                 return;
@@ -881,7 +896,12 @@ impl Reconciler {
 /// `ownedBy` annotation (not handed over meanwhile). A patch that starts
 /// with them fails as a whole otherwise, and the next pass re-plans.
 fn ours_guard(p: &PodDisruptionBudget) -> Vec<serde_json::Value> {
-    let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": p.metadata.uid})];
+    ours_guard_uid(p.metadata.uid.as_deref())
+}
+
+/// [`ours_guard`] for the PDB of this UID.
+fn ours_guard_uid(uid: Option<&str>) -> Vec<serde_json::Value> {
+    let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": uid})];
     ops.push(json!({
         "op": "test",
         "path": format!("/metadata/annotations/{}", crate::patch::escape(names::OWNED_BY)),
@@ -1140,6 +1160,30 @@ mod tests {
         assert_eq!(d.get("a", "web"), None);
         assert!(d.get("a", "api").is_some());
         assert!(d.get("b", "web").is_some(), "another reason stays");
+    }
+
+    /// A namespace's writes stop for this pass after a slow one, whatever
+    /// its answer: a hung admission webhook answers 500 after its own
+    /// timeout, one namespace must not hold the pass that long per object.
+    #[test]
+    fn a_slow_answer_holds_the_namespace_whatever_it_says() {
+        let api = |code: u16| {
+            Err(kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                message: format!("code {code}"),
+                ..Default::default()
+            })))
+        };
+        let quick = Duration::from_millis(20);
+        assert!(!slow(&Ok(()), quick));
+        assert!(!slow(&api(500), quick), "an object refused at once");
+        assert!(
+            slow(&api(500), Duration::from_secs(5)),
+            "a webhook's timeout"
+        );
+        assert!(slow(&Ok(()), SLOW_WRITE));
+        let timed_out = Err(kube::Error::Service("no answer".into()));
+        assert!(slow(&timed_out, quick));
     }
     use crate::pdb::tests::dep;
     use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;

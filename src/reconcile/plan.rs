@@ -110,6 +110,15 @@ pub enum Action {
         uid: Option<String>,
         why: &'static str,
     },
+    /// Our PDB's selector set back to its Deployment's (`from` is the one
+    /// read: edited by hand, made at the admission of a create refused as a
+    /// duplicate, or the Go project's copy of the matchLabels alone).
+    SetSelector {
+        pdb: String,
+        uid: Option<String>,
+        from: Option<LabelSelector>,
+        to: LabelSelector,
+    },
     /// A PDB of the Deployment's name exists and does not select its pods.
     NameConflict {
         deployment: String,
@@ -161,6 +170,7 @@ impl Action {
             | Action::SetOwner { pdb, .. }
             | Action::ReleaseOwner { pdb, .. }
             | Action::DeletePdb { pdb, .. }
+            | Action::SetSelector { pdb, .. }
             | Action::StepAside { pdb, .. } => format!("pdb/{pdb}"),
             Action::NameConflict { deployment, .. }
             | Action::SelectorOverlap { deployment, .. } => {
@@ -435,6 +445,58 @@ fn one_per_pod(planned: Vec<(&Arc<Deployment>, PodDisruptionBudget)>) -> Vec<Pod
 }
 
 pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
+    let mut out = plan_all(s);
+    // A surge of the Go project's older versions not yet taken over: its
+    // baseline lives in the status of its EvictionAutoScaler (owned by its
+    // PDB), and a delete of either would take it away before the surge
+    // worker has written it beside the marker (the surged number would then
+    // stay for good). Those deletes wait for the take-over, the worker's
+    // first step on that Deployment.
+    let pending: BTreeSet<String> = s
+        .eas
+        .map(|eas| {
+            s.deployments
+                .iter()
+                .filter_map(|d| {
+                    let name = d.metadata.name.as_deref()?;
+                    let replicas = d.spec.as_ref().and_then(|sp| sp.replicas);
+                    let ann = d.metadata.annotations.as_ref();
+                    crate::markers::legacy_surge(name, ann, replicas, eas)
+                        .map(|_| name.to_ascii_lowercase())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if pending.is_empty() {
+        return out;
+    }
+    let holds_record =
+        |target: Option<&str>| target.is_some_and(|t| pending.contains(&t.to_ascii_lowercase()));
+    let pdb_target = |name: &str| {
+        s.pdbs
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| target_of(p))
+    };
+    let eas_target = |name: &str| {
+        s.eas
+            .unwrap_or_default()
+            .iter()
+            .find(|e| e.metadata.name.as_deref() == Some(name))
+            .map(|e| e.spec.target_name.as_str())
+    };
+    out.retain(|a| match a {
+        Action::DeletePdb { pdb, .. } | Action::StepAside { pdb, .. } => {
+            !holds_record(pdb_target(pdb))
+        }
+        Action::DeleteEas { name, .. } => !holds_record(eas_target(name)),
+        _ => true,
+    });
+    out
+}
+
+/// [`plan`] before the deletes that wait for a take-over are held back.
+fn plan_all(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut out = Vec::new();
     if !s.in_scope {
         // Out of scope: remove what we own there, touch nothing else.
@@ -501,11 +563,37 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
             })
             .collect();
         if !edited.is_empty() {
-            out.extend(edited.into_iter().map(|p| Action::DeletePdb {
-                pdb: p.metadata.name.clone().unwrap_or_default(),
-                uid: p.metadata.uid.clone(),
-                why: "its selector is not its Deployment's (edited); made again",
-            }));
+            // Set back in place (the one named after the Deployment, else
+            // the first by name): no moment without a budget, and its
+            // EvictionAutoScaler (owned by it, with any record the Go
+            // project's older versions kept there) stays. Any other is a
+            // copy and goes.
+            let keep = edited
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(dep_name.as_str()))
+                .or_else(|| edited.iter().min_by_key(|p| p.metadata.name.clone()))
+                .copied();
+            for p in edited {
+                let pdb = p.metadata.name.clone().unwrap_or_default();
+                if keep.is_some_and(|k| Arc::ptr_eq(k, p)) {
+                    if let Some(to) = dep.spec.as_ref().map(|sp| sp.selector.clone()) {
+                        out.push(Action::SetSelector {
+                            pdb: pdb.clone(),
+                            uid: p.metadata.uid.clone(),
+                            from: p.spec.as_ref().and_then(|sp| sp.selector.clone()),
+                            to,
+                        });
+                        let uid = p.metadata.uid.clone();
+                        wanted_eas.insert(pdb, (dep_name.clone(), pdb_owner(p), uid));
+                        continue;
+                    }
+                }
+                out.push(Action::DeletePdb {
+                    pdb,
+                    uid: p.metadata.uid.clone(),
+                    why: "a copy of ours whose selector is not its Deployment's",
+                });
+            }
             continue;
         }
         let opted_out = deployment_opted_out(dep.metadata.annotations.as_ref());
@@ -1316,6 +1404,45 @@ mod tests {
         assert!(raised(&a), "{a:?}");
     }
 
+    /// The namespace leaves scope before the surge worker has taken over a
+    /// surge of the Go project: its PDB (owning the record) and its record
+    /// stay until the baseline is written beside the marker, then go.
+    #[test]
+    fn a_go_surge_not_yet_taken_over_keeps_its_record_out_of_scope() {
+        let mut w = World::new();
+        w.in_scope = false;
+        let mut d = dep("web", 5);
+        d.metadata.annotations =
+            Some([(names::SURGE_REPLICAS.to_string(), "5".to_string())].into());
+        w.deps = vec![with_uid(d.clone())];
+        let mut p = owned_pdb(&dep("web", 3), 3);
+        p.metadata.uid = Some("pdb-uid".into());
+        w.pdbs = vec![Arc::new(p)];
+        let mut e = (*crate::markers::tests::record("web", 3, false)).clone();
+        e.metadata.annotations = Some(
+            [(
+                names::OWNED_BY.to_string(),
+                names::OWNED_BY_VALUE.to_string(),
+            )]
+            .into(),
+        );
+        w.eas = vec![Arc::new(e)];
+        let deletes = |a: &[Action]| {
+            a.iter()
+                .filter(|x| matches!(x, Action::DeletePdb { .. } | Action::DeleteEas { .. }))
+                .count()
+        };
+        let a = w.plan();
+        assert_eq!(deletes(&a), 0, "{a:?}");
+        // Taken over (the baseline beside the marker): both go.
+        if let Some(a) = d.metadata.annotations.as_mut() {
+            a.insert(names::ORIGINAL_MIN_REPLICAS.to_string(), "3".to_string());
+        }
+        w.deps = vec![with_uid(d)];
+        let a = w.plan();
+        assert_eq!(deletes(&a), 2, "{a:?}");
+    }
+
     #[test]
     fn adds_the_owner_reference_once_the_uid_is_known() {
         let mut w = World::new();
@@ -1404,9 +1531,10 @@ mod tests {
 
     /// Ours, made for an earlier `web` with selector app=web-v1 (deleted
     /// with --cascade=orphan, which strips owner references): stale, not a
-    /// conflict for the new `web`. Deleted with its UID as precondition;
-    /// then the right one is made. One still owned by this very Deployment
-    /// is left alone (never delete what the Deployment's own pods need).
+    /// conflict for the new `web`. Its selector is set back to the new
+    /// Deployment's in place (UID guard). One owned by an earlier Deployment
+    /// of the name is deleted with its UID as precondition; then the right
+    /// one is made.
     #[test]
     fn a_stale_pdb_of_ours_from_an_earlier_deployment_is_replaced() {
         let mut w = World::new();
@@ -1427,10 +1555,16 @@ mod tests {
         stale.metadata.uid = Some("pdb-stale".into());
         w.pdbs = vec![Arc::new(stale.clone())];
         let a = w.plan();
+        let set_back = Action::SetSelector {
+            pdb: "web".into(),
+            uid: Some("pdb-stale".into()),
+            from: stale.spec.as_ref().and_then(|s| s.selector.clone()),
+            to: w.deps[0].spec.as_ref().map(|s| s.selector.clone()).unwrap(),
+        };
+        assert!(a.contains(&set_back), "{a:?}");
         assert!(
-            a.iter()
-                .any(|x| matches!(x, Action::DeletePdb { pdb, uid, .. }
-                if pdb == "web" && uid.as_deref() == Some("pdb-stale"))),
+            !a.iter()
+                .any(|x| matches!(x, Action::DeletePdb { .. } | Action::DeleteEas { .. })),
             "{a:?}"
         );
         assert!(
@@ -1459,18 +1593,64 @@ mod tests {
         );
         // Owned by this Deployment (its UID), its selector edited by hand:
         // it may now select pods another PDB protects (two budgets over
-        // them) and not its own; deleted and made again, not left as a
-        // name conflict.
+        // them) and not its own; set back in place, not left as a name
+        // conflict; its EvictionAutoScaler (owned by it) is kept.
         stale.metadata.owner_references = crate::pdb::owner_reference(&w.deps[0]).map(|o| vec![o]);
-        w.pdbs = vec![Arc::new(stale)];
+        w.pdbs = vec![Arc::new(stale.clone())];
+        let mut e = (*eas_with_pdb_uid("web", Some("pdb-stale"))).clone();
+        e.spec.target_name = "web".into();
+        w.eas = vec![Arc::new(e)];
+        assert_eq!(w.plan(), vec![set_back]);
+        // A copy of it under another name, edited the same: deleted.
+        let mut copy = stale.clone();
+        copy.metadata.name = Some("web-copy".into());
+        copy.metadata.uid = Some("pdb-copy".into());
+        w.pdbs = vec![Arc::new(stale), Arc::new(copy)];
         let a = w.plan();
+        assert!(
+            a.contains(&Action::DeletePdb {
+                pdb: "web-copy".into(),
+                uid: Some("pdb-copy".into()),
+                why: "a copy of ours whose selector is not its Deployment's",
+            }),
+            "{a:?}"
+        );
         assert_eq!(
-            a,
-            vec![Action::DeletePdb {
-                pdb: "web".into(),
-                uid: Some("pdb-stale".into()),
-                why: "its selector is not its Deployment's (edited); made again",
-            }]
+            a.iter()
+                .filter(|x| matches!(x, Action::SetSelector { pdb, .. } if pdb == "web"))
+                .count(),
+            1,
+            "{a:?}"
+        );
+    }
+
+    /// The Go project's PDB copies the Deployment's matchLabels alone; with
+    /// matchExpressions on the Deployment it is set back in place (no moment
+    /// without a budget), and its EvictionAutoScaler, owned by it and
+    /// holding the Go project's record, is not deleted.
+    #[test]
+    fn the_go_projects_matchlabels_only_pdb_is_set_back_in_place() {
+        let mut w = World::new();
+        let d = w.deps[0].clone();
+        let mut go = owned_pdb(&d, 3);
+        go.metadata.uid = Some("go-uid".into());
+        if let Some(sel) = go.spec.as_mut().and_then(|s| s.selector.as_mut()) {
+            sel.match_expressions = None;
+        }
+        w.pdbs = vec![Arc::new(go)];
+        let mut e = (*eas_with_pdb_uid("web", None)).clone();
+        e.spec.target_name = "web".into();
+        w.eas = vec![Arc::new(e)];
+        let a = w.plan();
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::SetSelector { pdb, .. } if pdb == "web")),
+            "{a:?}"
+        );
+        assert!(
+            !a.iter()
+                .any(|x| matches!(x, Action::DeletePdb { .. } | Action::DeleteEas { .. })),
+            "{a:?}"
         );
     }
 

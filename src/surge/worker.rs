@@ -290,7 +290,9 @@ impl Worker {
                 target,
                 kind,
             } => {
-                self.degraded.clear(ns, name);
+                // Its own reason only: the reconciler's (a name conflict,
+                // a selector overlap) stay until the reconciler clears them.
+                self.degraded.clear_reason(ns, name, "SurgeImpossible");
                 tracing::info!(
                     namespace = ns,
                     deployment = name,

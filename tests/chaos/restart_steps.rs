@@ -2,8 +2,6 @@
 //! 3): a new process, nothing in memory, finds the first step done and the
 //! second not, and finishes the job from what the cluster shows.
 //! - a surge taken over from the Go project, its revert refused, restarted;
-//! - our PDB deleted because its selector was edited away, its re-creation
-//!   refused, restarted;
 //! - a KEDA surge whose ScaledObject is back while KEDA's HPA lags behind,
 //!   restarted, after KEDA's HPA was deleted (and made again) mid-surge.
 
@@ -11,9 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::DeleteParams;
 use kube::Api;
 
 use crate::fleet::blocked_on_node;
@@ -105,99 +101,6 @@ async fn a_taken_over_surge_restarted_before_its_revert_goes_back_to_its_baselin
         event_count(&ns.name, "SurgeTakenOver"),
         1,
         "the take-over announced once across the restart"
-    );
-}
-
-/// Our PDB whose selector is edited to another Deployment's pods (which a
-/// user PDB protects) is deleted; its re-creation refused, then a restart:
-/// the new process makes it again over its own Deployment's pods, and one
-/// budget stays over the other's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn our_pdb_deleted_for_an_edited_selector_is_made_again_after_a_restart() {
-    let _back = ServerBack;
-    let _ = restart_server(&[]);
-    let ns = TestNs::new("chaos-edited").await;
-    let deps: Api<Deployment> = ns.api();
-    let pdbs: Api<PodDisruptionBudget> = ns.api();
-    pdbs.create(
-        &PostParams::default(),
-        &user_pdb("rb-user", "rb", Some(IntOrString::Int(1)), None),
-    )
-    .await
-    .expect("create the user's PDB");
-    for app in ["ra", "rb"] {
-        deps.create(&PostParams::default(), &deployment(app, 2, None))
-            .await
-            .expect("create Deployment");
-    }
-    let ours = wait_pdb(&ns, "ra", "ours over ra with its owner reference", |p| {
-        p.metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(OWNED_BY))
-            && p.metadata
-                .owner_references
-                .as_ref()
-                .is_some_and(|o| !o.is_empty())
-    })
-    .await;
-    let deny = DenyUpdates::apply_to(&ns, "policy", "poddisruptionbudgets", "CREATE", "false");
-    let create = [
-        "create",
-        "pdb",
-        "e2e-probe",
-        "--selector=app=none",
-        "--min-available=1",
-    ];
-    deny.wait_refusing_command(&create).await;
-
-    pdbs.patch(
-        "ra",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"selector": {"matchLabels": {"app": "rb"}}}})),
-    )
-    .await
-    .expect("edit our PDB's selector");
-    wait_for(
-        "our edited PDB deleted",
-        Duration::from_secs(30),
-        || async { pdbs.get_opt("ra").await.ok()?.is_none().then_some(()) },
-    )
-    .await;
-
-    // The restart at this step: deleted, not made again.
-    let _ = restart_server(&[]);
-    deny.lift_command(&create).await;
-    let remade = wait_pdb(&ns, "ra", "ours made again over ra's pods", |p| {
-        p.metadata.uid != ours.metadata.uid && selector_app(p) == Some("ra")
-    })
-    .await;
-    assert!(remade
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(OWNED_BY)));
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let over: Vec<(String, Option<String>)> = pdbs
-        .list(&Default::default())
-        .await
-        .expect("list PDBs")
-        .items
-        .into_iter()
-        .map(|p| {
-            (
-                p.metadata.name.clone().unwrap_or_default(),
-                selector_app(&p).map(str::to_string),
-            )
-        })
-        .collect();
-    assert_eq!(
-        over,
-        [
-            ("ra".to_string(), Some("ra".to_string())),
-            ("rb-user".to_string(), Some("rb".to_string()))
-        ],
-        "one budget over each Deployment's pods"
     );
 }
 

@@ -767,10 +767,11 @@ async fn an_empty_selector_pdb_beside_ours_makes_ours_step_aside() {
 
 /// Invariant 3: our PDB's selector edited by hand to another Deployment's
 /// pods, which a PDB of the user's protects: two budgets over those pods
-/// (every eviction of them fails) and none over ours. Ours is deleted and
-/// made again with its Deployment's selector; the user's stays as it is.
+/// (every eviction of them fails) and none over ours. Ours is set back to
+/// its Deployment's selector in place (the same PDB: no moment without a
+/// budget, its EvictionAutoScaler kept); the user's stays as it is.
 #[tokio::test]
-async fn our_pdb_whose_selector_is_edited_away_is_made_again() {
+async fn our_pdb_whose_selector_is_edited_away_is_set_back() {
     let ns = TestNs::new("e2e-edited").await;
     let deps: Api<Deployment> = ns.api();
     let pdbs: Api<PodDisruptionBudget> = ns.api();
@@ -807,15 +808,23 @@ async fn our_pdb_whose_selector_is_edited_away_is_made_again() {
     )
     .await
     .unwrap();
-    let remade = wait_pdb(&ns, "ea", "ours made again over ea's pods", |p| {
-        p.metadata.uid != ours.metadata.uid && selector_app(p) == Some("ea")
+    let eas_uid = || {
+        let out = eas_get(&ns.name, "ea", "jsonpath={.metadata.uid}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let eas_before = eas_uid();
+    assert!(!eas_before.is_empty(), "ea's EvictionAutoScaler");
+    let back = wait_pdb(&ns, "ea", "ours set back over ea's pods", |p| {
+        selector_app(p) == Some("ea")
     })
     .await;
-    assert!(remade
+    assert_eq!(back.metadata.uid, ours.metadata.uid, "the same PDB");
+    assert!(back
         .metadata
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(OWNED)));
+    assert_eq!(eas_uid(), eas_before, "its EvictionAutoScaler kept");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let over_eb: Vec<String> = pdbs
         .list(&Default::default())
