@@ -85,3 +85,101 @@ async fn slow_events_do_not_hold_back_the_next_surge() {
         surged_after.as_secs_f64()
     ));
 }
+
+/// Our PDB updates owed in the slow namespace.
+const HUNG: usize = 12;
+/// The hung webhook's timeoutSeconds: each PDB update there takes this long, then fails.
+const HUNG_DELAY: Duration = Duration::from_secs(4);
+
+/// A hung admission webhook on the PDBs of one namespace (failurePolicy
+/// Fail: each update answered 500 after its timeout). The reconciler's
+/// writes there are slow failures: after the first, the rest of that
+/// namespace waits for a later pass, and a step-aside needed in another
+/// namespace is not held behind them (a pass ends when all its namespaces
+/// have; 12 slow writes in a row held the next one about 48 s).
+#[tokio::test]
+async fn a_hung_webhook_in_one_namespace_does_not_hold_back_another() {
+    let slow_ns = TestNs::new("e2e-hung-pdbs").await;
+    let deps: Api<Deployment> = slow_ns.api();
+    let names: Vec<String> = (0..HUNG).map(|i| format!("h-{i}")).collect();
+    for n in &names {
+        deps.create(&PostParams::default(), &deployment(n, 1, None))
+            .await
+            .expect("create Deployment");
+    }
+    for n in &names {
+        wait_pdb(&slow_ns, n, "our PDB", |_| true).await;
+    }
+    let _hung = HungWebhook::apply(
+        &slow_ns,
+        &["policy"],
+        "poddisruptionbudgets",
+        &["UPDATE"],
+        "Fail",
+        HUNG_DELAY,
+    );
+    wait_for(
+        "the hung webhook in force (a PDB update there slow, then refused)",
+        Duration::from_secs(30),
+        || async {
+            let t = Instant::now();
+            let out = kubectl(&[
+                "annotate",
+                "-n",
+                &slow_ns.name,
+                "pdb/h-0",
+                "e2e-probe=1",
+                "--overwrite",
+                "--dry-run=server",
+            ]);
+            (!out.status.success() && t.elapsed() >= HUNG_DELAY - Duration::from_millis(500))
+                .then_some(())
+        },
+    )
+    .await;
+
+    let other = TestNs::new("e2e-hung-other").await;
+    let other_deps: Api<Deployment> = other.api();
+    other_deps
+        .create(&PostParams::default(), &deployment("o", 1, None))
+        .await
+        .expect("create Deployment");
+    wait_pdb(&other, "o", "our PDB", |_| true).await;
+
+    // HUNG PDB updates owed in the slow namespace (minAvailable follows
+    // replicas), all at once: one pass plans them together.
+    kubectl_ok(&[
+        "scale",
+        "-n",
+        &slow_ns.name,
+        "deployment",
+        "--all",
+        "--replicas=2",
+    ]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A user's PDB over o's pods: ours steps aside (one budget per pod).
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = other.api();
+    let asked = Instant::now();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb(
+            "o-user",
+            "o",
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)),
+            None,
+        ),
+    )
+    .await
+    .expect("create the user's PDB");
+    let within = HUNG_DELAY * (HUNG as u32) / 3;
+    wait_for(
+        "ours stepping aside in the other namespace",
+        within,
+        || async { pdbs.get_opt("o").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    record_figure(format!(
+        "hung PDB webhook ({HUNG_DELAY:?}, {HUNG} updates owed in its namespace): a step-aside in another namespace {:.1}s after its cause",
+        asked.elapsed().as_secs_f64()
+    ));
+}

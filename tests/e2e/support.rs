@@ -1445,45 +1445,30 @@ impl Drop for ReleasePods {
     }
 }
 
-/// A ValidatingWebhookConfiguration on Events of one namespace, pointing at
-/// a port that accepts connections and never answers; deleted on drop.
+/// A ValidatingWebhookConfiguration on one resource of one namespace,
+/// pointing at a port that accepts connections and never answers: every
+/// matching request takes its timeoutSeconds, then passes (failurePolicy
+/// Ignore) or fails with a 500 (Fail). Deleted on drop.
 pub struct SlowEvents {
     name: String,
     _hole: std::net::TcpListener,
 }
 
+/// [`SlowEvents`] for any resource.
+pub type HungWebhook = SlowEvents;
+
 impl SlowEvents {
     /// Installed, and an Event in `ns` seen taking about `delay` (whole
     /// seconds: the webhook's timeoutSeconds), else this test could not fail.
     pub async fn install(test_ns: &TestNs, delay: Duration) -> SlowEvents {
-        let ns = test_ns.name.as_str();
-        // Bound and never accepted: the kernel completes the TCP handshake
-        // (backlog), the TLS handshake never comes.
-        let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = hole.local_addr().expect("addr").port();
-        let name = format!("e2e-slow-events-{ns}");
-        let config = serde_json::json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": name},
-            "webhooks": [{
-                "name": "slow-events.e2e.local",
-                "clientConfig": {"url": format!("https://127.0.0.1:{port}/")},
-                "rules": [{
-                    "apiGroups": ["", "events.k8s.io"], "apiVersions": ["v1"],
-                    "operations": ["CREATE", "UPDATE"], "resources": ["events"]
-                }],
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-                "failurePolicy": "Ignore",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": delay.as_secs()
-            }]
-        });
-        let path = std::env::temp_dir().join(format!("{name}.json"));
-        std::fs::write(&path, config.to_string()).expect("write webhook config");
-        kubectl_ok(&["apply", "-f", &path_str(&path)]);
-        let slow = SlowEvents { name, _hole: hole };
+        let slow = Self::apply(
+            test_ns,
+            &["", "events.k8s.io"],
+            "events",
+            &["CREATE", "UPDATE"],
+            "Ignore",
+            delay,
+        );
         let mut took = Duration::ZERO;
         for n in 0..20 {
             took = time_one_event(test_ns, n).await;
@@ -1493,6 +1478,47 @@ impl SlowEvents {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         panic!("the webhook on Events does not slow them: {took:?}");
+    }
+
+    /// The webhook on `resource` of `groups` for `operations`; the caller
+    /// checks that it is in force.
+    pub fn apply(
+        test_ns: &TestNs,
+        groups: &[&str],
+        resource: &str,
+        operations: &[&str],
+        failure_policy: &str,
+        delay: Duration,
+    ) -> SlowEvents {
+        let ns = test_ns.name.as_str();
+        // Bound and never accepted: the kernel completes the TCP handshake
+        // (backlog), the TLS handshake never comes.
+        let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = hole.local_addr().expect("addr").port();
+        let name = format!("e2e-slow-{resource}-{ns}");
+        let config = serde_json::json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": "slow.e2e.local",
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}/")},
+                "rules": [{
+                    "apiGroups": groups, "apiVersions": ["v1"],
+                    "operations": operations, "resources": [resource]
+                }],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                "failurePolicy": failure_policy,
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": delay.as_secs()
+            }]
+        });
+        let path = std::env::temp_dir().join(format!("{name}.json"));
+        std::fs::write(&path, config.to_string()).expect("write webhook config");
+        kubectl_ok(&["apply", "-f", &path_str(&path)]);
+        let _ = std::fs::remove_file(&path);
+        SlowEvents { name, _hole: hole }
     }
 }
 
