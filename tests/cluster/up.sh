@@ -338,6 +338,7 @@ GOMEMLIMIT=1GiB start kube-apiserver "$K8S_BIN_DIR/kube-apiserver" \
   --proxy-client-key-file="$PKI/front-proxy-client.key" \
   --token-auth-file="$PKI/tokens.csv" \
   --authorization-mode=Node,RBAC \
+  --enable-admission-plugins=OwnerReferencesPermissionEnforcement \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$PKI/sa.pub" \
   --service-account-signing-key-file="$PKI/sa.key" \

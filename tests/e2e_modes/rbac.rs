@@ -89,6 +89,11 @@ const USES: &[Use] = &[
     u("policy", "poddisruptionbudgets", "create", WEBHOOK, "api.create(&pp, want)"),
     u("policy", "poddisruptionbudgets", "patch", RECONCILE, "pdbs.patch(&pdb, &pp, &json_patch(ops)?)"),
     u("policy", "poddisruptionbudgets", "delete", RECONCILE, "pdbs.delete(&pdb, &dp)"),
+    // Our owner references block their owner's foreground deletion: with
+    // OwnerReferencesPermissionEnforcement (OpenShift; the local control
+    // plane enables it) that needs update on the owner's finalizers.
+    u("apps", "deployments/finalizers", "update", "src/pdb.rs", "block_owner_deletion: Some(true)"),
+    u("policy", "poddisruptionbudgets/finalizers", "update", "src/reconcile/plan.rs", "block_owner_deletion: Some(true)"),
     // An owned PDB's status that still counts pods a revert removed.
     u("policy", "poddisruptionbudgets/status", "patch", WEBHOOK, "api.patch_status(&c.pdb, &kube::api::PatchParams::default(), &patch)"),
     u("eviction-autoscaler.azure.com", "evictionautoscalers", "list", CACHE, "r.reflect::<EvictionAutoScaler>"),
