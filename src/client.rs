@@ -219,6 +219,17 @@ pub fn delete_only(uid: Option<String>, dry_run: bool) -> kube::api::DeleteParam
     }
 }
 
+/// An API error answer of this HTTP code, for the tests of what callers do
+/// with one.
+#[cfg(test)]
+pub fn api_status(code: u16) -> kube::Error {
+    kube::Error::Api(Box::new(kube::core::Status {
+        code,
+        message: format!("code {code}"),
+        ..Default::default()
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

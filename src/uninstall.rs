@@ -559,13 +559,7 @@ mod tests {
 
     #[test]
     fn one_failed_object_is_listed_and_the_others_still_count() {
-        let api = |code: u16| {
-            Err(kube::Error::Api(Box::new(kube::core::Status {
-                code,
-                message: format!("code {code}"),
-                ..Default::default()
-            })))
-        };
+        let api = |code: u16| Err(crate::client::api_status(code));
         let (mut done, mut failed) = (Vec::new(), Vec::new());
         let (p, d) = (Write::Patch, Write::Delete);
         record(&mut done, &mut failed, "ns/hpa/a".into(), p, Ok(()));
@@ -740,13 +734,7 @@ mod tests {
                 })
                 .collect(),
         };
-        let api = |code: u16| {
-            Err(kube::Error::Api(Box::new(kube::core::Status {
-                code,
-                message: format!("code {code}"),
-                ..Default::default()
-            })))
-        };
+        let api = |code: u16| Err(crate::client::api_status(code));
         assert_eq!(
             keda_listing(Ok(list(&["scaledobjects", "scaledjobs"]))),
             Keda::Present

@@ -1167,13 +1167,7 @@ mod tests {
     /// timeout, one namespace must not hold the pass that long per object.
     #[test]
     fn a_slow_answer_holds_the_namespace_whatever_it_says() {
-        let api = |code: u16| {
-            Err(kube::Error::Api(Box::new(kube::core::Status {
-                code,
-                message: format!("code {code}"),
-                ..Default::default()
-            })))
-        };
+        let api = |code: u16| Err(crate::client::api_status(code));
         let quick = Duration::from_millis(20);
         assert!(!slow(&Ok(()), quick));
         assert!(!slow(&api(500), quick), "an object refused at once");

@@ -1002,12 +1002,7 @@ mod tests {
             created(&a).is_empty() && stepped_aside(&a).is_empty(),
             "{a:?}"
         );
-        assert!(
-            a.iter().any(
-                |x| matches!(x, Action::SelectorOverlap { deployment, .. } if deployment == "shop")
-            ),
-            "{a:?}"
-        );
+        assert!(overlap_for(&a, "shop"), "{a:?}");
 
         // Two Deployments with the same selector and template: each PDB
         // selects both's pods. One is made; of two existing, the one for the
@@ -1051,6 +1046,12 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Does the plan report a selector overlap for `dep`?
+    fn overlap_for(a: &[Action], dep: &str) -> bool {
+        a.iter()
+            .any(|x| matches!(x, Action::SelectorOverlap { deployment, .. } if deployment == dep))
     }
 
     /// The step-asides of a plan: (our PDB, the PDB it steps aside for).
@@ -1196,12 +1197,7 @@ mod tests {
             created(&a).is_empty() && stepped_aside(&a).is_empty(),
             "{a:?}"
         );
-        assert!(
-            a.iter().any(
-                |x| matches!(x, Action::SelectorOverlap { deployment, .. } if deployment == "web")
-            ),
-            "{a:?}"
-        );
+        assert!(overlap_for(&a, "web"), "{a:?}");
     }
 
     /// A completed pod (a CronJob's history) is deleted without reading any
