@@ -695,11 +695,19 @@ impl Reconciler {
                 pdb,
                 other,
             } => {
+                // A pod may be the Deployment's own, relabelled at run time:
+                // then its labels are the thing to change, not the selector.
+                let pod_hint = if other.starts_with("Pod ") {
+                    " (or, if that pod is one of its own relabelled at run time, remove the \
+                     label the other PDB selects)"
+                } else {
+                    ""
+                };
                 let note = format!(
                     "the selector of Deployment {deployment} also selects {other}, which \
                      PodDisruptionBudget {pdb} protects; no PDB created, since two budgets over \
                      one pod make every eviction of it fail. Give the Deployment a selector that \
-                     selects its own pods only, or a PDB of your own."
+                     selects its own pods only{pod_hint}, or a PDB of your own."
                 );
                 self.degraded
                     .set(ns, &deployment, "PDBSelectorOverlap", &note);
