@@ -19,7 +19,7 @@ const OWNED: &str = "ownedBy";
 
 /// Held by the tests that read the reconcile error counter or make it grow
 /// on purpose, so one does not count the other's errors.
-static ERROR_COUNTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ERROR_COUNTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn ours(p: &PodDisruptionBudget) -> bool {
     p.metadata
