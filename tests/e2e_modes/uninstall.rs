@@ -236,3 +236,31 @@ async fn uninstall_lowers_a_keda_deployment_once_kedas_hpa_follows() {
     assert_eq!(after, (2, Some(false)), "{}", text(&out));
     assert!(foreign.is_empty(), "KEDA's HPA written by {foreign:?}");
 }
+
+/// A controller killed with SIGKILL leaves its Lease held (never released):
+/// uninstall waits it out (unchanged for its 15 s, on this process's clock)
+/// and then goes on, rather than refusing for good.
+#[tokio::test]
+async fn uninstall_waits_out_the_lease_of_a_killed_controller() {
+    let wh = restart_server(&[]);
+    let leases: Api<Lease> = Api::namespaced(crate::support::client().await, "eviction-autoscaler");
+    wait_for("the Lease held", Duration::from_secs(30), || async {
+        let l = leases.get_opt("eviction-autoscaler").await.ok()??;
+        l.spec?.holder_identity.filter(|h| !h.is_empty())
+    })
+    .await;
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &wh.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let started = std::time::Instant::now();
+    let out = uninstall();
+    let waited = started.elapsed();
+    let _ = restart_server(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        waited >= Duration::from_secs(10),
+        "went on after {waited:?} while the killed controller's Lease was still fresh"
+    );
+}
