@@ -35,7 +35,8 @@ use crate::crd::EvictionAutoScaler;
 use crate::leader::{can_hold, Observed};
 use crate::markers::{self, Markers};
 use crate::patch::{annotation_ops, deployment_revert_ops, guarded_set, json_patch};
-use crate::surge::view::hpa_is_kedas;
+use crate::surge::step::annotation_path;
+use crate::surge::view::{self, hpa_is_kedas};
 
 #[derive(Debug, thiserror::Error)]
 pub enum UninstallError {
@@ -170,8 +171,7 @@ fn legacy_revert_ops(d: &Deployment, eas: &[Arc<EvictionAutoScaler>]) -> Option<
     let m = markers::legacy_surge(name, ann, replicas, &mine)?;
     let lone = ann?.get(crate::names::SURGE_REPLICAS)?;
     let mut ops = vec![json!({"op": "test",
-        "path": format!("/metadata/annotations/{}", crate::patch::escape(crate::names::SURGE_REPLICAS)),
-        "value": lone})];
+        "path": annotation_path(crate::names::SURGE_REPLICAS), "value": lone})];
     ops.extend(guarded_set(
         "/spec/replicas",
         Some(json!(m.surged_to)),
@@ -184,26 +184,17 @@ fn legacy_revert_ops(d: &Deployment, eas: &[Arc<EvictionAutoScaler>]) -> Option<
 /// The Deployment an HPA or a ScaledObject scales, as (namespace, name).
 type Target = (String, String);
 
+/// The Deployment an HPA scales ([`view::hpa_target`]), with its namespace.
 fn hpa_target(h: &HorizontalPodAutoscaler) -> Option<Target> {
-    let r = &h.spec.as_ref()?.scale_target_ref;
-    (r.kind == "Deployment").then(|| {
-        (
-            h.metadata.namespace.clone().unwrap_or_default(),
-            r.name.clone(),
-        )
-    })
+    let ns = h.metadata.namespace.clone().unwrap_or_default();
+    view::hpa_target(h).map(|n| (ns, n.to_string()))
 }
 
+/// The Deployment a ScaledObject scales ([`view::scaled_object_target`]),
+/// with its namespace.
 fn so_target(so: &DynamicObject) -> Option<Target> {
-    let r = &so.data["spec"]["scaleTargetRef"];
-    let kind = r["kind"].as_str().unwrap_or("Deployment");
-    let name = r["name"].as_str()?;
-    (kind == "Deployment").then(|| {
-        (
-            so.metadata.namespace.clone().unwrap_or_default(),
-            name.to_string(),
-        )
-    })
+    let ns = so.metadata.namespace.clone().unwrap_or_default();
+    view::scaled_object_target(so).map(|n| (ns, n.to_string()))
 }
 
 /// Is KEDA's API served? From the discovery of its group version: absent
@@ -253,7 +244,7 @@ fn kedas_lagging(hpas: &[HorizontalPodAutoscaler], target: &Target, want: i64) -
 /// The holder when one renews it.
 async fn controller_holding(api: &Api<Lease>, name: &str) -> Result<Option<String>, kube::Error> {
     let mut seen = Observed::default();
-    let mut changed = 0;
+    let mut renewed = false;
     loop {
         let Some(lease) = api.get_opt(name).await? else {
             return Ok(None);
@@ -264,9 +255,7 @@ async fn controller_holding(api: &Api<Lease>, name: &str) -> Result<Option<Strin
         let now = Instant::now();
         let before = seen.unchanged_for(now);
         seen.see(&spec, now);
-        if seen.unchanged_for(now) < before {
-            changed += 1;
-        }
+        renewed |= seen.unchanged_for(now) < before;
         if can_hold(
             &spec,
             "eviction-autoscaler-uninstall",
@@ -275,7 +264,7 @@ async fn controller_holding(api: &Api<Lease>, name: &str) -> Result<Option<Strin
             return Ok(None);
         }
         // Renewed while watched: a controller runs.
-        if changed > 0 {
+        if renewed {
             return Ok(Some(spec.holder_identity.unwrap_or_default()));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -341,14 +330,12 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     // Read first: the records of the Go project's surges (their baselines
     // are deleted with the EvictionAutoScalers at the end).
     let eas: Api<EvictionAutoScaler> = Api::all(client.clone());
-    let records: Option<Vec<Arc<EvictionAutoScaler>>> = match eas.list(&ListParams::default()).await
-    {
-        Ok(l) => Some(l.items.into_iter().map(Arc::new).collect()),
+    let records: Vec<Arc<EvictionAutoScaler>> = match eas.list(&ListParams::default()).await {
+        Ok(l) => l.items.into_iter().map(Arc::new).collect(),
         // The CRD is already gone: no records, nothing of ours there.
-        Err(kube::Error::Api(s)) if s.code == 404 => None,
+        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
         Err(e) => return Err(e.into()),
     };
-    let records_slice: &[Arc<EvictionAutoScaler>] = records.as_deref().unwrap_or_default();
 
     // Deployments that keep their surge: an autoscaler of theirs was not
     // reverted (why, by target).
@@ -500,7 +487,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         }
         let ops = if let Some(ops) = deployment_revert_ops(d) {
             ops
-        } else if let Some(ops) = legacy_revert_ops(d, records_slice) {
+        } else if let Some(ops) = legacy_revert_ops(d, &records) {
             ops
         } else if Markers::any_present(ann) {
             annotation_ops(ann, &CLEAR)
@@ -528,11 +515,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             r,
         );
     }
-    for e in records
-        .unwrap_or_default()
-        .iter()
-        .filter(|e| owned_by_us(&e.metadata))
-    {
+    for e in records.iter().filter(|e| owned_by_us(&e.metadata)) {
         let ns = e.metadata.namespace.clone().unwrap_or_default();
         let api: Api<EvictionAutoScaler> = Api::namespaced(client.clone(), &ns);
         let dp = crate::client::delete_only(e.metadata.uid.clone(), opts.dry_run);
