@@ -206,28 +206,82 @@ fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Delete only this object, not a successor of the same name (UID
-/// precondition; the apiserver answers 409 when the name holds another).
-pub fn delete_only(uid: Option<String>, dry_run: bool) -> kube::api::DeleteParams {
-    kube::api::DeleteParams {
-        dry_run,
-        preconditions: Some(kube::api::Preconditions {
-            uid,
-            resource_version: None,
-        }),
-        ..Default::default()
+/// What [`delete_ours`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// Deleted (or, in a dry run, would be).
+    Done,
+    /// Gone already, or another object holds the name now.
+    Gone,
+    /// Still there under its UID, but no longer ours (`ownedBy` removed or
+    /// changed): a user took it over, and it is theirs to keep.
+    HandedOver,
+}
+
+/// How many times [`delete_ours`] reads again after a write raced its delete.
+const DELETE_ATTEMPTS: usize = 3;
+
+/// Deletes the object of this UID only while it is still ours. The plan read
+/// it from a cache; a user may have taken it over since (removed `ownedBy`),
+/// and a UID precondition alone would delete it anyway. So it is read fresh,
+/// checked, and deleted with that read's resourceVersion as precondition: a
+/// write in between (a hand-over, or the disruption controller's status)
+/// answers 409, and it is read again, up to [`DELETE_ATTEMPTS`] times; the
+/// last 409 is returned, for the caller's backoff.
+pub async fn delete_ours<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    uid: Option<&str>,
+    dry_run: bool,
+) -> Result<Deleted, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut last = None;
+    for _ in 0..DELETE_ATTEMPTS {
+        let cur = match api.get(name).await {
+            Ok(cur) => cur,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Deleted::Gone),
+            Err(e) => return Err(e),
+        };
+        let meta = cur.meta();
+        if uid.is_some() && meta.uid.as_deref() != uid {
+            return Ok(Deleted::Gone);
+        }
+        if !crate::cache::owned_by_us(meta) {
+            return Ok(Deleted::HandedOver);
+        }
+        let dp = kube::api::DeleteParams {
+            dry_run,
+            preconditions: Some(kube::api::Preconditions {
+                uid: meta.uid.clone(),
+                resource_version: meta.resource_version.clone(),
+            }),
+            ..Default::default()
+        };
+        match api.delete(name, &dp).await {
+            Ok(_) => return Ok(Deleted::Done),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Deleted::Gone),
+            Err(kube::Error::Api(s)) if s.code == 409 => last = Some(kube::Error::Api(s)),
+            Err(e) => return Err(e),
+        }
     }
+    Err(last.unwrap_or_else(|| api_status_error(409, "delete kept conflicting")))
+}
+
+fn api_status_error(code: u16, message: &str) -> kube::Error {
+    kube::Error::Api(Box::new(kube::core::Status {
+        code,
+        message: message.to_string(),
+        ..Default::default()
+    }))
 }
 
 /// An API error answer of this HTTP code, for the tests of what callers do
 /// with one.
 #[cfg(test)]
 pub fn api_status(code: u16) -> kube::Error {
-    kube::Error::Api(Box::new(kube::core::Status {
-        code,
-        message: format!("code {code}"),
-        ..Default::default()
-    }))
+    api_status_error(code, &format!("code {code}"))
 }
 
 #[cfg(test)]
@@ -352,5 +406,142 @@ mod tests {
         assert!(pods.get("other").await.is_err());
         assert_eq!(count(&m, "get", "pods", "timeout"), 1);
         assert_eq!(count(&m, "get", "pods", "error"), 1);
+    }
+
+    /// A scripted apiserver for [`delete_ours`]: answers in turn, and the
+    /// requests it saw (method, and a delete's body).
+    #[derive(Clone, Default)]
+    struct Script {
+        answers: Arc<Mutex<VecDeque<(u16, String)>>>,
+        seen: Arc<Mutex<Vec<(Method, String)>>>,
+    }
+
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    impl Script {
+        fn new(answers: &[(u16, String)]) -> Self {
+            let s = Script::default();
+            s.answers.lock().unwrap().extend(answers.iter().cloned());
+            s
+        }
+
+        fn client(&self) -> Client {
+            let s = self.clone();
+            let mock = tower::service_fn(move |req: Request<kube::client::Body>| {
+                let s = s.clone();
+                async move {
+                    let method = req.method().clone();
+                    let body = req.into_body().collect_bytes().await?;
+                    s.seen
+                        .lock()
+                        .unwrap()
+                        .push((method, String::from_utf8_lossy(&body).into_owned()));
+                    let (code, body) = s.answers.lock().unwrap().pop_front().ok_or("unscripted")?;
+                    Response::builder()
+                        .status(code)
+                        .body(kube::client::Body::from(body.into_bytes()))
+                        .map_err(BoxError::from)
+                }
+            });
+            ClientBuilder::new(mock, "default").build()
+        }
+
+        fn methods(&self) -> Vec<Method> {
+            self.seen
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(m, _)| m.clone())
+                .collect()
+        }
+    }
+
+    fn pdb_json(uid: &str, rv: &str, ours: bool) -> (u16, String) {
+        let ann = if ours {
+            format!(
+                r#""annotations":{{"{}":"{}"}},"#,
+                crate::names::OWNED_BY,
+                crate::names::OWNED_BY_VALUE
+            )
+        } else {
+            String::new()
+        };
+        let body = format!(
+            r#"{{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{{"name":"web","namespace":"ns",{ann}"uid":"{uid}","resourceVersion":"{rv}"}}}}"#
+        );
+        (200, body)
+    }
+
+    fn status(code: u16) -> (u16, String) {
+        let body = format!(
+            r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","message":"m","reason":"Conflict","code":{code}}}"#
+        );
+        (code, body)
+    }
+
+    async fn run(answers: &[(u16, String)]) -> (Result<Deleted, kube::Error>, Script) {
+        let script = Script::new(answers);
+        let api: Api<PodDisruptionBudget> = Api::namespaced(script.client(), "ns");
+        let r = delete_ours(&api, "web", Some("u1"), false).await;
+        (r, script)
+    }
+
+    #[tokio::test]
+    async fn delete_ours_deletes_with_the_fresh_read_as_precondition() {
+        let (r, s) = run(&[pdb_json("u1", "7", true), pdb_json("u1", "7", true)]).await;
+        assert_eq!(r.ok(), Some(Deleted::Done));
+        assert_eq!(s.methods(), vec![Method::GET, Method::DELETE]);
+        let seen = s.seen.lock().unwrap();
+        let body: serde_json::Value = serde_json::from_str(&seen[1].1).expect("delete body");
+        assert_eq!(body["preconditions"]["uid"], "u1");
+        assert_eq!(body["preconditions"]["resourceVersion"], "7");
+    }
+
+    #[tokio::test]
+    async fn delete_ours_leaves_what_is_gone_replaced_or_handed_over() {
+        let (r, s) = run(&[status(404)]).await;
+        assert_eq!(r.ok(), Some(Deleted::Gone));
+        assert_eq!(s.methods(), vec![Method::GET]);
+        let (r, s) = run(&[pdb_json("u2", "7", true)]).await;
+        assert_eq!(r.ok(), Some(Deleted::Gone), "another PDB under the name");
+        assert_eq!(s.methods(), vec![Method::GET]);
+        let (r, s) = run(&[pdb_json("u1", "8", false)]).await;
+        assert_eq!(r.ok(), Some(Deleted::HandedOver));
+        assert_eq!(s.methods(), vec![Method::GET]);
+    }
+
+    #[tokio::test]
+    async fn a_write_between_read_and_delete_is_read_again() {
+        // A status write lands first: read again, still ours, deleted.
+        let (r, s) = run(&[
+            pdb_json("u1", "7", true),
+            status(409),
+            pdb_json("u1", "8", true),
+            pdb_json("u1", "8", true),
+        ])
+        .await;
+        assert_eq!(r.ok(), Some(Deleted::Done));
+        assert_eq!(s.methods().len(), 4);
+        // A hand-over lands first: read again, kept.
+        let (r, s) = run(&[
+            pdb_json("u1", "7", true),
+            status(409),
+            pdb_json("u1", "8", false),
+        ])
+        .await;
+        assert_eq!(r.ok(), Some(Deleted::HandedOver));
+        assert_eq!(s.methods(), vec![Method::GET, Method::DELETE, Method::GET]);
+        // Conflicts every time: given up after three, with the 409.
+        let mut answers = Vec::new();
+        for _ in 0..DELETE_ATTEMPTS {
+            answers.extend([pdb_json("u1", "7", true), status(409)]);
+        }
+        let (r, s) = run(&answers).await;
+        assert!(
+            matches!(r, Err(kube::Error::Api(ref st)) if st.code == 409),
+            "{r:?}"
+        );
+        assert_eq!(s.methods().len(), 2 * DELETE_ATTEMPTS);
     }
 }

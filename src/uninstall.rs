@@ -8,7 +8,7 @@
 //! not parse are just removed), a surge left by the Go project's older
 //! versions (a lone marker, its baseline in an EvictionAutoScaler's status),
 //! and PDBs and EvictionAutoScalers carrying `ownedBy: EvictionAutoScaler`
-//! (deleted, with their UID as precondition). An EvictionAutoScaler a user
+//! (deleted while still ours: `client::delete_ours`). An EvictionAutoScaler a user
 //! created (no `ownedBy`) stays, like their PDBs.
 //!
 //! A Deployment goes back only when its autoscalers did: one whose HPA or
@@ -31,6 +31,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use crate::cache::{keda_resource, owned_by_us, KEDA_GROUP, KEDA_VERSION};
+use crate::client::{delete_ours, Deleted};
 use crate::crd::EvictionAutoScaler;
 use crate::leader::{can_hold, Observed};
 use crate::markers::{self, Markers};
@@ -84,28 +85,33 @@ pub struct Report {
     pub failed: Vec<String>,
 }
 
-/// What a 409 means for a write: a delete carries the UID as precondition,
-/// so its 409 is another object of that name (not ours, nothing to do); a
-/// patch carries none, so its 409 is a write that did not happen.
-#[derive(Clone, Copy)]
-enum Write {
-    Patch,
-    Delete,
-}
-
-/// Files one object's write under `done`, or under the failures. Gone (404)
-/// is nothing left to do.
+/// Files one patch under `done`, or under the failures. Gone (404) is
+/// nothing left to do; a patch carries no precondition, so its 409 is a
+/// write that did not happen.
 fn record(
     done: &mut Vec<String>,
     failed: &mut Vec<String>,
     key: String,
-    write: Write,
     r: Result<(), kube::Error>,
 ) {
     match r {
         Ok(()) => done.push(key),
         Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(kube::Error::Api(s)) if s.code == 409 && matches!(write, Write::Delete) => {}
+        Err(e) => failed.push(format!("{key}: {e}")),
+    }
+}
+
+/// Files one delete: gone, or taken over by a user meanwhile, is nothing of
+/// ours to delete; a 409 that outlasted [`delete_ours`]'s reads is a failure.
+fn record_delete(
+    done: &mut Vec<String>,
+    failed: &mut Vec<String>,
+    key: String,
+    r: Result<Deleted, kube::Error>,
+) {
+    match r {
+        Ok(Deleted::Done) => done.push(key),
+        Ok(Deleted::Gone | Deleted::HandedOver) => {}
         Err(e) => failed.push(format!("{key}: {e}")),
     }
 }
@@ -369,7 +375,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                 held.insert(t, format!("its HPA {name} was not reverted"));
             }
         }
-        record(&mut report.reverted, &mut report.failed, k, Write::Patch, r);
+        record(&mut report.reverted, &mut report.failed, k, r);
     }
 
     // ScaledObjects: the minimum each is left at, by target (KEDA's HPA
@@ -418,7 +424,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                             }
                         }
                         let k = key(Some(&ns), "scaledobject", Some(name));
-                        record(&mut report.reverted, &mut report.failed, k, Write::Patch, r);
+                        record(&mut report.reverted, &mut report.failed, k, r);
                     }
                 }
             }
@@ -496,40 +502,26 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         };
         let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
         let r = patch_ops(&api, &name, &pp, ops).await;
-        record(&mut report.reverted, &mut report.failed, k, Write::Patch, r);
+        record(&mut report.reverted, &mut report.failed, k, r);
     }
 
     let pdbs: Api<PodDisruptionBudget> = Api::all(client.clone());
     for p in ours(pdbs.list(&ListParams::default()).await?.items) {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
-        let dp = crate::client::delete_only(p.metadata.uid.clone(), opts.dry_run);
         let name = p.metadata.name.as_deref().unwrap_or_default();
-        let r = api.delete(name, &dp).await.map(|_| ());
+        let r = delete_ours(&api, name, p.metadata.uid.as_deref(), opts.dry_run).await;
         let k = key(Some(&ns), "pdb", Some(name));
-        record(
-            &mut report.deleted_pdbs,
-            &mut report.failed,
-            k,
-            Write::Delete,
-            r,
-        );
+        record_delete(&mut report.deleted_pdbs, &mut report.failed, k, r);
     }
     for e in records.iter().filter(|e| owned_by_us(&e.metadata)) {
         let ns = e.metadata.namespace.clone().unwrap_or_default();
         let api: Api<EvictionAutoScaler> = Api::namespaced(client.clone(), &ns);
-        let dp = crate::client::delete_only(e.metadata.uid.clone(), opts.dry_run);
         // Those owned by a PDB may already be gone with it.
         let name = e.metadata.name.as_deref().unwrap_or_default();
-        let r = api.delete(name, &dp).await.map(|_| ());
+        let r = delete_ours(&api, name, e.metadata.uid.as_deref(), opts.dry_run).await;
         let k = key(Some(&ns), "evictionautoscaler", Some(name));
-        record(
-            &mut report.deleted_eas,
-            &mut report.failed,
-            k,
-            Write::Delete,
-            r,
-        );
+        record_delete(&mut report.deleted_eas, &mut report.failed, k, r);
     }
     Ok(report)
 }
@@ -544,19 +536,36 @@ mod tests {
     fn one_failed_object_is_listed_and_the_others_still_count() {
         let api = |code: u16| Err(crate::client::api_status(code));
         let (mut done, mut failed) = (Vec::new(), Vec::new());
-        let (p, d) = (Write::Patch, Write::Delete);
-        record(&mut done, &mut failed, "ns/hpa/a".into(), p, Ok(()));
-        record(&mut done, &mut failed, "ns/hpa/b".into(), p, api(500));
+        record(&mut done, &mut failed, "ns/hpa/a".into(), Ok(()));
+        record(&mut done, &mut failed, "ns/hpa/b".into(), api(500));
         // Gone, or another object of that name: nothing left to do.
-        record(&mut done, &mut failed, "ns/hpa/c".into(), p, api(404));
-        record(&mut done, &mut failed, "ns/pdb/d".into(), d, api(409));
+        record(&mut done, &mut failed, "ns/hpa/c".into(), api(404));
         // A patch carries no precondition: its 409 is a write not done.
-        record(&mut done, &mut failed, "ns/hpa/f".into(), p, api(409));
-        record(&mut done, &mut failed, "ns/hpa/e".into(), p, Ok(()));
+        record(&mut done, &mut failed, "ns/hpa/f".into(), api(409));
+        record(&mut done, &mut failed, "ns/hpa/e".into(), Ok(()));
         assert_eq!(done, vec!["ns/hpa/a", "ns/hpa/e"]);
         assert_eq!(failed.len(), 2);
         assert!(failed[0].starts_with("ns/hpa/b: "), "{failed:?}");
         assert!(failed[1].starts_with("ns/hpa/f: "), "{failed:?}");
+    }
+
+    #[test]
+    fn a_delete_of_what_is_gone_or_handed_over_is_nothing_to_do() {
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
+        record_delete(&mut done, &mut failed, "ns/pdb/a".into(), Ok(Deleted::Done));
+        record_delete(&mut done, &mut failed, "ns/pdb/b".into(), Ok(Deleted::Gone));
+        record_delete(
+            &mut done,
+            &mut failed,
+            "ns/pdb/c".into(),
+            Ok(Deleted::HandedOver),
+        );
+        // Conflicts that outlasted the reads again: not done, said so.
+        let r = Err(crate::client::api_status(409));
+        record_delete(&mut done, &mut failed, "ns/pdb/d".into(), r);
+        assert_eq!(done, vec!["ns/pdb/a"]);
+        assert_eq!(failed.len(), 1);
+        assert!(failed[0].starts_with("ns/pdb/d: "), "{failed:?}");
     }
 
     fn eas(name: &str, owned: bool) -> EvictionAutoScaler {

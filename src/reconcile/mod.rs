@@ -31,6 +31,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::cache::{owned_by_us, Cache, Reader};
+use crate::client::{delete_ours, Deleted};
 use crate::crd::{EvictionAutoScaler, EvictionAutoScalerSpec, EvictionAutoScalerStatus};
 use crate::dirty::{Dirty, Marks};
 use crate::events::Events;
@@ -673,11 +674,12 @@ impl Reconciler {
                 );
             }
             Action::DeletePdb { pdb, uid, why } => {
-                let dp = crate::client::delete_only(uid, false);
-                match pdbs.delete(&pdb, &dp).await {
-                    Ok(_) => tracing::info!(namespace = ns, %pdb, why, "deleted our PDB"),
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e),
+                match delete_ours(&pdbs, &pdb, uid.as_deref(), false).await? {
+                    Deleted::Done => tracing::info!(namespace = ns, %pdb, why, "deleted our PDB"),
+                    Deleted::Gone => {}
+                    Deleted::HandedOver => {
+                        tracing::info!(namespace = ns, %pdb, why, "PDB taken over by its user before our delete: kept")
+                    }
                 }
             }
             Action::NameConflict { deployment, pdb } => {
@@ -730,11 +732,13 @@ impl Reconciler {
                 deployment,
                 by,
             } => {
-                let dp = crate::client::delete_only(uid.clone(), false);
-                match pdbs.delete(&pdb, &dp).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-                    Err(e) => return Err(e),
+                match delete_ours(&pdbs, &pdb, uid.as_deref(), false).await? {
+                    Deleted::Done => {}
+                    Deleted::Gone => return Ok(()),
+                    Deleted::HandedOver => {
+                        tracing::info!(namespace = ns, %pdb, "PDB taken over by its user before our step-aside: kept");
+                        return Ok(());
+                    }
                 }
                 tracing::info!(namespace = ns, %pdb, %deployment, took_over = %by, "another PDB selects the pods: deleted ours");
                 let note = format!(
@@ -758,14 +762,9 @@ impl Reconciler {
                     .emit(&ours, EventType::Normal, "PDBSteppedAside", note);
             }
             Action::DeleteEas { name, uid } => {
-                let dp = crate::client::delete_only(uid, false);
-                match eas.delete(&name, &dp).await {
-                    Ok(_) => {}
-                    // Gone, or replaced under the name (UID precondition):
-                    // nothing of ours to delete.
-                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                    Err(e) => return Err(e),
-                }
+                // Gone, replaced under the name, or taken over: nothing of
+                // ours to delete.
+                delete_ours(&eas, &name, uid.as_deref(), false).await?;
             }
         }
         Ok(())

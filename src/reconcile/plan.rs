@@ -5,7 +5,9 @@
 //! Ownership rules (the "never modify what is not ours" invariant):
 //! - A PDB is ours while it carries `ownedBy: EvictionAutoScaler`. Only ours
 //!   are ever created, patched (`SetMinAvailable`, `SetOwner`) or deleted
-//!   (`DeletePdb`, `StepAside`, always with the PDB's UID as precondition).
+//!   (`DeletePdb`, `StepAside`, through `client::delete_ours`: read fresh,
+//!   still ours under the UID planned, deleted with that read's
+//!   resourceVersion as precondition, so a hand-over in between is kept).
 //! - The one write to a PDB without `ownedBy` is `ReleaseOwner` (hand-over:
 //!   drop the controller reference to the Deployment we wrote, keep every other
 //!   reference). It is planned only for a PDB we provably created: the

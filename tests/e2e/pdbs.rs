@@ -851,3 +851,100 @@ async fn our_pdb_whose_selector_is_edited_away_is_set_back() {
         "the user's PDB untouched"
     );
 }
+
+/// Invariant 3 at the moment of a delete: a user takes our PDB over
+/// (removes `ownedBy`) while our delete of it is in flight. A validating
+/// webhook on PDB deletes that takes 6 s holds the delete open; the
+/// apiserver then finds the PDB changed and checks the preconditions again
+/// on what it holds now. A UID alone still matched and the user's PDB went;
+/// with the resourceVersion read just before, the delete is refused (409),
+/// read again, and the PDB is kept as the user's.
+#[tokio::test]
+async fn a_pdb_handed_over_while_our_delete_is_in_flight_is_kept() {
+    const HOLD: Duration = Duration::from_secs(6);
+    let wh = WebhookInfo::get();
+    let ns = TestNs::new("e2e-handover").await;
+    let deps: Api<Deployment> = ns.api();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    deps.create(&PostParams::default(), &deployment("ho", 2, None))
+        .await
+        .unwrap();
+    let ours = wait_pdb(&ns, "ho", "our PDB", |p| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(OWNED))
+    })
+    .await;
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("probe", "nothing", Some(IntOrString::Int(1)), None),
+    )
+    .await
+    .unwrap();
+    let _slow = HungWebhook::apply(
+        &ns,
+        &["policy"],
+        "poddisruptionbudgets",
+        &["DELETE"],
+        "Ignore",
+        HOLD,
+    );
+    wait_for(
+        "the slow webhook in force (a dry-run PDB delete held)",
+        Duration::from_secs(30),
+        || async {
+            let t = std::time::Instant::now();
+            let out = kubectl(&[
+                "delete",
+                "-n",
+                &ns.name,
+                "pdb/probe",
+                "--dry-run=server",
+                "--wait=false",
+            ]);
+            (out.status.success() && t.elapsed() >= HOLD - Duration::from_millis(500)).then_some(())
+        },
+    )
+    .await;
+    let conflicts = || {
+        wh.metric_sum(
+            "eviction_autoscaler_api_requests_total",
+            &[
+                "verb=\"delete\"",
+                "resource=\"poddisruptionbudgets\"",
+                "code=\"409\"",
+            ],
+        )
+    };
+    let before = conflicts();
+    // Opted out: the reconciler deletes its PDB, and the webhook holds it.
+    deps.patch(
+        "ho",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {
+            "eviction-autoscaler.azure.com/pdb-create": "false"}}})),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    kubectl_ok(&["annotate", "-n", &ns.name, "pdb/ho", &format!("{OWNED}-")]);
+    wait_for(
+        "our delete refused on the changed PDB (a 409 counted)",
+        HOLD * 3,
+        || async { (conflicts() > before).then_some(()) },
+    )
+    .await;
+    // Kept: by then the product has read it again and found it the user's.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kept = pdb_opt(&ns, "ho").await.expect("the user's PDB kept");
+    assert_eq!(kept.metadata.uid, ours.metadata.uid, "the same PDB");
+    assert!(
+        !kept
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(OWNED)),
+        "handed over"
+    );
+}
