@@ -564,17 +564,56 @@ fn plan_all(s: &NamespaceSnapshot) -> Vec<Action> {
                 !same_selector(theirs, dep.spec.as_ref().map(|sp| &sp.selector))
             })
             .collect();
+        let opted_out = deployment_opted_out(dep.metadata.annotations.as_ref());
+        let matching = compiled.matching(dep);
+        let floor = if waits { None } else { floor_for(dep, s) };
+        let overlap = pdb::overlapping(dep, s.deployments, &compiled)
+            .map(|(p, d)| {
+                let name = d.metadata.name.as_deref().unwrap_or_default();
+                (p, format!("Deployment {name}"))
+            })
+            .or_else(|| {
+                // Ours for another Deployment over a pod ours covers too
+                // through the pod's own labels (a Job's pod labelled for
+                // both): only the one whose Deployment sorts after steps
+                // aside, as with `mutual_pdb`. Both stepping aside, the next
+                // pass would make both again, and so on.
+                let has_own = matching.iter().any(|p| ours_for(p, &dep_name));
+                let yields_to_us = s.pdbs.iter().filter(|p| {
+                    has_own
+                        && owned_by_us(&p.metadata)
+                        && target_of(p).is_some_and(|t| t > dep_name.as_str())
+                });
+                let ignored: Vec<&Arc<PodDisruptionBudget>> = matching
+                    .iter()
+                    .copied()
+                    .chain(yields_to_us)
+                    .chain(edited.iter().copied())
+                    .collect();
+                pdb::pod_overlap(dep, &protected, &ignored)
+                    .map(|(p, pod)| (p, format!("Pod {pod}")))
+            });
+        let overlap_pdb = overlap.as_ref().map(|(p, _)| *p);
+        let mutual = mutual_pdb(dep, &dep_name, &matching, s.deployments, &compiled);
         if !edited.is_empty() {
             // Set back in place (the one named after the Deployment, else
             // the first by name): no moment without a budget, and its
             // EvictionAutoScaler (owned by it, with any record the Go
             // project's older versions kept there) stays. Any other is a
             // copy and goes.
+            // Only where it is then the pods' one budget, as a new PDB
+            // would be: not for an opted-out Deployment, nor beside another
+            // PDB over these pods (or over pods its selector covers), else
+            // two budgets until the next pass steps aside. Then it goes.
+            let is_edited =
+                |p: &&Arc<PodDisruptionBudget>| edited.iter().any(|e| Arc::ptr_eq(e, p));
+            let alone = !opted_out && overlap.is_none() && matching.iter().all(is_edited);
             let keep = edited
                 .iter()
                 .find(|p| p.metadata.name.as_deref() == Some(dep_name.as_str()))
                 .or_else(|| edited.iter().min_by_key(|p| p.metadata.name.clone()))
-                .copied();
+                .copied()
+                .filter(|_| alone);
             for p in edited {
                 let pdb = p.metadata.name.clone().unwrap_or_default();
                 if keep.is_some_and(|k| Arc::ptr_eq(k, p)) {
@@ -598,33 +637,6 @@ fn plan_all(s: &NamespaceSnapshot) -> Vec<Action> {
             }
             continue;
         }
-        let opted_out = deployment_opted_out(dep.metadata.annotations.as_ref());
-        let matching = compiled.matching(dep);
-        let floor = if waits { None } else { floor_for(dep, s) };
-        let overlap = pdb::overlapping(dep, s.deployments, &compiled)
-            .map(|(p, d)| {
-                let name = d.metadata.name.as_deref().unwrap_or_default();
-                (p, format!("Deployment {name}"))
-            })
-            .or_else(|| {
-                // Ours for another Deployment over a pod ours covers too
-                // through the pod's own labels (a Job's pod labelled for
-                // both): only the one whose Deployment sorts after steps
-                // aside, as with `mutual_pdb`. Both stepping aside, the next
-                // pass would make both again, and so on.
-                let has_own = matching.iter().any(|p| ours_for(p, &dep_name));
-                let yields_to_us = s.pdbs.iter().filter(|p| {
-                    has_own
-                        && owned_by_us(&p.metadata)
-                        && target_of(p).is_some_and(|t| t > dep_name.as_str())
-                });
-                let ignored: Vec<&Arc<PodDisruptionBudget>> =
-                    matching.iter().copied().chain(yields_to_us).collect();
-                pdb::pod_overlap(dep, &protected, &ignored)
-                    .map(|(p, pod)| (p, format!("Pod {pod}")))
-            });
-        let overlap_pdb = overlap.as_ref().map(|(p, _)| *p);
-        let mutual = mutual_pdb(dep, &dep_name, &matching, s.deployments, &compiled);
 
         plan_matching(
             dep,
@@ -1620,6 +1632,47 @@ mod tests {
             1,
             "{a:?}"
         );
+    }
+
+    /// An edited PDB of ours is set back only where it is then the pods' one
+    /// budget: beside a user's PDB over the Deployment's pods (a create
+    /// refused as a duplicate of a protected Deployment left it), or for an
+    /// opted-out Deployment, it is deleted instead; set back, the pods would
+    /// have two budgets until the next pass stepped aside.
+    #[test]
+    fn an_edited_pdb_of_ours_is_set_back_only_as_the_one_budget() {
+        let mut w = World::new();
+        let mut edited = owned_pdb(&w.deps[0], 3);
+        edited.metadata.uid = Some("pdb-edited".into());
+        edited.metadata.owner_references = None;
+        if let Some(sel) = edited.spec.as_mut().and_then(|s| s.selector.as_mut()) {
+            sel.match_labels = Some([("app".to_string(), "web2".to_string())].into());
+            sel.match_expressions = None;
+        }
+        let deleted = |a: &[Action]| {
+            a.contains(&Action::DeletePdb {
+                pdb: "web".into(),
+                uid: Some("pdb-edited".into()),
+                why: "a copy of ours whose selector is not its Deployment's",
+            }) && !a.iter().any(|x| matches!(x, Action::SetSelector { .. }))
+        };
+        w.pdbs = vec![Arc::new(edited.clone())];
+        assert!(
+            w.plan()
+                .iter()
+                .any(|x| matches!(x, Action::SetSelector { .. })),
+            "alone: set back"
+        );
+        w.pdbs = vec![Arc::new(edited.clone()), user_pdb("web-user", "web")];
+        let a = w.plan();
+        assert!(deleted(&a), "beside the user's PDB: {a:?}");
+        w.pdbs = vec![Arc::new(edited)];
+        let mut d = (*w.deps[0]).clone();
+        d.metadata.annotations =
+            Some([(names::PDB_CREATE.to_string(), "false".to_string())].into());
+        w.deps = vec![Arc::new(d)];
+        let a = w.plan();
+        assert!(deleted(&a), "opted out: {a:?}");
     }
 
     /// The Go project's PDB copies the Deployment's matchLabels alone; with

@@ -948,3 +948,95 @@ async fn a_pdb_handed_over_while_our_delete_is_in_flight_is_kept() {
         "handed over"
     );
 }
+
+/// A second `kubectl create` of Deployment `web` with other labels: the
+/// mutating webhook makes PDB `web` over those labels at admission, then the
+/// apiserver refuses the create (AlreadyExists). The existing `web` is
+/// protected by the user's PDB, so that PDB of ours must go, not be set back
+/// over `web`'s pods: set back, the pods had two budgets until the next pass
+/// stepped aside. Every PDB event of the namespace is watched.
+#[tokio::test]
+async fn a_pdb_left_by_a_refused_duplicate_create_never_doubles_a_budget() {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let ns = TestNs::new("e2e-dupcreate").await;
+    let deps: Api<Deployment> = ns.api();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb("web-user", "web", Some(IntOrString::Int(1)), None),
+    )
+    .await
+    .unwrap();
+    deps.create(&PostParams::default(), &deployment("web", 2, None))
+        .await
+        .unwrap();
+    // Most PDBs over web's pods seen at once, from every event.
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen_web = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = {
+        let (most, seen_web) = (most.clone(), seen_web.clone());
+        let api = pdbs.clone();
+        tokio::spawn(async move {
+            let mut now: std::collections::BTreeMap<String, Option<String>> = Default::default();
+            let mut events = watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(ev)) = events.next().await {
+                let app = |p: &PodDisruptionBudget| {
+                    p.spec
+                        .as_ref()?
+                        .selector
+                        .as_ref()?
+                        .match_labels
+                        .as_ref()?
+                        .get("app")
+                        .cloned()
+                };
+                match ev {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                        let name = p.metadata.name.clone().unwrap_or_default();
+                        if name == "web" {
+                            seen_web.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        now.insert(name, app(&p));
+                    }
+                    watcher::Event::Delete(p) => {
+                        now.remove(&p.metadata.name.clone().unwrap_or_default());
+                    }
+                    _ => {}
+                }
+                let over_web = now.values().filter(|a| a.as_deref() == Some("web")).count();
+                most.fetch_max(over_web, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        pdb_opt(&ns, "web").await.is_none(),
+        "the user's PDB protects web"
+    );
+    let mut dup = deployment("web2", 2, None);
+    dup.metadata.name = Some("web".into());
+    let err = deps.create(&PostParams::default(), &dup).await;
+    assert!(
+        matches!(err, Err(kube::Error::Api(ref s)) if s.code == 409),
+        "the duplicate create refused: {err:?}"
+    );
+    wait_for(
+        "the PDB made at the refused create's admission, gone",
+        Duration::from_secs(30),
+        || async {
+            (seen_web.load(std::sync::atomic::Ordering::SeqCst)
+                && pdb_opt(&ns, "web").await.is_none())
+            .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    watch.abort();
+    assert!(pdb_opt(&ns, "web").await.is_none(), "not made again");
+    assert_eq!(
+        most.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "two budgets over web's pods at some moment"
+    );
+}
