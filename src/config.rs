@@ -19,9 +19,28 @@ pub fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
+/// Longest duration any setting takes: far past any sensible cooldown or
+/// timeout, and far from the overflow of the clock arithmetic done with it
+/// (`humantime` reads up to about 585 billion years).
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{s:?} is not a duration like 5s or 2m: {e}"))
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration like 5s or 2m: {e}"))?;
+    if d > MAX_DURATION {
+        return Err(format!("{s:?} is longer than 30 days"));
+    }
+    Ok(d)
+}
+
+/// A duration that must not be 0: a period, or a time limit (0 would make
+/// every request time out, or every cache stale at once).
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{s:?} must be more than 0"));
+    }
+    Ok(d)
 }
 
 /// Largest `EVICTION_HOLD`: the shipped webhooks' `timeoutSeconds` is 10
@@ -143,7 +162,7 @@ pub struct ServeOpts {
     pub max_body_bytes: usize,
 
     /// Time limit for one request, TLS handshake and headers included.
-    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
     pub request_timeout: Duration,
 
     /// On SIGTERM, how long /readyz answers 503 while requests are still
@@ -153,12 +172,12 @@ pub struct ServeOpts {
     pub shutdown_delay: Duration,
 
     /// How often certificate files are checked for changes.
-    #[arg(long, env = "CERT_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "CERT_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_positive_duration)]
     pub cert_reload_interval: Duration,
 
     /// How long a watch cache may fail to list/watch before it counts as
     /// stale: evictions are then allowed unchecked and /readyz fails.
-    #[arg(long, env = "WATCH_STALE_AFTER", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "WATCH_STALE_AFTER", default_value = "30s", value_parser = parse_positive_duration)]
     pub watch_stale_after: Duration,
 
     /// How long a blocked eviction may wait for room while a surge is under
@@ -255,6 +274,8 @@ mod tests {
             (["--pdb-create", "maybe"], "PDB_CREATE", "maybe"),
             (["--enabled-by-default", "yes"], "ENABLED_BY_DEFAULT", "yes"),
             (["--cooldown", "soon"], "COOLDOWN", "soon"),
+            (["--cooldown", "500000000y"], "COOLDOWN", "500000000y"),
+            (["--cooldown", "31days"], "COOLDOWN", "31days"),
             (["--zero-surge-override", "-3"], "ZERO_SURGE_OVERRIDE", "-3"),
             (
                 ["--zero-surge-override", "lots%"],
@@ -297,6 +318,30 @@ mod tests {
             let err = hold(&["--eviction-hold", bad]).unwrap_err();
             assert!(err.contains("EVICTION_HOLD") && err.contains(bad), "{err}");
         }
+    }
+
+    #[test]
+    fn periods_and_time_limits_are_more_than_zero() {
+        let serve = |args: &[&str]| {
+            let mut v = vec!["x", "--tls-cert-file", "c", "--tls-key-file", "k"];
+            v.extend_from_slice(args);
+            ServeCli::try_parse_from(v).map_err(|e| e.to_string())
+        };
+        for (flag, setting) in [
+            ("--request-timeout", "REQUEST_TIMEOUT"),
+            ("--cert-reload-interval", "CERT_RELOAD_INTERVAL"),
+            ("--watch-stale-after", "WATCH_STALE_AFTER"),
+        ] {
+            let err = serve(&[flag, "0s"]).unwrap_err();
+            assert!(err.contains(setting) && err.contains("0s"), "{err}");
+            assert!(serve(&[flag, "1s"]).is_ok(), "{flag}");
+        }
+        assert!(serve(&["--shutdown-delay", "0s"]).is_ok());
+        let err = serve(&["--orphan-pdb-grace", "100y"]).unwrap_err();
+        assert!(
+            err.contains("ORPHAN_PDB_GRACE") && err.contains("100y"),
+            "{err}"
+        );
     }
 
     #[test]
