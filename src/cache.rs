@@ -1180,7 +1180,7 @@ pub fn start(
     stale_after: Duration,
     tasks: &mut JoinSet<()>,
 ) -> Cache {
-    let cfg = watcher::Config::default();
+    let cfg = watcher::Config::default().timeout(crate::client::WATCH_SERVER_TIMEOUT_SECS);
     let (tx, changed) = watch::channel(0u64);
     let ns_dirty = Arc::new(Dirty::default());
     let base = Instant::now();
@@ -1675,10 +1675,13 @@ async fn follow_scaled_objects(
         *s = Some(writer.as_reader());
     }
     tracing::info!("KEDA ScaledObjects found; watching them");
-    let stream = watcher(api, watcher::Config::default())
-        .backoff(watch_backoff())
-        .modify(strip_scaled_object)
-        .reflect(writer);
+    let stream = watcher(
+        api,
+        watcher::Config::default().timeout(crate::client::WATCH_SERVER_TIMEOUT_SECS),
+    )
+    .backoff(watch_backoff())
+    .modify(strip_scaled_object)
+    .reflect(writer);
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
         match item {

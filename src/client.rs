@@ -28,6 +28,16 @@ use crate::metrics::ApiRequestLabels;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// One request, from the write to the last byte of the answer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the apiserver keeps one watch open (`timeoutSeconds`); the
+/// watcher then watches again from where it was. kube's default is 290 s,
+/// and its client-side idle bound 5 s more: a watch on a connection that
+/// died without a reset went unnoticed for 5 minutes, its cache fresh.
+pub const WATCH_SERVER_TIMEOUT_SECS: u32 = 60;
+/// The watch client's read bound: no byte for this long fails the request.
+/// Above the watch's own timeout (a quiet watch ends before it), and it
+/// bounds what the watcher's list pages had no bound for: a list on a hung
+/// connection waited for ever, its cache syncing or stale all that time.
+pub const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(75);
 
 #[derive(Clone)]
 pub struct Clients {
@@ -65,6 +75,8 @@ pub fn from_config(config: Config, count: Option<CountRequests>) -> Result<Clien
     api.default_retry = false;
     let mut watch = config;
     watch.connect_timeout = Some(CONNECT_TIMEOUT);
+    watch.read_timeout = Some(WATCH_READ_TIMEOUT);
+    watch.reset_reader_on_write = true;
     // The watcher backs off and retries by itself; kube-client's own retry of
     // 429/503/504 (up to 15 attempts, minutes) would hide a failing watch from
     // the cache's health tracking (behaviour.md 4.6).
@@ -284,8 +296,80 @@ pub fn api_status(code: u16) -> kube::Error {
     api_status_error(code, &format!("code {code}"))
 }
 
+/// A scripted apiserver for the tests of callers' request sequences.
+#[cfg(test)]
+pub mod scripted {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    use axum::http::{Method, Request, Response};
+    use kube::client::ClientBuilder;
+    use kube::Client;
+    use tower::BoxError;
+
+    /// A scripted apiserver: answers in turn, and the requests it saw
+    /// (method, and the body).
+    #[derive(Clone, Default)]
+    pub struct Script {
+        answers: Arc<Mutex<VecDeque<(u16, String)>>>,
+        pub seen: Arc<Mutex<Vec<(Method, String)>>>,
+    }
+
+    impl Script {
+        pub fn new(answers: &[(u16, String)]) -> Self {
+            let s = Script::default();
+            s.answers.lock().unwrap().extend(answers.iter().cloned());
+            s
+        }
+
+        pub fn client(&self) -> Client {
+            let s = self.clone();
+            let mock = tower::service_fn(move |req: Request<kube::client::Body>| {
+                let s = s.clone();
+                async move {
+                    let method = req.method().clone();
+                    let body = req.into_body().collect_bytes().await?;
+                    s.seen
+                        .lock()
+                        .unwrap()
+                        .push((method, String::from_utf8_lossy(&body).into_owned()));
+                    let (code, body) = s.answers.lock().unwrap().pop_front().ok_or("unscripted")?;
+                    Response::builder()
+                        .status(code)
+                        .body(kube::client::Body::from(body.into_bytes()))
+                        .map_err(BoxError::from)
+                }
+            });
+            ClientBuilder::new(mock, "default").build()
+        }
+
+        pub fn methods(&self) -> Vec<Method> {
+            self.seen
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(m, _)| m.clone())
+                .collect()
+        }
+    }
+
+    /// A Status answer of this code, with the apiserver's reason for it.
+    pub fn status(code: u16) -> (u16, String) {
+        let reason = match code {
+            404 => "NotFound",
+            409 => "Conflict",
+            _ => "InternalError",
+        };
+        let body = format!(
+            r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","message":"m","reason":"{reason}","code":{code}}}"#
+        );
+        (code, body)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::scripted::{status, Script};
     use super::*;
     use crate::metrics::Metrics;
     use k8s_openapi::api::core::v1::Pod;
@@ -408,55 +492,6 @@ mod tests {
         assert_eq!(count(&m, "get", "pods", "error"), 1);
     }
 
-    /// A scripted apiserver for [`delete_ours`]: answers in turn, and the
-    /// requests it saw (method, and a delete's body).
-    #[derive(Clone, Default)]
-    struct Script {
-        answers: Arc<Mutex<VecDeque<(u16, String)>>>,
-        seen: Arc<Mutex<Vec<(Method, String)>>>,
-    }
-
-    use std::collections::VecDeque;
-    use std::sync::{Arc, Mutex};
-
-    impl Script {
-        fn new(answers: &[(u16, String)]) -> Self {
-            let s = Script::default();
-            s.answers.lock().unwrap().extend(answers.iter().cloned());
-            s
-        }
-
-        fn client(&self) -> Client {
-            let s = self.clone();
-            let mock = tower::service_fn(move |req: Request<kube::client::Body>| {
-                let s = s.clone();
-                async move {
-                    let method = req.method().clone();
-                    let body = req.into_body().collect_bytes().await?;
-                    s.seen
-                        .lock()
-                        .unwrap()
-                        .push((method, String::from_utf8_lossy(&body).into_owned()));
-                    let (code, body) = s.answers.lock().unwrap().pop_front().ok_or("unscripted")?;
-                    Response::builder()
-                        .status(code)
-                        .body(kube::client::Body::from(body.into_bytes()))
-                        .map_err(BoxError::from)
-                }
-            });
-            ClientBuilder::new(mock, "default").build()
-        }
-
-        fn methods(&self) -> Vec<Method> {
-            self.seen
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|(m, _)| m.clone())
-                .collect()
-        }
-    }
-
     fn pdb_json(uid: &str, rv: &str, ours: bool) -> (u16, String) {
         let ann = if ours {
             format!(
@@ -471,13 +506,6 @@ mod tests {
             r#"{{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{{"name":"web","namespace":"ns",{ann}"uid":"{uid}","resourceVersion":"{rv}"}}}}"#
         );
         (200, body)
-    }
-
-    fn status(code: u16) -> (u16, String) {
-        let body = format!(
-            r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","message":"m","reason":"Conflict","code":{code}}}"#
-        );
-        (code, body)
     }
 
     async fn run(answers: &[(u16, String)]) -> (Result<Deleted, kube::Error>, Script) {
@@ -543,5 +571,34 @@ mod tests {
             "{r:?}"
         );
         assert_eq!(s.methods().len(), 2 * DELETE_ATTEMPTS);
+    }
+
+    /// A list on a connection whose peer never answers fails after the
+    /// watch client's read bound (kube's watcher lists through it, with no
+    /// bound of its own). Paused clock: the runtime moves it on while the
+    /// client waits on the socket.
+    #[tokio::test(start_paused = true)]
+    async fn a_list_on_a_hung_connection_fails_after_the_read_bound() {
+        let hole = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", hole.local_addr().expect("addr"));
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = hole.accept().await {
+                conns.push(c); // accepted, never answered
+            }
+        });
+        let config = Config::new(url.parse().expect("url"));
+        let clients = from_config(config, None).expect("clients");
+        let pods: Api<Pod> = Api::namespaced(clients.watch, "ns");
+        let started = tokio::time::Instant::now();
+        let r =
+            tokio::time::timeout(WATCH_READ_TIMEOUT * 2, pods.list(&ListParams::default())).await;
+        let took = started.elapsed();
+        held.abort();
+        let r = r.expect("the list ended within twice the read bound");
+        assert!(r.is_err(), "{r:?}");
+        assert!(took >= WATCH_READ_TIMEOUT, "{took:?}");
     }
 }

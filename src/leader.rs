@@ -114,6 +114,25 @@ pub struct Election {
     pub timing: Timing,
     /// Shared by clones: one replica, one view of the Lease.
     pub observed: Arc<Mutex<Observed>>,
+    /// This replica's terms: bumped each time it takes the Lease from
+    /// another holder (or makes it), not when it renews or takes back a
+    /// Lease still in its own name. A lead lost and taken back within one
+    /// term had no other leader between (see [`Term`]).
+    pub term: Term,
+}
+
+/// See [`Election::term`]; shared with the surge worker.
+#[derive(Debug, Clone, Default)]
+pub struct Term(Arc<std::sync::atomic::AtomicU64>);
+
+impl Term {
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn next(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// This replica's name in the Lease: POD_NAME (the downward API), else the
@@ -271,7 +290,10 @@ impl Election {
                     .call(self.api.create(&PostParams::default(), &lease))
                     .await
                 {
-                    Ok(_) => Ok(true),
+                    Ok(_) => {
+                        self.term.next();
+                        Ok(true)
+                    }
                     Err(LeaseError::Kube(kube::Error::Api(s))) if s.code == 409 => Ok(false),
                     Err(e) => Err(e),
                 }
@@ -288,12 +310,18 @@ impl Election {
                     return Ok(false);
                 }
                 lease.spec = Some(self.spec(Some(&spec), now));
+                let taken = spec.holder_identity.as_deref() != Some(self.identity.as_str());
                 // replace carries the resourceVersion: a concurrent taker wins, we lose.
                 match self
                     .call(self.api.replace(&self.name, &PostParams::default(), &lease))
                     .await
                 {
-                    Ok(_) => Ok(true),
+                    Ok(_) => {
+                        if taken {
+                            self.term.next();
+                        }
+                        Ok(true)
+                    }
                     Err(LeaseError::Kube(kube::Error::Api(s))) if s.code == 409 => Ok(false),
                     Err(e) => Err(e),
                 }
@@ -595,5 +623,76 @@ mod tests {
             ),
             (0, 0, 0, 0)
         );
+    }
+
+    fn lease(holder: Option<&str>, renewed: bool) -> (u16, String) {
+        let now = Timestamp::now();
+        let spec = LeaseSpec {
+            holder_identity: holder.map(str::to_string),
+            lease_duration_seconds: Some(15),
+            renew_time: renewed.then_some(MicroTime(now)),
+            acquire_time: renewed.then_some(MicroTime(now)),
+            lease_transitions: Some(1),
+            ..Default::default()
+        };
+        let l = Lease {
+            metadata: ObjectMeta {
+                name: Some("ea".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some("1".into()),
+                ..Default::default()
+            },
+            spec: Some(spec),
+        };
+        (200, serde_json::to_string(&l).expect("lease json"))
+    }
+
+    /// The term moves when the Lease is made or taken from another holder
+    /// (or a released one), not when it is renewed or taken back in our
+    /// own name after a step-down: then no other replica led between.
+    #[tokio::test]
+    async fn a_term_is_a_lead_no_other_replica_interrupted() {
+        use crate::client::scripted::{status, Script};
+        let election = |script: &Script, term: &Term| Election {
+            api: Api::namespaced(script.client(), "ns"),
+            name: "ea".into(),
+            identity: "me".into(),
+            timing: Timing::default(),
+            observed: Default::default(),
+            term: term.clone(),
+        };
+        let term = Term::default();
+        for (answers, held, moved) in [
+            // Made: a new term.
+            (vec![status(404), lease(Some("me"), true)], true, true),
+            // Renewed, or taken back in our name after a step-down.
+            (
+                vec![lease(Some("me"), true), lease(Some("me"), true)],
+                true,
+                false,
+            ),
+            // Released by another replica, then taken: a new term.
+            (
+                vec![lease(None, false), lease(Some("me"), true)],
+                true,
+                true,
+            ),
+            // Another's, never renewed (free), taken: a new term.
+            (
+                vec![lease(Some("other"), false), lease(Some("me"), true)],
+                true,
+                true,
+            ),
+            // Another's, fresh: not ours, no term.
+            (vec![lease(Some("other"), true)], false, false),
+            // Taken back in our name, but the write lost to another taker.
+            (vec![lease(Some("me"), true), status(409)], false, false),
+        ] {
+            let script = Script::new(&answers);
+            let before = term.get();
+            let r = election(&script, &term).try_hold().await;
+            assert_eq!(r.ok(), Some(held), "{answers:?}");
+            assert_eq!(term.get() > before, moved, "{answers:?}");
+        }
     }
 }

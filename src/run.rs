@@ -91,6 +91,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
 
     // Controllers run while this replica leads.
     let (leader_tx, leader) = tokio::sync::watch::channel(!opts.leader_election);
+    let term = crate::leader::Term::default();
     let mut election_handle = None;
     if opts.leader_election {
         let identity = crate::leader::identity(opts.pod_name.as_deref());
@@ -101,6 +102,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
             identity,
             timing: crate::leader::Timing::default(),
             observed: Default::default(),
+            term: term.clone(),
         };
         election_handle = Some(election.clone());
         controllers.spawn(election.run(leader_tx, metrics.clone()));
@@ -134,6 +136,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         book.clone(),
         degraded.clone(),
         events,
+        term,
     );
     controllers.spawn(worker.run(leader.clone()));
 

@@ -44,6 +44,20 @@ pub struct Worker {
     started: std::sync::Mutex<BTreeMap<(String, String), Instant>>,
     /// The durable signal's timestamps on this replica's clock.
     clock: std::sync::Mutex<SignalClock>,
+    /// The election's terms (see [`crate::leader::Election::term`]).
+    term: crate::leader::Term,
+}
+
+/// When the lead taken at `now` in `term` began: a lead lost and taken back
+/// in the same term (no other leader between; an apiserver's brownout longer
+/// than the renew deadline) keeps its start, so surges found in place are not
+/// given a whole cooldown again at each such flap (this replica's signals
+/// outlive the lead); a new term starts now.
+pub fn lead_start(last: Option<(u64, Instant)>, term: u64, now: Instant) -> Instant {
+    match last {
+        Some((t, start)) if t == term => start,
+        _ => now,
+    }
 }
 
 impl Worker {
@@ -54,6 +68,7 @@ impl Worker {
         signals: SignalBook,
         degraded: DegradedReasons,
         events: Events,
+        term: crate::leader::Term,
     ) -> Self {
         Worker {
             cache,
@@ -64,6 +79,7 @@ impl Worker {
             events,
             started: std::sync::Mutex::new(BTreeMap::new()),
             clock: std::sync::Mutex::default(),
+            term,
         }
     }
 
@@ -72,8 +88,9 @@ impl Worker {
         let wake = self.signals.wake.clone();
         // A new Core each time this replica becomes leader: memory (signals
         // aside) and backoff start afresh, and the cooldown of a surge found
-        // in place counts from now.
+        // in place counts from the lead's start (see [`lead_start`]).
         let mut core: Option<Arc<Core<KubeApi>>> = None;
+        let mut last_lead: Option<(u64, Instant)> = None;
         // Passes still running. A pass waits for its slowest write (up to
         // the call timeout); the next ones run beside it and leave that
         // Deployment out, so one slow object never holds back the others.
@@ -101,10 +118,20 @@ impl Worker {
             } else if self.cache.ready_for(Reader::SurgeWorker) {
                 let c = core
                     .get_or_insert_with(|| {
+                        let term = self.term.get();
+                        let start = lead_start(last_lead, term, Instant::now());
+                        if last_lead.is_some_and(|(t, _)| t == term) {
+                            tracing::info!(
+                                term,
+                                led_for = ?start.elapsed(),
+                                "lead taken back with no other leader between: cooldowns go on"
+                            );
+                        }
+                        last_lead = Some((term, start));
                         Arc::new(Core::new(
                             KubeApi(self.client.clone()),
                             self.signals.clone(),
-                            Instant::now(),
+                            start,
                             self.cache.behaviour.cooldown,
                             self.cache.behaviour.zero_surge_override,
                         ))
@@ -370,5 +397,23 @@ impl Worker {
                     },
                 );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lead_taken_back_in_its_term_keeps_its_start() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(40);
+        assert_eq!(lead_start(None, 1, later), later, "first lead");
+        assert_eq!(lead_start(Some((1, t0)), 1, later), t0, "same term");
+        assert_eq!(
+            lead_start(Some((1, t0)), 2, later),
+            later,
+            "another leader between"
+        );
     }
 }

@@ -19,6 +19,7 @@ mod fleet;
 mod halfway;
 mod keda_removed;
 mod keda_unlisted;
+mod lead_flap;
 mod leader_chaos;
 mod load;
 mod no_webhook;

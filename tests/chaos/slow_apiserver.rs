@@ -66,7 +66,7 @@ fn review(ca: &std::path::Path, port: u16, ns: &str, pod: &str) -> (bool, i64, f
 }
 
 /// A copy of the replica kubeconfig whose server is the proxy.
-fn proxied_kubeconfig(spec: &ReplicaSpec, proxy_port: u16) -> std::path::PathBuf {
+pub fn proxied_kubeconfig(spec: &ReplicaSpec, proxy_port: u16) -> std::path::PathBuf {
     let text = std::fs::read_to_string(&spec.kubeconfig).expect("kubeconfig");
     let server = text
         .lines()

@@ -78,8 +78,8 @@ const USES: &[Use] = &[
     u("autoscaling", "horizontalpodautoscalers", "watch", CACHE, "r.reflect::<HorizontalPodAutoscaler>"),
     u("autoscaling", "horizontalpodautoscalers", "get", APPLY, "Api::<HorizontalPodAutoscaler>::namespaced(self.0.clone(), ns) .get_opt(name)"),
     u("autoscaling", "horizontalpodautoscalers", "patch", APPLY, "Api::<HorizontalPodAutoscaler>::namespaced(self.0.clone(), ns) .patch(name, &pp, &patch)"),
-    u("keda.sh", "scaledobjects", "list", CACHE, "let stream = watcher(api, watcher::Config::default())"),
-    u("keda.sh", "scaledobjects", "watch", CACHE, "let stream = watcher(api, watcher::Config::default())"),
+    u("keda.sh", "scaledobjects", "list", CACHE, "let stream = watcher( api, watcher::Config::default().timeout(crate::client::WATCH_SERVER_TIMEOUT_SECS),"),
+    u("keda.sh", "scaledobjects", "watch", CACHE, "let stream = watcher( api, watcher::Config::default().timeout(crate::client::WATCH_SERVER_TIMEOUT_SECS),"),
     u("keda.sh", "scaledobjects", "get", APPLY, "Api::<DynamicObject>::namespaced_with(self.0.clone(), ns, &keda_resource()) .get_opt(name)"),
     u("keda.sh", "scaledobjects", "patch", APPLY, "Api::<DynamicObject>::namespaced_with(self.0.clone(), ns, &keda_resource()) .patch(name, &pp, &patch)"),
     u("policy", "poddisruptionbudgets", "list", "src/webhook/live.rs", "pdbs.list(&ListParams::default())"),
@@ -88,7 +88,8 @@ const USES: &[Use] = &[
     u("policy", "poddisruptionbudgets", "get", WEBHOOK, "let existing = tokio::time::timeout(self.write_timeout, api.get(name))"),
     u("policy", "poddisruptionbudgets", "create", WEBHOOK, "api.create(&pp, want)"),
     u("policy", "poddisruptionbudgets", "patch", RECONCILE, "pdbs.patch(&pdb, &pp, &json_patch(ops)?)"),
-    u("policy", "poddisruptionbudgets", "delete", RECONCILE, "pdbs.delete(&pdb, &dp)"),
+    // Deletes of ours (reconciler, uninstall): a fresh read, then the delete.
+    u("policy", "poddisruptionbudgets", "delete", "src/client.rs", "match api.delete(name, &dp).await"),
     // Our owner references block their owner's foreground deletion: with
     // OwnerReferencesPermissionEnforcement (OpenShift; the local control
     // plane enables it) that needs update on the owner's finalizers.
@@ -101,7 +102,8 @@ const USES: &[Use] = &[
     u("eviction-autoscaler.azure.com", "evictionautoscalers", "create", RECONCILE, "match api.create(&pp, &obj).await"),
     // spec.lastEviction, the durable signal (behaviour.md 4).
     u("eviction-autoscaler.azure.com", "evictionautoscalers", "patch", "src/surge/signals.rs", ".patch(&s.pdb, &PatchParams::default(), &Patch::Merge(&patch))"),
-    u("eviction-autoscaler.azure.com", "evictionautoscalers", "delete", RECONCILE, "eas.delete(&name, &dp)"),
+    u("eviction-autoscaler.azure.com", "evictionautoscalers", "get", "src/client.rs", "let cur = match api.get(name).await"),
+    u("eviction-autoscaler.azure.com", "evictionautoscalers", "delete", "src/client.rs", "match api.delete(name, &dp).await"),
     u("eviction-autoscaler.azure.com", "evictionautoscalers/status", "patch", RECONCILE, ".patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))"),
     // kube-runtime's Recorder: creates events.k8s.io/v1 Events, patches a repeat's series.
     u("events.k8s.io", "events", "create", RECONCILE, "Recorder::new("),

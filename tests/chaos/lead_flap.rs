@@ -1,0 +1,109 @@
+//! A lead lost and taken back with no other leader between (an apiserver
+//! brownout longer than the renew deadline): the surge's cooldown goes on
+//! from its last signal. Before, each new lead gave every surge in place a
+//! whole cooldown again, so brownouts shorter than the cooldown apart kept
+//! surges in place for as long as they lasted.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::EvictParams;
+
+use crate::fleet::*;
+use crate::proxy::{Mode, TcpProxy};
+use crate::support::*;
+
+const COOLDOWN: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lead_taken_back_in_its_own_name_keeps_the_cooldown_going() {
+    let _g = nodes_lock().await;
+    let wh = WebhookInfo::get();
+    stop_server();
+    let client = client().await;
+    let apiserver: SocketAddr = std::fs::read_to_string(cluster_dir().join("env"))
+        .expect("env")
+        .lines()
+        .find_map(|l| l.strip_prefix("export EA_APISERVER_URL=https://"))
+        .expect("EA_APISERVER_URL")
+        .trim()
+        .parse()
+        .expect("apiserver address");
+    let link = TcpProxy::start(vec![apiserver]);
+    let mut spec = ReplicaSpec::from_deployed(wh);
+    spec.kubeconfig = crate::slow_apiserver::proxied_kubeconfig(&spec, link.port);
+    spec.env.retain(|(k, _)| k != "COOLDOWN");
+    spec.env
+        .push(("COOLDOWN".into(), format!("{}s", COOLDOWN.as_secs())));
+    // Answered at once: a held eviction would be let through once the surge
+    // made room, and this test wants the one refusal as its signal.
+    spec.env.push(("EVICTION_HOLD".into(), "0".into()));
+    let flap = Replica::start(&spec, "flap-r");
+    flap.wait_ready(Duration::from_secs(30));
+    wait_leader(
+        &client,
+        std::slice::from_ref(&flap.name),
+        Duration::from_secs(30),
+    )
+    .await;
+    register_webhooks(wh, flap.port);
+
+    let ns = TestNs::new("chaos-flap").await;
+    blocked_on_node(&ns, "fl", "kwok-node-0").await;
+    let victim = a_ready_pod(&ns, "fl").await;
+    match pods_without_retry(&ns)
+        .await
+        .evict(&victim, &EvictParams::default())
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 429 => {}
+        other => panic!("the budget allows nothing at 3: want a 429, got {other:?}"),
+    }
+    // The one signal: the cooldown counts from here.
+    let signalled = Instant::now();
+    wait_surged_above(&ns, "fl", 3, "the eviction's signal").await;
+
+    // A brownout for the product alone, past the renew deadline (10 s).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let held_wall = Timestamp::now();
+    link.set_mode(Mode::Hold);
+    wait_for(
+        "the held leader stepping down",
+        Duration::from_secs(20),
+        || async { leadership_logged(&flap.log(), false, held_wall).map(|_| ()) },
+    )
+    .await;
+    link.set_mode(Mode::Forward);
+    wait_for("the lead taken back", Duration::from_secs(20), || async {
+        leadership_logged(&flap.log(), true, held_wall).map(|_| ())
+    })
+    .await;
+    let (holder, _) = lease(&client).await;
+    assert_eq!(holder, flap.name, "no other replica held the Lease");
+    let retaken_after = signalled.elapsed();
+
+    wait_deployment(&ns, "fl", 3, false, Duration::from_secs(60)).await;
+    let reverted_after = signalled.elapsed();
+    record_figure(format!(
+        "lead lost and taken back in its own name {:.1}s after the signal (cooldown {}s): surge reverted {:.1}s after the signal",
+        retaken_after.as_secs_f64(),
+        COOLDOWN.as_secs(),
+        reverted_after.as_secs_f64()
+    ));
+    let log = tail(&flap.log(), 30);
+    drop(flap);
+    drop(link);
+    let _ = restart_server(&[]);
+    // Due at the cooldown after the signal; a new cooldown from the lead's
+    // return would put it past retaken + COOLDOWN.
+    assert!(
+        retaken_after + Duration::from_secs(5) < COOLDOWN,
+        "the lead came back too late for the test to tell: {retaken_after:?}"
+    );
+    assert!(
+        reverted_after < retaken_after + COOLDOWN - Duration::from_secs(3),
+        "reverted {reverted_after:?} after the signal, a cooldown from the lead's return \
+         ({retaken_after:?}):\n{log}"
+    );
+}
