@@ -357,12 +357,68 @@ impl Election {
         }
     }
 
-    pub async fn run(self, tx: watch::Sender<bool>, metrics: Arc<Metrics>) {
+    /// The election while `ready()` says whether this replica's caches let
+    /// its controllers act (see [`round_plan`]); `unready_bound`: how long a
+    /// leader keeps the Lease while they do not.
+    pub async fn run(
+        self,
+        tx: watch::Sender<bool>,
+        metrics: Arc<Metrics>,
+        ready: impl Fn() -> bool,
+        unready_bound: Duration,
+    ) {
         let this = &self;
+        let (txr, m) = (&tx, &metrics);
+        let mut unready_since: Option<Instant> = None;
         run_rounds(this.timing, &this.identity, &tx, &metrics, move || {
-            this.try_hold()
+            let now = Instant::now();
+            let ready_now = ready();
+            if ready_now {
+                unready_since = None;
+            }
+            let unready_for = now.saturating_duration_since(*unready_since.get_or_insert(now));
+            let plan = round_plan(ready_now, *txr.borrow(), unready_for, unready_bound);
+            async move {
+                match plan {
+                    RoundPlan::Hold => this.try_hold().await,
+                    RoundPlan::StayOut => Ok(false),
+                    RoundPlan::Release => {
+                        tracing::warn!(
+                            identity = %this.identity,
+                            ?unready_for,
+                            "watch caches not usable: stepping down and releasing the Lease for another replica"
+                        );
+                        // Controllers stop before anyone else may start.
+                        publish(txr, m, &this.identity, false);
+                        this.release().await;
+                        Ok(false)
+                    }
+                }
+            }
         })
         .await
+    }
+}
+
+/// One round's course, by whether this replica's caches let its
+/// controllers act. A leader whose caches cannot be used (a watch failing
+/// past its bound, a list that never ends) would hold the Lease and do
+/// nothing, its surges stranded while a replica with working caches
+/// waits: it keeps the Lease for `bound`, then releases it. A replica
+/// whose caches are not usable never takes the Lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoundPlan {
+    Hold,
+    StayOut,
+    Release,
+}
+
+pub fn round_plan(ready: bool, leading: bool, unready_for: Duration, bound: Duration) -> RoundPlan {
+    match (ready, leading) {
+        (true, _) => RoundPlan::Hold,
+        (false, false) => RoundPlan::StayOut,
+        (false, true) if unready_for < bound => RoundPlan::Hold,
+        (false, true) => RoundPlan::Release,
     }
 }
 
@@ -694,5 +750,24 @@ mod tests {
             assert_eq!(r.ok(), Some(held), "{answers:?}");
             assert_eq!(term.get() > before, moved, "{answers:?}");
         }
+    }
+
+    #[test]
+    fn a_replica_whose_caches_cannot_be_used_leaves_the_lease_to_others() {
+        let b = secs(30);
+        assert_eq!(round_plan(true, false, secs(0), b), RoundPlan::Hold);
+        assert_eq!(round_plan(true, true, secs(0), b), RoundPlan::Hold);
+        assert_eq!(
+            round_plan(false, false, secs(0), b),
+            RoundPlan::StayOut,
+            "never taken unready"
+        );
+        assert_eq!(round_plan(false, false, secs(99), b), RoundPlan::StayOut);
+        assert_eq!(
+            round_plan(false, true, secs(29), b),
+            RoundPlan::Hold,
+            "a short failure"
+        );
+        assert_eq!(round_plan(false, true, secs(30), b), RoundPlan::Release);
     }
 }

@@ -105,7 +105,13 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
             term: term.clone(),
         };
         election_handle = Some(election.clone());
-        controllers.spawn(election.run(leader_tx, metrics.clone()));
+        let caches = cache.clone();
+        controllers.spawn(election.run(
+            leader_tx,
+            metrics.clone(),
+            move || caches.ready_for(crate::cache::Reader::SurgeWorker),
+            opts.watch_stale_after,
+        ));
     } else {
         metrics.leader.set(1);
         // Keep the sender alive: a dropped sender would end the controllers' waits.

@@ -107,3 +107,72 @@ async fn a_lead_taken_back_in_its_own_name_keeps_the_cooldown_going() {
          ({retaken_after:?}):\n{log}"
     );
 }
+
+/// A leader whose watch caches stop working while its Lease still renews
+/// (its ClusterRoleBinding deleted: the Lease goes through the namespace's
+/// Role) would hold the Lease and do nothing, its surges stranded, while
+/// another replica with working caches waits. It releases the Lease once
+/// its caches have been unusable for `WATCH_STALE_AFTER` more, the other
+/// takes over, and it does not take the Lease back while they stay so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_whose_caches_fail_hands_the_lease_to_a_working_replica() {
+    let _g = nodes_lock().await;
+    let wh = WebhookInfo::get();
+    stop_server();
+    let client = client().await;
+    let mut spec = ReplicaSpec::from_deployed(wh);
+    spec.env.push(("WATCH_STALE_AFTER".into(), "5s".into()));
+    // The other replica runs as the cluster's admin: RBAC taken from the
+    // ServiceAccount leaves it working.
+    let mut admin_spec = spec.clone();
+    admin_spec.kubeconfig = cluster_dir().join("kubeconfig");
+    let blind = Replica::start(&spec, "blind-r");
+    blind.wait_ready(Duration::from_secs(30));
+    wait_leader(
+        &client,
+        std::slice::from_ref(&blind.name),
+        Duration::from_secs(30),
+    )
+    .await;
+    let sighted = Replica::start(&admin_spec, "sighted-r");
+    sighted.wait_ready(Duration::from_secs(30));
+
+    let _restore = ApplyOnDrop::manifest("manifests/rbac.yaml");
+    let revoked = Instant::now();
+    kubectl_ok(&["delete", "clusterrolebinding", "eviction-autoscaler"]);
+    // Its watches fail as each is opened again (the apiserver ends each
+    // after 60 s); then 5 s to stale, 5 s more before it lets go.
+    let took_over = wait_leader(
+        &client,
+        std::slice::from_ref(&sighted.name),
+        Duration::from_secs(120),
+    )
+    .await;
+    let handed_after = revoked.elapsed();
+    // Still blind: it stays out.
+    let mut holders = Vec::new();
+    for _ in 0..20 {
+        holders.push(lease(&client).await.0);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let full_log = blind.log();
+    let blind_log = tail(&full_log, 15);
+    let said_why = full_log.contains("releasing the Lease");
+    record_figure(format!(
+        "leader's ClusterRoleBinding deleted (its Lease still renewable): Lease handed to the other replica {:.1}s after",
+        handed_after.as_secs_f64()
+    ));
+    drop(blind);
+    drop(sighted);
+    drop(_restore);
+    let _ = restart_server(&[]);
+    assert_eq!(took_over, "sighted-r");
+    assert!(
+        holders.iter().all(|h| h == "sighted-r"),
+        "the blind replica took the Lease back: {holders:?}\n{blind_log}"
+    );
+    assert!(
+        said_why,
+        "the blind leader said why it let go:\n{blind_log}"
+    );
+}

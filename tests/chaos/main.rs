@@ -3,7 +3,8 @@
 //! apiserver, all webhook replicas down, rolling restarts and certificate
 //! rotations under load, a surge written halfway across a restart, the product's CRD or KEDA's deleted mid-surge, ScaledObjects it cannot list, an
 //! eviction racing a scale-down the PDB has not counted, two replicas whose
-//! clocks are 10 minutes apart. They restart
+//! clocks are 10 minutes apart, a lead lost and taken back, a leader whose
+//! caches fail while its Lease renews. They restart
 //! the server and bring replicas of their own, or delete cluster-wide
 //! objects, so they run one at a time (`--test-threads=1`): a short
 //! version in `make test`, the long leader loop in `make chaos`
