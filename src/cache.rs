@@ -547,6 +547,9 @@ pub struct StoreHealth {
     /// Clock reading (ms since `base`, plus 1 so that 0 means "not failing")
     /// of the first error since the last sign of a working watch.
     failing_since: AtomicU64,
+    /// Errors seen in all: a 2xx counts as recovery only if none follows
+    /// within [`RECOVERY_CONFIRM`] (see [`observed_client`]).
+    errors: AtomicU64,
     stale_reported: AtomicBool,
     last_error: Mutex<String>,
 }
@@ -558,9 +561,20 @@ impl StoreHealth {
             base,
             listed: AtomicBool::new(false),
             failing_since: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
             stale_reported: AtomicBool::new(false),
             last_error: Mutex::new(String::new()),
         }
+    }
+
+    /// Failing now (an error since the last sign of a working watch).
+    pub fn failing(&self) -> bool {
+        self.failing_since.load(Ordering::Acquire) != 0
+    }
+
+    /// How many errors this store has seen.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Acquire)
     }
 
     fn now(&self) -> u64 {
@@ -606,6 +620,7 @@ impl StoreHealth {
     }
 
     fn error_at(&self, now: u64, message: String) {
+        self.errors.fetch_add(1, Ordering::AcqRel);
         let _ = self
             .failing_since
             .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
@@ -1569,10 +1584,28 @@ fn is_not_found(e: &watcher::Error) -> bool {
     }
 }
 
+/// How long a watch answered 2xx after failures must go without an error
+/// to count as recovered: a watch resumed after an outage is answered 200
+/// and then, at once, `410 Gone` when its resourceVersion has expired.
+/// Taken as recovered at the 200, the store holding the outage's old
+/// objects counted as fresh until the relist ended (another whole
+/// `WATCH_STALE_AFTER` while the relist failed or was slow).
+pub const RECOVERY_CONFIRM: Duration = Duration::from_secs(1);
+
+/// Marks `health` recovered if no error came in the `RECOVERY_CONFIRM`
+/// after a 2xx that found it failing with `errors_then` errors seen.
+async fn confirm_recovery(health: Arc<StoreHealth>, errors_then: u64) {
+    tokio::time::sleep(RECOVERY_CONFIRM).await;
+    if health.errors() == errors_then {
+        note_recovery(&health, health.ok());
+    }
+}
+
 /// A client over `client` that marks `health` ok whenever a watch request
-/// is answered 2xx. A watch that resumes from our resourceVersion after an
-/// outage yields no event until something changes, so without this a quiet
-/// store would look failed long after it recovered.
+/// is answered 2xx (once no error follows: [`RECOVERY_CONFIRM`]). A watch
+/// that resumes from our resourceVersion after an outage yields no event
+/// until something changes, so without this a quiet store would look
+/// failed long after it recovered.
 fn observed_client(client: &Client, health: Arc<StoreHealth>) -> Client {
     let inner = client.clone();
     let svc = tower::service_fn(move |req: axum::http::Request<kube::client::Body>| {
@@ -1584,8 +1617,8 @@ fn observed_client(client: &Client, health: Arc<StoreHealth>) -> Client {
                 .query()
                 .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true"));
             let resp = inner.send(req).await?;
-            if watch && resp.status().is_success() {
-                note_recovery(&health, health.ok());
+            if watch && resp.status().is_success() && health.failing() {
+                tokio::spawn(confirm_recovery(health.clone(), health.errors()));
             }
             Ok::<_, kube::Error>(resp)
         }
@@ -2043,8 +2076,11 @@ mod tests {
     }
 
     /// A watch that resumes after an outage yields no event until something
-    /// changes; its 2xx answer is what says the store is current again.
-    #[tokio::test]
+    /// changes; its 2xx answer, with no error in the second after it, is
+    /// what says the store is current again. A 410 right after the 200 (the
+    /// resourceVersion expired in the outage) keeps the streak: the store
+    /// still holds the outage's objects until the relist.
+    #[tokio::test(start_paused = true)]
     async fn a_watch_answered_2xx_ends_a_failing_streak() {
         use axum::http::{Request, Response};
         use k8s_openapi::api::core::v1::Pod;
@@ -2058,15 +2094,37 @@ mod tests {
             }),
             "default",
         );
-        let h = Arc::new(StoreHealth::new("pods", Instant::now()));
+        // A clock base a minute back: the streak's start below (1 ms after
+        // it) is far from any error this test makes now.
+        let base = Instant::now()
+            .checked_sub(Duration::from_secs(60))
+            .unwrap_or_else(Instant::now);
+        let h = Arc::new(StoreHealth::new("pods", base));
         h.listed();
         h.error("connection refused".into());
         let api: Api<Pod> = Api::all(observed_client(&inner, h.clone()));
         // Another request answered with an error does not count.
         assert!(api.list(&Default::default()).await.is_err());
         assert!(matches!(h.state(Duration::ZERO), StoreState::Stale(_)));
-        // A watch the apiserver accepts does.
+        // A watch the apiserver accepts does, once no error follows.
         let _ = api.watch(&Default::default(), "1").await;
+        assert!(h.failing(), "not before the confirmation");
+        tokio::time::sleep(RECOVERY_CONFIRM + Duration::from_millis(10)).await;
+        assert_eq!(h.state(Duration::ZERO), StoreState::Fresh);
+        // Failing since the outage began; a 200, then 410 Gone at once: the
+        // streak goes on from the outage, not from the 410.
+        h.error_at(1, "connection refused".into());
+        let _ = api.watch(&Default::default(), "1").await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        h.error("410 Gone: too old resource version".into());
+        tokio::time::sleep(RECOVERY_CONFIRM * 2).await;
+        assert_eq!(
+            h.failing_since.load(Ordering::Acquire),
+            1,
+            "a 200 followed by an error is no recovery"
+        );
+        // The relist ends it.
+        h.listed();
         assert_eq!(h.state(Duration::ZERO), StoreState::Fresh);
     }
 
