@@ -61,10 +61,22 @@ impl Markers {
         (TAKEN_OVER, None),
     ];
 
-    /// The value not counting our surge: the baseline when markers are
-    /// present, else `current`.
+    /// Could we have written these? A surge never goes below its baseline
+    /// and no baseline is negative; other numbers (edited, or copied in a
+    /// manifest) are no surge of ours, and the surge planner takes the
+    /// value in place as the user's.
+    pub fn plausible(self) -> bool {
+        self.baseline >= 0 && self.surged_to >= self.baseline
+    }
+
+    /// The value not counting our surge: the baseline when markers we could
+    /// have written are present, else `current` (a PDB floor of a marker's
+    /// -1 is refused by the apiserver, one of 10 over 3 pods blocks every
+    /// eviction until the planner adopts the value in place).
     pub fn baseline_or(annotations: Option<&BTreeMap<String, String>>, current: i32) -> i32 {
-        Markers::from_annotations(annotations).map_or(current, |m| m.baseline)
+        Markers::from_annotations(annotations)
+            .filter(|m| m.plausible())
+            .map_or(current, |m| m.baseline)
     }
 }
 
@@ -229,5 +241,18 @@ pub mod tests {
         assert_eq!(Markers::from_annotations(Some(&spaced)), Some(m));
         assert_eq!(Markers::baseline_or(Some(&ann), 7), 3);
         assert!(!Markers::any_present(None));
+        // Numbers we could not have written are no baseline: the value in
+        // place stands (the PDB floor, the webhook's PDB at admission).
+        for (surged, baseline) in [("3", "10"), ("5", "-1"), ("-1", "-2")] {
+            let mut odd = ann.clone();
+            odd.insert(names::SURGE_REPLICAS.into(), surged.into());
+            odd.insert(names::ORIGINAL_MIN_REPLICAS.into(), baseline.into());
+            assert_eq!(Markers::baseline_or(Some(&odd), 3), 3, "{surged} over {baseline}");
+        }
+        let mut adopted = ann.clone();
+        adopted.insert(names::SURGE_REPLICAS.into(), "4".into());
+        adopted.insert(names::ORIGINAL_MIN_REPLICAS.into(), "4".into());
+        assert_eq!(Markers::baseline_or(Some(&adopted), 4), 4);
+        assert_eq!(Markers::baseline_or(Some(&adopted), 9), 4, "a surge in place");
     }
 }

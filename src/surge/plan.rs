@@ -282,7 +282,7 @@ fn plan_idle(s: &Snapshot, displaced: i32, current: Option<i32>) -> Action {
 
 fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -> Action {
     if let Some(current) = current {
-        let ours = m.baseline >= 0 && m.surged_to >= m.baseline;
+        let ours = m.plausible();
         // We write value and markers together, so a different value is
         // someone else's; so is our number written by someone else after
         // our surge (changed away and back between two of our reads).
