@@ -247,12 +247,20 @@ pub mod tests {
             let mut odd = ann.clone();
             odd.insert(names::SURGE_REPLICAS.into(), surged.into());
             odd.insert(names::ORIGINAL_MIN_REPLICAS.into(), baseline.into());
-            assert_eq!(Markers::baseline_or(Some(&odd), 3), 3, "{surged} over {baseline}");
+            assert_eq!(
+                Markers::baseline_or(Some(&odd), 3),
+                3,
+                "{surged} over {baseline}"
+            );
         }
         let mut adopted = ann.clone();
         adopted.insert(names::SURGE_REPLICAS.into(), "4".into());
         adopted.insert(names::ORIGINAL_MIN_REPLICAS.into(), "4".into());
         assert_eq!(Markers::baseline_or(Some(&adopted), 4), 4);
-        assert_eq!(Markers::baseline_or(Some(&adopted), 9), 4, "a surge in place");
+        assert_eq!(
+            Markers::baseline_or(Some(&adopted), 9),
+            4,
+            "a surge in place"
+        );
     }
 }

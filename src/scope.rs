@@ -50,6 +50,23 @@ pub fn deployment_opted_out(annotations: Option<&BTreeMap<String, String>>) -> b
         .is_some_and(|v| parse_bool(v.trim()) == Ok(false))
 }
 
+/// The `pdb-create` value when it is not a boolean: ignored (the
+/// Deployment is not opted out), and said so, like a namespace's `enable`.
+pub fn invalid_opt_out(annotations: Option<&BTreeMap<String, String>>) -> Option<&str> {
+    annotations
+        .and_then(|a| a.get(names::PDB_CREATE))
+        .map(String::as_str)
+        .filter(|v| parse_bool(v.trim()).is_err())
+}
+
+/// What is said of an [`invalid_opt_out`] value.
+pub fn invalid_opt_out_note(value: &str) -> String {
+    format!(
+        "annotation {}: {value:?} is not a boolean; ignored (the Deployment gets a PDB; \"false\" opts it out)",
+        names::PDB_CREATE
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +126,21 @@ mod tests {
             [(names::PDB_CREATE.to_string(), "true".to_string())].into();
         assert!(!deployment_opted_out(Some(&a)));
         assert!(!deployment_opted_out(None));
+    }
+
+    #[test]
+    fn an_opt_out_that_is_no_boolean_is_said_and_ignored() {
+        let dep = |v: &str| -> BTreeMap<String, String> {
+            [(names::PDB_CREATE.to_string(), v.to_string())].into()
+        };
+        for v in ["false", "False", "0", "true", " false "] {
+            assert_eq!(invalid_opt_out(Some(&dep(v))), None, "{v}");
+        }
+        for v in ["no", "off", "disabled", ""] {
+            assert_eq!(invalid_opt_out(Some(&dep(v))), Some(v), "{v}");
+            assert!(!deployment_opted_out(Some(&dep(v))), "{v}");
+        }
+        assert_eq!(invalid_opt_out(None), None);
+        assert!(invalid_opt_out_note("no").contains("\"no\" is not a boolean"));
     }
 }

@@ -499,6 +499,22 @@ impl Reconciler {
             orphan_grace_secs: self.orphan_grace.as_secs() as i64,
         };
         let actions = plan::plan(&snapshot);
+        // A `pdb-create` that is no boolean, on a Deployment in scope.
+        let mut bad_opt_outs = BTreeSet::new();
+        for d in deployments.iter().filter(|_| sc.enabled) {
+            let Some(bad) = scope::invalid_opt_out(d.metadata.annotations.as_ref()) else {
+                continue;
+            };
+            let dn = d.metadata.name.as_deref().unwrap_or_default();
+            let key = format!("optout/{name}/{dn}/{bad}");
+            self.report_once(
+                key.clone(),
+                &d.object_ref(&()),
+                "InvalidAnnotation",
+                scope::invalid_opt_out_note(bad),
+            );
+            bad_opt_outs.insert(key);
+        }
         // A problem comes back after it was solved: report it again then.
         // Not while the pod cache is unready: the overlaps seen through
         // pods are missing from such a plan, not solved.
@@ -506,6 +522,7 @@ impl Reconciler {
             .iter()
             .filter_map(|a| report_key(a, &name))
             .chain(bad_annotation)
+            .chain(bad_opt_outs)
             .collect();
         if pods.is_some() {
             if let Ok(mut r) = self.reported.lock() {

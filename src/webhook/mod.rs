@@ -677,10 +677,18 @@ impl Webhooks {
         match self.create_pdb(&ns, &want, &dep).await {
             Ok(()) => {
                 tracing::info!(namespace = %ns, pdb = %name, "created PDB at admission");
+                // A `pdb-create` that is no boolean is why it got one.
+                let note =
+                    crate::scope::invalid_opt_out(dep.metadata.annotations.as_ref()).map(|v| {
+                        format!(
+                            "eviction-autoscaler: {}",
+                            crate::scope::invalid_opt_out_note(v)
+                        )
+                    });
                 let patched = annotation_patch(&dep, names::PDB_ANNOTATION, &name)
                     .map_err(|e| e.to_string())
                     .and_then(|op| {
-                        allowed(req, None)
+                        allowed(req, note)
                             .with_patch(json_patch::Patch(vec![op]))
                             .map_err(|e| e.to_string())
                     });

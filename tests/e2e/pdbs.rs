@@ -1040,3 +1040,48 @@ async fn a_pdb_left_by_a_refused_duplicate_create_never_doubles_a_budget() {
         "two budgets over web's pods at some moment"
     );
 }
+
+/// `pdb-create: "no"` is no boolean: the Deployment is not opted out (it
+/// gets its PDB), and that is said, as for a namespace's `enable`: a
+/// warning to the `kubectl create` (the webhook) and one InvalidAnnotation
+/// Event on the Deployment (the reconciler).
+#[tokio::test]
+async fn an_opt_out_that_is_no_boolean_is_said_and_ignored() {
+    let ns = TestNs::new("e2e-optout-bad").await;
+    let mut d = deployment("loud", 2, None);
+    d.metadata.namespace = Some(ns.name.clone());
+    d.metadata.annotations = Some(
+        [(
+            "eviction-autoscaler.azure.com/pdb-create".to_string(),
+            "no".to_string(),
+        )]
+        .into(),
+    );
+    let mut v = serde_json::to_value(&d).expect("json");
+    v["apiVersion"] = json!("apps/v1");
+    v["kind"] = json!("Deployment");
+    let path = std::env::temp_dir().join(format!("{}-loud.json", ns.name));
+    std::fs::write(&path, v.to_string()).expect("write");
+    let out = kubectl(&["create", "-f", &path.to_string_lossy()]);
+    let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "create: {stderr}");
+    assert!(
+        stderr.contains("\"no\" is not a boolean"),
+        "kubectl warned of the value: {stderr:?}"
+    );
+    wait_min(&ns, "loud", 2).await;
+    wait_for(
+        "an InvalidAnnotation Event on the Deployment",
+        Duration::from_secs(30),
+        || async { (event_total(&ns.name, "InvalidAnnotation") >= 1).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        event_total(&ns.name, "InvalidAnnotation"),
+        1,
+        "said once: {}",
+        event_log(&ns.name)
+    );
+}
