@@ -52,16 +52,30 @@ async fn a_lead_taken_back_in_its_own_name_keeps_the_cooldown_going() {
     let ns = TestNs::new("chaos-flap").await;
     blocked_on_node(&ns, "fl", "kwok-node-0").await;
     let victim = a_ready_pod(&ns, "fl").await;
-    match pods_without_retry(&ns)
-        .await
-        .evict(&victim, &EvictParams::default())
-        .await
-    {
-        Err(kube::Error::Api(e)) if e.code == 429 => {}
-        other => panic!("the budget allows nothing at 3: want a 429, got {other:?}"),
-    }
-    // The one signal: the cooldown counts from here.
-    let signalled = Instant::now();
+    // The one signal: the cooldown counts from the webhook's 429. Until the
+    // apiserver calls this replica (its webhook configuration just changed)
+    // the apiserver answers the 429 itself, which signals nothing.
+    let pods = pods_without_retry(&ns).await;
+    let answered = |log: &str| {
+        log.lines()
+            .any(|l| l.contains("answered 429") && l.contains(ns.name.as_str()))
+    };
+    let signalled = wait_for(
+        "a 429 from this replica's webhook",
+        Duration::from_secs(30),
+        || async {
+            match pods.evict(&victim, &EvictParams::default()).await {
+                Err(kube::Error::Api(e)) if e.code == 429 => {}
+                other => panic!("the budget allows nothing at 3: want a 429, got {other:?}"),
+            }
+            if answered(&flap.log()) {
+                return Some(Instant::now());
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            None
+        },
+    )
+    .await;
     wait_surged_above(&ns, "fl", 3, "the eviction's signal").await;
 
     // A brownout for the product alone, past the renew deadline (10 s).
