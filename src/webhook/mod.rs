@@ -108,7 +108,10 @@ pub struct Webhooks {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     pub signals: mpsc::Sender<Signal>,
-    /// Limit for the API write the mutating webhook makes.
+    /// Limit for the mutating webhook's API calls together (the live list,
+    /// the create, the read after a conflict): one deadline, well under the
+    /// webhook's `timeoutSeconds` (10 s), so a slow apiserver costs the
+    /// Deployment's create that much at most and the answer is still ours.
     pub write_timeout: Duration,
     /// Reads the pod and PDBs again before any 429.
     pub live: ApiReader,
@@ -664,17 +667,17 @@ impl Webhooks {
         // Deployment may not be in the watch cache yet (seen in CI: ours
         // made beside theirs, two PDBs over the pods until the reconciler
         // stepped aside). On any failure the reconciler creates it later.
+        let deadline = tokio::time::Instant::now() + self.write_timeout;
         let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &ns);
-        let live =
-            match tokio::time::timeout(self.write_timeout, api.list(&Default::default())).await {
-                Ok(Ok(l)) => l.items.into_iter().map(Arc::new).collect::<Vec<_>>(),
-                _ => return skip("error", None),
-            };
+        let live = match tokio::time::timeout_at(deadline, api.list(&Default::default())).await {
+            Ok(Ok(l)) => l.items.into_iter().map(Arc::new).collect::<Vec<_>>(),
+            _ => return skip("error", None),
+        };
         let CreatePlan::Create(want) = plan(&live) else {
             return skip("skipped", None);
         };
         let name = want.metadata.name.clone().unwrap_or_default();
-        match self.create_pdb(&ns, &want, &dep).await {
+        match self.create_pdb(&ns, &want, &dep, deadline).await {
             Ok(()) => {
                 tracing::info!(namespace = %ns, pdb = %name, "created PDB at admission");
                 // A `pdb-create` that is no boolean is why it got one.
@@ -714,19 +717,20 @@ impl Webhooks {
         ns: &str,
         want: &PodDisruptionBudget,
         dep: &Deployment,
+        deadline: tokio::time::Instant,
     ) -> Result<(), kube::Error> {
         let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), ns);
         let pp = PostParams {
             field_manager: Some(names::MANAGER.into()),
             ..Default::default()
         };
-        let create = tokio::time::timeout(self.write_timeout, api.create(&pp, want)).await;
+        let create = tokio::time::timeout_at(deadline, api.create(&pp, want)).await;
         match create {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
                 // Ours from an earlier attempt (retried admission) is fine.
                 let name = want.metadata.name.as_deref().unwrap_or_default();
-                let existing = tokio::time::timeout(self.write_timeout, api.get(name))
+                let existing = tokio::time::timeout_at(deadline, api.get(name))
                     .await
                     .map_err(|_| {
                         kube::Error::Service(

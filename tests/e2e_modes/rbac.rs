@@ -85,7 +85,7 @@ const USES: &[Use] = &[
     u("policy", "poddisruptionbudgets", "list", "src/webhook/live.rs", "pdbs.list(&ListParams::default())"),
     u("policy", "poddisruptionbudgets", "watch", CACHE, "r.reflect_notifying::<PodDisruptionBudget>("),
     // After a create conflict at admission: is the PDB of that name ours?
-    u("policy", "poddisruptionbudgets", "get", WEBHOOK, "let existing = tokio::time::timeout(self.write_timeout, api.get(name))"),
+    u("policy", "poddisruptionbudgets", "get", WEBHOOK, "let existing = tokio::time::timeout_at(deadline, api.get(name))"),
     u("policy", "poddisruptionbudgets", "create", WEBHOOK, "api.create(&pp, want)"),
     u("policy", "poddisruptionbudgets", "patch", RECONCILE, "pdbs.patch(&pdb, &pp, &json_patch(ops)?)"),
     // Deletes of ours (reconciler, uninstall): a fresh read, then the delete.
