@@ -204,12 +204,15 @@ pub fn publish(tx: &watch::Sender<bool>, metrics: &Metrics, identity: &str, lead
 pub struct Observed {
     spec: Option<LeaseSpec>,
     since: Option<Instant>,
+    /// When the Lease was first found gone after it had been seen.
+    gone_since: Option<Instant>,
 }
 
 impl Observed {
     /// Records what a read returned at `now`; the clock restarts only when
     /// the Lease changed (a renewal changes its renewTime).
     pub fn see(&mut self, spec: &LeaseSpec, now: Instant) {
+        self.gone_since = None;
         if self.spec.as_ref() != Some(spec) {
             self.spec = Some(spec.clone());
             self.since = Some(now);
@@ -220,6 +223,23 @@ impl Observed {
     pub fn unchanged_for(&self, now: Instant) -> Duration {
         self.since
             .map_or(Duration::ZERO, |t| now.saturating_duration_since(t))
+    }
+
+    /// The Lease is found gone at `now`: may `me` make it now? A replica
+    /// that never saw one (a fresh install) makes it at once, and so does
+    /// the holder it was deleted from (its lead goes on). Any other waits a
+    /// lease duration from when it found it gone, as for a Lease unchanged:
+    /// the holder may still lead until its next round, and a follower that
+    /// made the Lease at once would lead beside it.
+    pub fn may_create(&mut self, me: &str, lease_duration: Duration, now: Instant) -> bool {
+        let Some(last) = &self.spec else {
+            return true;
+        };
+        if last.holder_identity.as_deref() == Some(me) {
+            return true;
+        }
+        let since = *self.gone_since.get_or_insert(now);
+        now.saturating_duration_since(since) >= lease_duration
     }
 }
 
@@ -279,6 +299,13 @@ impl Election {
         let now = Timestamp::now();
         match self.call(self.api.get_opt(&self.name)).await? {
             None => {
+                let may = {
+                    let mut seen = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+                    seen.may_create(&self.identity, self.timing.lease_duration, Instant::now())
+                };
+                if !may {
+                    return Ok(false);
+                }
                 let lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(self.name.clone()),
@@ -769,5 +796,31 @@ mod tests {
             "a short failure"
         );
         assert_eq!(round_plan(false, true, secs(30), b), RoundPlan::Release);
+    }
+
+    /// A Lease deleted under its holder: the holder makes it again at once,
+    /// a follower that had seen it waits a lease duration (the holder may
+    /// still lead until its next round), a replica that never saw one makes
+    /// it at once (a fresh install).
+    #[test]
+    fn a_deleted_lease_is_made_again_by_its_holder_first() {
+        let t0 = Instant::now();
+        let held_by = |h: &str| LeaseSpec {
+            holder_identity: Some(h.into()),
+            ..Default::default()
+        };
+        let mut fresh = Observed::default();
+        assert!(fresh.may_create("b", secs(15), t0));
+        let mut holder = Observed::default();
+        holder.see(&held_by("a"), t0);
+        assert!(holder.may_create("a", secs(15), t0 + secs(1)));
+        let mut follower = Observed::default();
+        follower.see(&held_by("a"), t0);
+        assert!(!follower.may_create("b", secs(15), t0 + secs(1)));
+        assert!(!follower.may_create("b", secs(15), t0 + secs(15)));
+        assert!(follower.may_create("b", secs(15), t0 + secs(16)));
+        // Seen again meanwhile: the wait starts over when it goes again.
+        follower.see(&held_by("a"), t0 + secs(17));
+        assert!(!follower.may_create("b", secs(15), t0 + secs(18)));
     }
 }
