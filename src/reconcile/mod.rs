@@ -321,6 +321,10 @@ impl Reconciler {
                     _ = self.pass(&leader, marks) => {},
                     _ = lost.wait_for(|leading| !*leading) => {
                         tracing::info!("no longer leading: reconcile pass abandoned");
+                        // Its marks were taken and not all planned: the next
+                        // lead plans everything, even if it comes back before
+                        // this loop sees it gone.
+                        was_leading = false;
                     },
                 }
                 // Wake up for the first object whose backoff ends.
