@@ -231,7 +231,7 @@ fn kedas_lagging(hpas: &[HorizontalPodAutoscaler], target: &Target, want: i64) -
         .filter(|h| hpa_is_kedas(h) && hpa_target(h).as_ref() == Some(target))
         .filter(|h| {
             let min = h.spec.as_ref().and_then(|s| s.min_replicas).unwrap_or(1);
-            i64::from(min) != want.max(1)
+            view::kedas_hpa_lags(i64::from(min), want)
         })
         .map(|h| {
             format!(

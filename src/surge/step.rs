@@ -47,7 +47,9 @@ use crate::markers::{self, Markers};
 use crate::patch::{annotation_ops, escape, guarded_set, version_guard};
 use crate::pdb::matching_pdbs;
 use crate::surge::plan::{self, Action, Applier, PodState, Snapshot};
-use crate::surge::view::{hpa_carrier, hpa_is_kedas, scaled_object_carrier, NsObjects};
+use crate::surge::view::{
+    hpa_carrier, hpa_is_kedas, kedas_hpa_lags, scaled_object_carrier, NsObjects,
+};
 use crate::surge::writer::{replicas_writer, writer, Field, ReplicasWriter};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -964,10 +966,9 @@ pub fn step(
         // its HPA: the HPA controller would lift the Deployment back to the
         // old one (with no markers left to lower it again).
         let keda_lags = so_s.first().is_some_and(|so| {
-            hpa_s
-                .iter()
-                .zip(&hpas)
-                .any(|(o, h)| hpa_is_kedas(h) && o.value() != so.value().max(1))
+            hpa_s.iter().zip(&hpas).any(|(o, h)| {
+                hpa_is_kedas(h) && kedas_hpa_lags(i64::from(o.value()), i64::from(so.value()))
+            })
         });
         let stood = out.autoscaler_min.is_none_or(|min| {
             !written

@@ -218,6 +218,15 @@ pub fn hpa_is_kedas(h: &HorizontalPodAutoscaler) -> bool {
     controller_of(&h.metadata).is_some_and(|o| o.kind == "ScaledObject")
 }
 
+/// KEDA's HPA has not yet followed its ScaledObject: its minimum is not
+/// the ScaledObject's (KEDA writes at least 1). KEDA's operator copies a
+/// reverted minimum over late; lowering the Deployment before it has, the
+/// HPA controller lifts it straight back. Read by the worker's revert and
+/// by `uninstall`.
+pub fn kedas_hpa_lags(hpa_min: i64, so_min: i64) -> bool {
+    hpa_min != so_min.max(1)
+}
+
 /// KEDA's HPA for Deployment `dep` in namespace `ns`, as KEDA's operator
 /// makes it: controlled by the ScaledObject of the same name. A fixture of
 /// the tests of the worker, the reconciler and the model.
