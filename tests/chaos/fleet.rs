@@ -217,13 +217,23 @@ pub fn https_get(ca: &Path, port: u16, path: &str) -> (u16, String) {
 }
 
 /// Points both webhook configurations at https://127.0.0.1:<port> (the
-/// configurations deploy-local.sh registered, same caBundle).
+/// configurations deploy-local.sh registered last, same caBundle). They
+/// name the port of the last server deploy-local.sh started, which a
+/// restart by an earlier test changed: the `WebhookInfo` of the process's
+/// first start names an older one, and replacing that replaced nothing
+/// (the webhooks kept pointing at a stopped server, failing open).
 pub fn register_webhooks(wh: &WebhookInfo, port: u16) {
     let text = std::fs::read_to_string(wh.state.join("webhooks.json")).expect("webhooks.json");
-    let text = text.replace(
-        &format!("https://127.0.0.1:{}/", wh.port),
-        &format!("https://127.0.0.1:{port}/"),
+    let last = std::fs::read_to_string(wh.state.join("port"))
+        .ok()
+        .and_then(|p| p.trim().parse::<u16>().ok())
+        .unwrap_or(wh.port);
+    let from = format!("https://127.0.0.1:{last}/");
+    assert!(
+        text.contains(&from),
+        "webhooks.json does not point at {from}: {text}"
     );
+    let text = text.replace(&from, &format!("https://127.0.0.1:{port}/"));
     let path = wh.state.join(format!("webhooks-{port}.json"));
     std::fs::write(&path, text).expect("write webhooks");
     kubectl_ok(&["apply", "-f", &path_str(&path)]);

@@ -273,3 +273,71 @@ async fn uninstall_waits_out_the_lease_of_a_killed_controller() {
         "went on after {waited:?} while the killed controller's Lease was still fresh"
     );
 }
+
+/// `uninstall` killed halfway: the ScaledObject reverted, KEDA's HPA not
+/// yet following, the Deployment still surged with its markers. A second
+/// run finds the Deployment's markers with the ScaledObject already at its
+/// baseline, waits for KEDA's HPA, and lowers the Deployment: nothing is
+/// left surged, nothing is lowered early.
+#[tokio::test]
+async fn uninstall_killed_halfway_is_finished_by_a_second_run() {
+    let _g = nodes_lock().await;
+    install_keda_crd();
+    let wh = restart_server(&[]);
+    wait_keda_watched(&wh).await;
+    let node = "kwok-node-0";
+    let ns = TestNs::new("e2e-uninst-half").await;
+    let sos = create_scaled_object(&ns, "uh", 2).await;
+    let keda = KedaOperator::start(&ns, "uh");
+    let (guard, t) = surged_on(&ns, "uh", node).await;
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    let kedas_min = || async {
+        hpas.get_opt("keda-hpa-uh")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|h| h.spec?.min_replicas)
+    };
+    wait_for(
+        "KEDA's HPA at the surged minimum",
+        Duration::from_secs(30),
+        || async { (kedas_min().await == Some(t)).then_some(()) },
+    )
+    .await;
+    stop_server();
+    keda.pause(true);
+
+    // The first run: killed while it waits for KEDA's HPA, after the
+    // ScaledObject went back.
+    let mut first = std::process::Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+        .arg("uninstall")
+        .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run uninstall");
+    wait_so_restored(&sos, "uh", 2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = first.kill();
+    let _ = first.wait();
+    let halfway = deployment_state(&ns, "uh").await;
+
+    // The second run, KEDA lagging still for a few seconds.
+    let run = tokio::task::spawn_blocking(crate::uninstall);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let while_lagging = deployment_state(&ns, "uh").await;
+    keda.pause(false);
+    let out = run.await.expect("uninstall task");
+    let after = deployment_state(&ns, "uh").await;
+    let (_, foreign) = keda.finish().await;
+    drop(guard);
+    assert_eq!(halfway, (t, Some(true)), "the first run was killed before the Deployment");
+    assert_eq!(
+        while_lagging,
+        (t, Some(true)),
+        "lowered while KEDA's HPA still said {t}"
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(after, (2, Some(false)), "{}", text(&out));
+    assert!(foreign.is_empty(), "KEDA's HPA written by {foreign:?}");
+}
