@@ -4,7 +4,6 @@
 //! whole cooldown again, so brownouts shorter than the cooldown apart kept
 //! surges in place for as long as they lasted.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
@@ -22,15 +21,7 @@ async fn a_lead_taken_back_in_its_own_name_keeps_the_cooldown_going() {
     let wh = WebhookInfo::get();
     stop_server();
     let client = client().await;
-    let apiserver: SocketAddr = std::fs::read_to_string(cluster_dir().join("env"))
-        .expect("env")
-        .lines()
-        .find_map(|l| l.strip_prefix("export EA_APISERVER_URL=https://"))
-        .expect("EA_APISERVER_URL")
-        .trim()
-        .parse()
-        .expect("apiserver address");
-    let link = TcpProxy::start(vec![apiserver]);
+    let link = TcpProxy::start(vec![crate::slow_apiserver::apiserver_addr()]);
     let mut spec = ReplicaSpec::from_deployed(wh);
     spec.kubeconfig = crate::slow_apiserver::proxied_kubeconfig(&spec, link.port);
     spec.env.retain(|(k, _)| k != "COOLDOWN");

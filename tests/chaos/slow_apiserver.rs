@@ -65,6 +65,18 @@ fn review(ca: &std::path::Path, port: u16, ns: &str, pod: &str) -> (bool, i64, f
     )
 }
 
+/// The local control plane's apiserver (tests/cluster/up.sh's env file).
+pub fn apiserver_addr() -> SocketAddr {
+    std::fs::read_to_string(cluster_dir().join("env"))
+        .expect("env")
+        .lines()
+        .find_map(|l| l.strip_prefix("export EA_APISERVER_URL=https://"))
+        .expect("EA_APISERVER_URL")
+        .trim()
+        .parse()
+        .expect("apiserver address")
+}
+
 /// A copy of the replica kubeconfig whose server is the proxy.
 pub fn proxied_kubeconfig(spec: &ReplicaSpec, proxy_port: u16) -> std::path::PathBuf {
     let text = std::fs::read_to_string(&spec.kubeconfig).expect("kubeconfig");
@@ -88,15 +100,7 @@ async fn a_paused_apiserver_link_fails_open_steps_down_and_loses_no_write() {
     let wh = WebhookInfo::get();
     stop_server();
     let client = client().await;
-    let apiserver: SocketAddr = std::fs::read_to_string(cluster_dir().join("env"))
-        .expect("env")
-        .lines()
-        .find_map(|l| l.strip_prefix("export EA_APISERVER_URL=https://"))
-        .expect("EA_APISERVER_URL")
-        .trim()
-        .parse()
-        .expect("apiserver address");
-    let link = TcpProxy::start(vec![apiserver]);
+    let link = TcpProxy::start(vec![apiserver_addr()]);
     let spec = ReplicaSpec::from_deployed(wh);
     let mut slow_spec = spec.clone();
     slow_spec.kubeconfig = proxied_kubeconfig(&spec, link.port);

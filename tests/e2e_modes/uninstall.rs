@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::PostParams;
+use kube::api::{DynamicObject, PostParams};
 use kube::Api;
 
 use crate::support::*;
@@ -187,46 +187,61 @@ async fn uninstall_reverts_a_surge_left_by_the_go_project() {
     );
 }
 
-/// A KEDA surge: uninstall reverts the ScaledObject, then waits while KEDA's
-/// HPA still holds the surged minimum (its operator lagging), and lowers
-/// the Deployment once it has caught up. KEDA's HPA is never written by it.
-#[tokio::test]
-async fn uninstall_lowers_a_keda_deployment_once_kedas_hpa_follows() {
-    let _g = nodes_lock().await;
+/// A KEDA surge of Deployment `name` (ScaledObject minimum 2, KEDA's HPA
+/// at the surged minimum `t`), the server stopped and KEDA's operator
+/// paused: a reverted ScaledObject is not followed until it resumes.
+async fn keda_surge_lagging(
+    prefix: &str,
+    name: &str,
+) -> (TestNs, Api<DynamicObject>, KedaOperator, Uncordon, i32) {
     install_keda_crd();
     let wh = restart_server(&[]);
     wait_keda_watched(&wh).await;
-    let node = "kwok-node-0";
-    let ns = TestNs::new("e2e-uninst-keda").await;
-    let sos = create_scaled_object(&ns, "uk", 2).await;
-    let keda = KedaOperator::start(&ns, "uk");
-    let (guard, t) = surged_on(&ns, "uk", node).await;
+    let ns = TestNs::new(prefix).await;
+    let sos = create_scaled_object(&ns, name, 2).await;
+    let keda = KedaOperator::start(&ns, name);
+    let (guard, t) = surged_on(&ns, name, "kwok-node-0").await;
     let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-    let kedas_min = || async {
-        hpas.get_opt("keda-hpa-uk")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|h| h.spec?.min_replicas)
-    };
+    let kedas_hpa = format!("keda-hpa-{name}");
     wait_for(
         "KEDA's HPA at the surged minimum",
         Duration::from_secs(30),
-        || async { (kedas_min().await == Some(t)).then_some(()) },
+        || async {
+            let min = hpas
+                .get_opt(&kedas_hpa)
+                .await
+                .ok()
+                .flatten()?
+                .spec?
+                .min_replicas;
+            (min == Some(t)).then_some(())
+        },
     )
     .await;
     stop_server();
     keda.pause(true);
+    (ns, sos, keda, guard, t)
+}
 
+/// `uninstall` run while KEDA's operator is paused, resumed 4 s after the
+/// ScaledObject is back at 2: the Deployment stays at `t` with its markers
+/// while KEDA lags, then goes to 2 without them; KEDA's HPA is written by
+/// KEDA alone.
+async fn uninstall_while_keda_lags(
+    ns: &TestNs,
+    sos: &Api<DynamicObject>,
+    name: &str,
+    keda: KedaOperator,
+    t: i32,
+) {
     let run = tokio::task::spawn_blocking(uninstall);
-    wait_so_restored(&sos, "uk", 2).await;
+    wait_so_restored(sos, name, 2).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let while_lagging = deployment_state(&ns, "uk").await;
+    let while_lagging = deployment_state(ns, name).await;
     keda.pause(false);
     let out = run.await.expect("uninstall task");
-    let after = deployment_state(&ns, "uk").await;
+    let after = deployment_state(ns, name).await;
     let (_, foreign) = keda.finish().await;
-    drop(guard);
     assert_eq!(
         while_lagging,
         (t, Some(true)),
@@ -235,6 +250,18 @@ async fn uninstall_lowers_a_keda_deployment_once_kedas_hpa_follows() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(after, (2, Some(false)), "{}", text(&out));
     assert!(foreign.is_empty(), "KEDA's HPA written by {foreign:?}");
+}
+
+/// A KEDA surge: uninstall reverts the ScaledObject, then waits while KEDA's
+/// HPA still holds the surged minimum (its operator lagging), and lowers
+/// the Deployment once it has caught up. KEDA's HPA is never written by it.
+#[tokio::test]
+async fn uninstall_lowers_a_keda_deployment_once_kedas_hpa_follows() {
+    let _g = nodes_lock().await;
+    let (ns, sos, keda, guard, t) = keda_surge_lagging("e2e-uninst-keda", "uk").await;
+
+    uninstall_while_keda_lags(&ns, &sos, "uk", keda, t).await;
+    drop(guard);
 }
 
 /// A controller killed with SIGKILL leaves its Lease held (never released):
@@ -282,30 +309,7 @@ async fn uninstall_waits_out_the_lease_of_a_killed_controller() {
 #[tokio::test]
 async fn uninstall_killed_halfway_is_finished_by_a_second_run() {
     let _g = nodes_lock().await;
-    install_keda_crd();
-    let wh = restart_server(&[]);
-    wait_keda_watched(&wh).await;
-    let node = "kwok-node-0";
-    let ns = TestNs::new("e2e-uninst-half").await;
-    let sos = create_scaled_object(&ns, "uh", 2).await;
-    let keda = KedaOperator::start(&ns, "uh");
-    let (guard, t) = surged_on(&ns, "uh", node).await;
-    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-    let kedas_min = || async {
-        hpas.get_opt("keda-hpa-uh")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|h| h.spec?.min_replicas)
-    };
-    wait_for(
-        "KEDA's HPA at the surged minimum",
-        Duration::from_secs(30),
-        || async { (kedas_min().await == Some(t)).then_some(()) },
-    )
-    .await;
-    stop_server();
-    keda.pause(true);
+    let (ns, sos, keda, guard, t) = keda_surge_lagging("e2e-uninst-half", "uh").await;
 
     // The first run: killed while it waits for KEDA's HPA, after the
     // ScaledObject went back.
@@ -323,21 +327,11 @@ async fn uninstall_killed_halfway_is_finished_by_a_second_run() {
     let halfway = deployment_state(&ns, "uh").await;
 
     // The second run, KEDA lagging still for a few seconds.
-    let run = tokio::task::spawn_blocking(crate::uninstall);
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let while_lagging = deployment_state(&ns, "uh").await;
-    keda.pause(false);
-    let out = run.await.expect("uninstall task");
-    let after = deployment_state(&ns, "uh").await;
-    let (_, foreign) = keda.finish().await;
-    drop(guard);
-    assert_eq!(halfway, (t, Some(true)), "the first run was killed before the Deployment");
     assert_eq!(
-        while_lagging,
+        halfway,
         (t, Some(true)),
-        "lowered while KEDA's HPA still said {t}"
+        "the first run was killed before the Deployment"
     );
-    assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(after, (2, Some(false)), "{}", text(&out));
-    assert!(foreign.is_empty(), "KEDA's HPA written by {foreign:?}");
+    uninstall_while_keda_lags(&ns, &sos, "uh", keda, t).await;
+    drop(guard);
 }
