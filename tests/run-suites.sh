@@ -19,12 +19,14 @@ mkdir -p "$LOGS"
 
 # name, deadline in seconds (well above a CI run's time, so that only a hung
 # test reaches it), test binary and harness args. Seen on CI (903e922): e2e
-# 783 s, e2e_modes 571 s, chaos 639 s (about 100 s more since restart_steps).
+# 783 s, e2e_modes 571 s, chaos 639 s (about 100 s more since restart_steps);
+# locally on 5 December: e2e 771 s, e2e_modes about 645 s, chaos about 880 s
+# (two leadership tests, 150 s, since).
 # The apiserver and etcd restarts (chaos's control_plane test) run last,
 # alone: a control plane that comes back hurt then costs that test only.
 #   e2e, e2e_modes, chaos, restarts
 SUITES="${SUITES:-e2e e2e_modes chaos restarts}"
-declare -A DEADLINE=([e2e]=1500 [e2e_modes]=900 [chaos]=1200 [restarts]=600)
+declare -A DEADLINE=([e2e]=1500 [e2e_modes]=1200 [chaos]=1500 [restarts]=600)
 # SUITE_DEADLINE=<s> sets one deadline for all (to try this script out).
 if [[ -n "${SUITE_DEADLINE:-}" ]]; then for k in "${!DEADLINE[@]}"; do DEADLINE[$k]=$SUITE_DEADLINE; done; fi
 declare -A BIN=([e2e]=e2e [e2e_modes]=e2e_modes [chaos]=chaos [restarts]=chaos)
