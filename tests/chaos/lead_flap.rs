@@ -141,6 +141,14 @@ async fn a_leader_whose_caches_fail_hands_the_lease_to_a_working_replica() {
     .await;
     let sighted = Replica::start(&admin_spec, "sighted-r");
     sighted.wait_ready(Duration::from_secs(30));
+    // A surge of the blind leader's in place across the hand-over: its
+    // node stays cordoned until the other replica leads, which must then
+    // take it back to its baseline (invariant 1).
+    let ns = TestNs::new("chaos-blind").await;
+    blocked_on_node(&ns, "bl", "kwok-node-0").await;
+    let _uncordon = UncordonOnDrop("kwok-node-0");
+    kubectl_ok(&["cordon", "kwok-node-0"]);
+    wait_surged_above(&ns, "bl", 3, "the cordon, by the blind leader").await;
 
     let _restore = ApplyOnDrop::manifest("manifests/rbac.yaml");
     let revoked = Instant::now();
@@ -160,6 +168,10 @@ async fn a_leader_whose_caches_fail_hands_the_lease_to_a_working_replica() {
         holders.push(lease(&client).await.0);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    let surged_at_handover = deployment_state(&ns, "bl").await;
+    uncordon("kwok-node-0");
+    // Back at 3 without markers, by the replica that leads now.
+    wait_deployment(&ns, "bl", 3, false, Duration::from_secs(60)).await;
     let full_log = blind.log();
     let blind_log = tail(&full_log, 15);
     let said_why = full_log.contains("releasing the Lease");
@@ -173,6 +185,10 @@ async fn a_leader_whose_caches_fail_hands_the_lease_to_a_working_replica() {
     let _ = restart_server(&[]);
     assert_eq!(took_over, "sighted-r");
     assert!(
+        surged_at_handover.0 > 3 && surged_at_handover.1 == Some(true),
+        "the surge was in place at the hand-over: {surged_at_handover:?}"
+    );
+    assert!(
         holders.iter().all(|h| h == "sighted-r"),
         "the blind replica took the Lease back: {holders:?}\n{blind_log}"
     );
@@ -180,4 +196,13 @@ async fn a_leader_whose_caches_fail_hands_the_lease_to_a_working_replica() {
         said_why,
         "the blind leader said why it let go:\n{blind_log}"
     );
+}
+
+/// Uncordons the node however the test ends.
+struct UncordonOnDrop(&'static str);
+
+impl Drop for UncordonOnDrop {
+    fn drop(&mut self) {
+        uncordon(self.0);
+    }
 }
