@@ -1195,7 +1195,7 @@ pub fn start(
     stale_after: Duration,
     tasks: &mut JoinSet<()>,
 ) -> Cache {
-    let cfg = watcher::Config::default().timeout(crate::client::WATCH_SERVER_TIMEOUT_SECS);
+    let cfg = watch_config();
     let (tx, changed) = watch::channel(0u64);
     let ns_dirty = Arc::new(Dirty::default());
     let base = Instant::now();
@@ -1584,6 +1584,12 @@ fn is_not_found(e: &watcher::Error) -> bool {
     }
 }
 
+/// Every watch cache's watcher settings: the apiserver ends each watch after
+/// `WATCH_SERVER_TIMEOUT_SECS`, so a dead one is noticed within a minute.
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().timeout(crate::client::WATCH_SERVER_TIMEOUT_SECS)
+}
+
 /// How long a watch answered 2xx after failures must go without an error
 /// to count as recovered: a watch resumed after an outage is answered 200
 /// and then, at once, `410 Gone` when its resourceVersion has expired.
@@ -1708,13 +1714,10 @@ async fn follow_scaled_objects(
         *s = Some(writer.as_reader());
     }
     tracing::info!("KEDA ScaledObjects found; watching them");
-    let stream = watcher(
-        api,
-        watcher::Config::default().timeout(crate::client::WATCH_SERVER_TIMEOUT_SECS),
-    )
-    .backoff(watch_backoff())
-    .modify(strip_scaled_object)
-    .reflect(writer);
+    let stream = watcher(api, watch_config())
+        .backoff(watch_backoff())
+        .modify(strip_scaled_object)
+        .reflect(writer);
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
         match item {

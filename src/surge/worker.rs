@@ -118,9 +118,9 @@ impl Worker {
             } else if self.cache.ready_for(Reader::SurgeWorker) {
                 let c = core
                     .get_or_insert_with(|| {
-                        let term = self.term.get();
-                        let start = lead_start(last_lead, term, Instant::now());
-                        if last_lead.is_some_and(|(t, _)| t == term) {
+                        let (term, now) = (self.term.get(), Instant::now());
+                        let start = lead_start(last_lead, term, now);
+                        if start != now {
                             tracing::info!(
                                 term,
                                 led_for = ?start.elapsed(),
