@@ -239,6 +239,20 @@ pub fn register_webhooks(wh: &WebhookInfo, port: u16) {
     kubectl_ok(&["apply", "-f", &path_str(&path)]);
 }
 
+/// A replica started in `slot`, ready, and holding the Lease (the first of
+/// a test's replicas, with no other to take it).
+pub async fn start_leading(client: &kube::Client, spec: &ReplicaSpec, slot: &str) -> Replica {
+    let r = Replica::start(spec, slot);
+    r.wait_ready(Duration::from_secs(30));
+    wait_leader(
+        client,
+        std::slice::from_ref(&r.name),
+        Duration::from_secs(30),
+    )
+    .await;
+    r
+}
+
 /// Holder and renewTime of the leader Lease.
 pub async fn lease(client: &kube::Client) -> (String, Option<k8s_openapi::jiff::Timestamp>) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NS);

@@ -30,14 +30,7 @@ async fn a_lead_taken_back_in_its_own_name_keeps_the_cooldown_going() {
     // Answered at once: a held eviction would be let through once the surge
     // made room, and this test wants the one refusal as its signal.
     spec.env.push(("EVICTION_HOLD".into(), "0".into()));
-    let flap = Replica::start(&spec, "flap-r");
-    flap.wait_ready(Duration::from_secs(30));
-    wait_leader(
-        &client,
-        std::slice::from_ref(&flap.name),
-        Duration::from_secs(30),
-    )
-    .await;
+    let flap = start_leading(&client, &spec, "flap-r").await;
     register_webhooks(wh, flap.port);
 
     let ns = TestNs::new("chaos-flap").await;
@@ -131,14 +124,7 @@ async fn a_leader_whose_caches_fail_hands_the_lease_to_a_working_replica() {
     // ServiceAccount leaves it working.
     let mut admin_spec = spec.clone();
     admin_spec.kubeconfig = cluster_dir().join("kubeconfig");
-    let blind = Replica::start(&spec, "blind-r");
-    blind.wait_ready(Duration::from_secs(30));
-    wait_leader(
-        &client,
-        std::slice::from_ref(&blind.name),
-        Duration::from_secs(30),
-    )
-    .await;
+    let blind = start_leading(&client, &spec, "blind-r").await;
     let sighted = Replica::start(&admin_spec, "sighted-r");
     sighted.wait_ready(Duration::from_secs(30));
     // A surge of the blind leader's in place across the hand-over: its

@@ -105,14 +105,7 @@ async fn a_paused_apiserver_link_fails_open_steps_down_and_loses_no_write() {
     let mut slow_spec = spec.clone();
     slow_spec.kubeconfig = proxied_kubeconfig(&spec, link.port);
     // The proxied replica starts first and leads; the other one waits.
-    let slow = Replica::start(&slow_spec, "slow-r");
-    slow.wait_ready(Duration::from_secs(30));
-    wait_leader(
-        &client,
-        std::slice::from_ref(&slow.name),
-        Duration::from_secs(30),
-    )
-    .await;
+    let slow = start_leading(&client, &slow_spec, "slow-r").await;
     let direct = Replica::start(&spec, "direct-r");
     direct.wait_ready(Duration::from_secs(30));
     register_webhooks(wh, slow.port);
