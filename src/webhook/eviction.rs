@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::budget::{pdb_selects, Selector};
@@ -353,7 +354,7 @@ pub fn recount_pending(
     let settled_healthy = healthy - (dep_healthy - wanted).max(0);
     // The eviction takes one healthy pod; with room for it, nothing lags
     // that matters.
-    if settled_healthy - status.desired_healthy >= 1 {
+    if settled_healthy.saturating_sub(status.desired_healthy) >= 1 {
         return None;
     }
     Some(Recount {
@@ -443,13 +444,22 @@ pub fn status_catch_up(view: &impl EvictionView, ns: &str, pdb: &str) -> Option<
     if !crate::cache::owned_by_us(&pdb.metadata) {
         return None;
     }
+    // The count is written against the status's own `desiredHealthy`, which
+    // stays right only for a whole-number `minAvailable` (what we create).
+    // With `maxUnavailable` or a percentage it falls with the scale-down,
+    // so the old value would say fewer disruptions than the controller's
+    // recount: the apiserver would refuse evictions it allows.
+    let spec = pdb.spec.as_ref()?;
+    if spec.max_unavailable.is_some() || !matches!(spec.min_available, Some(IntOrString::Int(_))) {
+        return None;
+    }
     let status = pdb.status.as_ref()?;
     if status.observed_generation.unwrap_or(0) < pdb.metadata.generation.unwrap_or(0) {
         return None;
     }
-    let selector = Selector::compile(pdb.spec.as_ref().and_then(|s| s.selector.as_ref())).ok()?;
+    let selector = Selector::compile(spec.selector.as_ref()).ok()?;
     let (healthy, _) = count_healthy(view, ns, &selector, status, None);
-    let allowed = (healthy - status.desired_healthy).max(0);
+    let allowed = healthy.saturating_sub(status.desired_healthy).max(0);
     if healthy >= status.current_healthy || status.disruptions_allowed <= allowed {
         return None;
     }
@@ -514,7 +524,7 @@ impl StatusCatchUp {
     /// the apiserver would refuse evictions it allows. None when the live
     /// count leaves the room the status says.
     pub fn confirmed(mut self, live_healthy: i32) -> Option<StatusCatchUp> {
-        let allowed = (live_healthy - self.desired_healthy).max(0);
+        let allowed = live_healthy.saturating_sub(self.desired_healthy).max(0);
         if live_healthy >= self.was_healthy || self.was_allowed <= allowed {
             return None;
         }
@@ -1331,6 +1341,30 @@ pub(crate) mod tests {
         f
     }
 
+    /// Anyone who may write a PDB's status can write any number there: the
+    /// arithmetic on it saturates (a debug build, the e2e server's, would
+    /// panic on an overflow; a release one would wrap and could write
+    /// `disruptionsAllowed: 0` to one of ours).
+    #[test]
+    fn absurd_status_numbers_neither_panic_nor_wrap() {
+        for desired in [i32::MIN, i32::MIN + 1, i32::MAX] {
+            let mut f = scaled_down();
+            f.pods.pop();
+            f.pdbs[0] = owned(pdb("web", 1, desired, 4));
+            let _ = decide(&f, "ns", "p");
+            if let Some(c) = status_catch_up(&f, "ns", "web") {
+                assert!(c.disruptions_allowed >= 0, "{desired}: {c:?}");
+                assert!(c.disruptions_allowed <= c.was_allowed, "{desired}: {c:?}");
+                let _ = c.confirmed(i32::MAX);
+            }
+        }
+        // desiredHealthy i32::MIN: every pod counts as room, nothing lowered.
+        let mut f = scaled_down();
+        f.pods.pop();
+        f.pdbs[0] = owned(pdb("web", 1, i32::MIN, 4));
+        assert_eq!(status_catch_up(&f, "ns", "web"), None);
+    }
+
     fn recount(d: Decision) -> Option<(i32, i32, i32)> {
         match d {
             Decision::Recount(r) => Some((r.settled_healthy, r.desired_healthy, r.current_healthy)),
@@ -1507,6 +1541,25 @@ pub(crate) mod tests {
                 None,
             ),
             (
+                "maxUnavailable: desiredHealthy falls with the scale-down, never written",
+                |f| {
+                    f.pods.pop();
+                    let spec = f.pdbs[0].spec.as_mut().unwrap();
+                    spec.min_available = None;
+                    spec.max_unavailable = Some(IntOrString::Int(1));
+                },
+                None,
+            ),
+            (
+                "a percentage of minAvailable: the same",
+                |f| {
+                    f.pods.pop();
+                    f.pdbs[0].spec.as_mut().unwrap().min_available =
+                        Some(IntOrString::String("75%".into()));
+                },
+                None,
+            ),
+            (
                 "a spec the controller has not observed: the apiserver refuses anyway",
                 |f| {
                     f.pods.pop();
@@ -1672,7 +1725,12 @@ pub(crate) mod tests {
         assert_eq!(doc, newer);
     }
 
+    /// `p` as we make it: ours, `minAvailable` its status's `desiredHealthy`.
     fn owned(mut p: PodDisruptionBudget) -> PodDisruptionBudget {
+        let desired = p.status.as_ref().map_or(0, |s| s.desired_healthy);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.min_available = Some(IntOrString::Int(desired));
+        }
         p.metadata.annotations = Some(
             [(
                 names::OWNED_BY.to_string(),
