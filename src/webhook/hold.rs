@@ -268,7 +268,10 @@ pub fn take_room(
 /// store's notifier) and every [`RECHECK_EVERY`], until the decision ends
 /// the hold or `deadline` passes. A PDB status update from the disruption
 /// controller is what usually makes room (or recounts), and that is a PDB
-/// event. Any Allow ends a hold; a Block ends only a recount hold.
+/// event. Any Allow ends a hold. A Block ends a recount hold, and a hold
+/// for room taken (the room went to the eviction let through, and the
+/// budget now blocks): the caller decides again on fresh facts and, for a
+/// 429, wakes the surge worker at once instead of at the hold's end.
 pub async fn wait_for_room(
     view: &impl EvictionView,
     ledger: &Mutex<RoomLedger>,
@@ -291,7 +294,7 @@ pub async fn wait_for_room(
                     return HoldOutcome::Room { reason, warning };
                 }
             }
-            (Decision::Block(_), _) if wait == HoldFor::Recount => return HoldOutcome::Blocked,
+            (Decision::Block(_), _) if wait != HoldFor::Room => return HoldOutcome::Blocked,
             (Decision::Block(_) | Decision::Recount(_), _) => {}
         }
         let recheck = (Instant::now() + RECHECK_EVERY).min(deadline);
@@ -696,6 +699,19 @@ mod tests {
                 ..
             }
         ));
+
+        // Blocked: q's disruption is counted and the status allows none.
+        // The hold ends at once, so that the caller signals the surge now.
+        let (view, ledger) = setup();
+        let (tx, rx) = watch::channel(0u64);
+        let held = hold(view.clone(), ledger, rx);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!held.is_finished());
+        view.0.lock().unwrap().pdbs[0] = pdb("web", 0, 3, 3);
+        let counted = Instant::now();
+        tx.send_modify(|n| *n += 1);
+        assert_eq!(held.await.unwrap(), HoldOutcome::Blocked);
+        assert!(counted.elapsed() < RECHECK_EVERY, "{:?}", counted.elapsed());
 
         // A restart: a new ledger has no entry for q.
         let (view, _) = setup();
