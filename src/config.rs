@@ -215,6 +215,27 @@ pub struct ServeOpts {
     pub log_format: LogFormat,
 }
 
+impl ServeOpts {
+    /// Settings that are each valid but not together. A held eviction that
+    /// ends without room reads the apiserver (up to `LIVE_CHECK_TIMEOUT`),
+    /// and a recount reads it before its hold too: a `REQUEST_TIMEOUT` under
+    /// that cuts the answer off with a 503, and `failurePolicy: Ignore` lets
+    /// the eviction through unchecked with an error in the apiserver's log.
+    pub fn check(&self) -> Result<(), String> {
+        let live = crate::webhook::live::LIVE_CHECK_TIMEOUT;
+        let longest = self.eviction_hold.max(live) + live;
+        if self.request_timeout <= longest {
+            return Err(format!(
+                "REQUEST_TIMEOUT {:?} must be longer than the longest eviction answer, {longest:?} \
+                 (EVICTION_HOLD {:?} or a live read of {live:?}, then a live read): raise \
+                 REQUEST_TIMEOUT or lower EVICTION_HOLD",
+                self.request_timeout, self.eviction_hold
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +338,34 @@ mod tests {
         for bad in ["9s", "1m", "soon"] {
             let err = hold(&["--eviction-hold", bad]).unwrap_err();
             assert!(err.contains("EVICTION_HOLD") && err.contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_request_timeout_outlasts_the_longest_eviction_answer() {
+        let check = |args: &[&str]| {
+            let mut v = vec!["x", "--tls-cert-file", "c", "--tls-key-file", "k"];
+            v.extend_from_slice(args);
+            ServeCli::try_parse_from(v)
+                .map_err(|e| e.to_string())
+                .and_then(|c| c.s.check())
+        };
+        assert_eq!(check(&[]), Ok(()), "the defaults: 10 s against 6 + 1.5 s");
+        assert_eq!(check(&["--eviction-hold", "8s"]), Ok(()));
+        assert_eq!(
+            check(&["--eviction-hold", "0", "--request-timeout", "3100ms"]),
+            Ok(())
+        );
+        for bad in [
+            &["--request-timeout", "5s"][..],
+            &["--request-timeout", "7500ms"],
+            &["--eviction-hold", "0", "--request-timeout", "3s"],
+        ] {
+            let err = check(bad).unwrap_err();
+            assert!(
+                err.contains("REQUEST_TIMEOUT") && err.contains("EVICTION_HOLD"),
+                "{err}"
+            );
         }
     }
 

@@ -26,6 +26,8 @@ pub enum RunError {
     Kube(#[from] kube::Error),
     #[error(transparent)]
     Serve(#[from] server::ServeError),
+    #[error("settings: {0}")]
+    Settings(String),
 }
 
 pub fn init_logging(format: LogFormat) {
@@ -62,6 +64,7 @@ async fn shutdown_signal() {
 }
 
 pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
+    opts.check().map_err(RunError::Settings)?;
     // Certificates first: a bad file is a start-up error, not a later surprise.
     let cert = ReloadingCert::load(&opts.tls_cert_file, &opts.tls_key_file)?;
     let tls_settings = TlsSettings::load(cert.clone(), opts.client_ca_file.as_deref())?;
