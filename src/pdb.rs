@@ -32,6 +32,40 @@ pub fn matching_pdbs<'a>(
     CompiledPdbs::new(pdbs).matching(dep)
 }
 
+/// The PDBs over `dep`'s running pods by the pods' own labels. For a
+/// Deployment whose template no PDB selects: pods may carry labels their
+/// template lacks (a service mesh injects its own; a rollout that changed
+/// the template leaves the old pods' labels), and the apiserver picks a
+/// pod's budget by the pod's labels, as `pod_overlap` does for the
+/// reconciler.
+pub fn pdbs_over_pods<'a>(
+    dep: &Deployment,
+    pdbs: &'a [Arc<PodDisruptionBudget>],
+    pods: &[Arc<crate::cache::SlimPod>],
+) -> Vec<&'a Arc<PodDisruptionBudget>> {
+    let (Some(ns), Ok(ours)) = (
+        dep.metadata.namespace.as_deref(),
+        Selector::compile(dep.spec.as_ref().map(|s| &s.selector)),
+    ) else {
+        return Vec::new();
+    };
+    let compiled = CompiledPdbs::new(pdbs);
+    let mut found: Vec<&'a Arc<PodDisruptionBudget>> = Vec::new();
+    for p in pods.iter().filter(|p| {
+        p.namespace() == ns
+            && !p.is_terminating()
+            && !p.is_completed()
+            && ours.selects_for_eviction(p.labels())
+    }) {
+        for pdb in compiled.selecting(ns, p.labels()) {
+            if !found.iter().any(|f| Arc::ptr_eq(f, pdb)) {
+                found.push(pdb);
+            }
+        }
+    }
+    found
+}
+
 /// PDBs with their selectors compiled once, for a pass that matches every
 /// Deployment of a namespace against every PDB (compiling per pair was the
 /// bulk of an idle replica's CPU at 2,000 Deployments, per the profile in

@@ -45,7 +45,7 @@ use serde_json::{json, Value};
 use crate::budget::{pdb_selects, IntOrPercent};
 use crate::markers::{self, Markers};
 use crate::patch::{annotation_ops, escape, guarded_set, version_guard};
-use crate::pdb::matching_pdbs;
+use crate::pdb::{matching_pdbs, pdbs_over_pods};
 use crate::surge::plan::{self, Action, Applier, PodState, Snapshot};
 use crate::surge::view::{
     hpa_carrier, hpa_is_kedas, kedas_hpa_lags, scaled_object_carrier, NsObjects,
@@ -660,7 +660,13 @@ pub fn step(
     };
 
     // The budget: exactly one PDB over the Deployment's pods, or none to size for.
-    let pdbs = matching_pdbs(dep, &objs.pdbs);
+    // Matched by the template, else by the pods' own labels (a mesh's
+    // injected ones): a 429 under a PDB only the pods' labels meet must
+    // still bring a surge, and its revert the budget check.
+    let mut pdbs = matching_pdbs(dep, &objs.pdbs);
+    if pdbs.is_empty() {
+        pdbs = pdbs_over_pods(dep, &objs.pdbs, &objs.pods);
+    }
     let pdb: Option<&Arc<PodDisruptionBudget>> = match pdbs[..] {
         [p] => Some(p),
         _ => None,
@@ -1168,6 +1174,69 @@ mod tests {
             .iter()
             .find(|o| o["op"] == op && o["path"] == path)
             .map(|o| o["value"].clone())
+    }
+
+    /// A user's PDB over a label the pods carry and their template lacks (a
+    /// service mesh injects one): the apiserver blocks evictions under it,
+    /// so the step sizes the surge by it, and the revert checks it.
+    #[test]
+    fn a_pdb_over_labels_only_the_pods_carry_is_the_deployments_budget() {
+        let mesh = |p: &Arc<SlimPod>| {
+            let mut w = PodWire {
+                metadata: ObjectMeta {
+                    name: Some(p.name().to_string()),
+                    namespace: Some("ns".into()),
+                    labels: Some(
+                        [("app", "web"), ("mesh", "web")]
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .into(),
+                    ),
+                    ..Default::default()
+                },
+                spec: SlimPodSpec {
+                    node_name: p.node().map(str::to_string),
+                },
+                status: SlimPodStatus {
+                    phase: Some("Running".into()),
+                    conditions: vec![SlimCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                    }],
+                },
+            };
+            w.metadata.uid = None;
+            Arc::new(SlimPod::from(w))
+        };
+        let mut user = (*blocking_pdb(3)).clone();
+        user.metadata.name = Some("mesh-budget".into());
+        user.spec.as_mut().unwrap().selector = Some(LabelSelector {
+            match_labels: Some([("mesh".to_string(), "web".to_string())].into()),
+            ..Default::default()
+        });
+        let user = Arc::new(user);
+        let objs = NsObjects {
+            deployments: vec![dep(3, None)],
+            pods: pods(3, "n1").iter().map(mesh).collect(),
+            pdbs: vec![user.clone()],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &["n1"], &Facts::default());
+        assert_eq!(s.pdb.as_deref(), Some("mesh-budget"));
+        assert!(matches!(s.action, Action::Surge { .. }), "{:?}", s.action);
+
+        // Mid-surge the same PDB is the one the revert's budget check reads.
+        let objs = NsObjects {
+            deployments: vec![dep(6, Some((3, 6)))],
+            pods: pods(6, "n2").iter().map(mesh).collect(),
+            pdbs: vec![user],
+            in_scope: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            run(&objs, &[], &quiet()).pdb.as_deref(),
+            Some("mesh-budget")
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{EvictParams, PostParams};
+use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 
 use crate::support::drain_node as drain;
@@ -518,6 +518,86 @@ async fn percent_budget_surge_is_sized_to_let_the_drain_finish() {
     assert!(d.ok, "drain:\n{}", d.output);
     assert!(watcher.finish().await >= 3, "80% of 3 is 3 Ready pods");
     wait_replicas(&ns, "p", 3, false, Duration::from_secs(60)).await;
+}
+
+/// A user's PDB over a label the pods get after admission (a service mesh
+/// injects its own; a labeller stands in for it here), which the pod
+/// template lacks. The apiserver picks a pod's budget by the pod's labels,
+/// so evictions are blocked under it: the surge must be sized by it (it was
+/// looked for by the template's labels only, found none, and the drain
+/// waited for good), and ours, made at admission, steps aside for it.
+#[tokio::test]
+async fn a_budget_over_labels_the_template_lacks_is_surged_for() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-mesh").await;
+    let node = "kwok-node-2";
+    let pods: Api<Pod> = ns.api();
+    struct Abort(tokio::task::JoinHandle<()>);
+    impl Drop for Abort {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let _labeller = Abort(tokio::spawn({
+        let pods = pods.clone();
+        async move {
+            let unlabelled = ListParams::default().labels("app=web,!mesh");
+            let label = Patch::Merge(serde_json::json!({"metadata": {"labels": {"mesh": "web"}}}));
+            loop {
+                if let Ok(list) = pods.list(&unlabelled).await {
+                    for p in list {
+                        let name = p.metadata.name.unwrap_or_default();
+                        let _ = pods.patch(&name, &PatchParams::default(), &label).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }));
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb_over(
+            "mesh-budget",
+            &[("mesh", "web")],
+            Some(IntOrString::Int(3)),
+            None,
+        ),
+    )
+    .await
+    .expect("user PDB");
+    let deps: Api<Deployment> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(
+            deployment("web", 3, Some(node)),
+            Some(IntOrString::String("100%".into())),
+        ),
+    )
+    .await
+    .expect("create");
+    wait_ready(&ns, "web", 3).await;
+    wait_gone(
+        &pdbs,
+        "web",
+        "ours to step aside for the PDB over the pods' labels",
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_pdb(&ns, "mesh-budget", "blocking", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.observed_generation == p.metadata.generation
+                && s.current_healthy == 3
+                && s.disruptions_allowed == 0
+        })
+    })
+    .await;
+    let watcher = AvailabilityWatcher::start(&ns, "web");
+    let d = drain(node, "app=web", &["--timeout=90s"]).await;
+    uncordon(node);
+    assert!(d.ok, "drain:\n{}", d.output);
+    assert!(watcher.finish().await >= 3, "Ready pods stayed at 3");
+    wait_replicas(&ns, "web", 3, false, Duration::from_secs(60)).await;
 }
 
 /// Scenario 7: an eviction that is not part of a drain (a descheduler's)
