@@ -177,6 +177,55 @@ impl Requirement {
     }
 }
 
+/// The part of a label key after any prefix, and a label value that is not
+/// empty (`qualifiedNameFmt`): alphanumerics at both ends, `-`, `_` and `.`
+/// between, at most 63 characters.
+fn qualified_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    s.len() <= 63
+        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// `IsDNS1123Subdomain`: a key's prefix.
+fn dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|l| {
+            let b = l.as_bytes();
+            b.first()
+                .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && b.last()
+                    .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        })
+}
+
+/// `labels.NewRequirement`'s checks: the key a qualified name, every value a
+/// valid label value. The apiserver kept PDBs with invalid values
+/// (`AllowInvalidLabelValueInSelector`), and `LabelSelectorAsSelector` fails
+/// on them: such a selector protects nothing, in eviction.go and the
+/// disruption controller alike.
+fn check_requirement(key: &str, values: &[String]) -> Result<(), BudgetError> {
+    let key_ok = match key.split_once('/') {
+        Some((prefix, name)) => dns_subdomain(prefix) && qualified_part(name),
+        None => qualified_part(key),
+    };
+    if !key_ok {
+        return Err(BudgetError::Selector(format!(
+            "{key:?}: not a valid label key"
+        )));
+    }
+    match values.iter().find(|v| !v.is_empty() && !qualified_part(v)) {
+        Some(v) => Err(BudgetError::Selector(format!(
+            "{key}: {v:?} is not a valid label value"
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl Selector {
     pub fn compile(sel: Option<&LabelSelector>) -> Result<Self, BudgetError> {
         let Some(sel) = sel else {
@@ -184,10 +233,13 @@ impl Selector {
         };
         let mut reqs = Vec::new();
         for (k, v) in sel.match_labels.iter().flatten() {
-            reqs.push(Requirement::In(k.clone(), vec![v.clone()]));
+            let values = vec![v.clone()];
+            check_requirement(k, &values)?;
+            reqs.push(Requirement::In(k.clone(), values));
         }
         for e in sel.match_expressions.iter().flatten() {
             let values = e.values.clone().unwrap_or_default();
+            check_requirement(&e.key, &values)?;
             let req = match e.operator.as_str() {
                 "In" | "NotIn" if values.is_empty() => {
                     return Err(BudgetError::Selector(format!(
@@ -456,6 +508,49 @@ mod tests {
             ..Default::default()
         };
         assert!(!pdb_selects(Some(&bad), &l));
+        // Values the apiserver kept from before it checked them, and keys
+        // it never took: `LabelSelectorAsSelector` fails, nothing selected.
+        let long = "x".repeat(64);
+        let l = labels(&[("app", "web"), ("tier", "a b")]);
+        for (key, op, values) in [
+            ("tier", "NotIn", vec!["a b"]),
+            ("app", "In", vec!["web", long.as_str()]),
+            ("app", "In", vec!["web", "-web"]),
+            ("app", "NotIn", vec!["web."]),
+            ("-app", "Exists", vec![]),
+            ("Example.com/app", "Exists", vec![]),
+            ("a/b/c", "DoesNotExist", vec![]),
+            ("/app", "Exists", vec![]),
+        ] {
+            let bad = LabelSelector {
+                match_expressions: Some(vec![expr(key, op, &values)]),
+                ..Default::default()
+            };
+            assert!(
+                Selector::compile(Some(&bad)).is_err(),
+                "{key} {op} {values:?}"
+            );
+            assert!(!pdb_selects(Some(&bad), &l), "{key} {op} {values:?}");
+        }
+        let bad = LabelSelector {
+            match_labels: Some([("app".to_string(), "we b".to_string())].into()),
+            ..Default::default()
+        };
+        assert!(!pdb_selects(Some(&bad), &l));
+        // Valid ones at the edges still select.
+        let x63 = "x".repeat(63);
+        for (key, op, values) in [
+            ("app", "NotIn", vec!["", "a-b_c.d", x63.as_str()]),
+            ("example.com/app", "DoesNotExist", vec![]),
+            ("k8s.io/x.Y_z-1", "DoesNotExist", vec![]),
+            ("app", "In", vec!["web"]),
+        ] {
+            let ok = LabelSelector {
+                match_expressions: Some(vec![expr(key, op, &values)]),
+                ..Default::default()
+            };
+            assert!(pdb_selects(Some(&ok), &l), "{key} {op} {values:?}");
+        }
     }
 
     proptest! {
