@@ -457,10 +457,16 @@ impl PodWriter {
             Event::Apply(p) => {
                 let pod = SlimPod::from(p);
                 let mut map = self.store.write();
+                // What `pdb::protected_pods` reads for the reconciler's
+                // overlap check: labels, and whether the pod still counts.
                 let relabelled = map
                     .get(&*pod.namespace)
                     .and_then(|s| s.get(pod.name()))
-                    .is_none_or(|old| old.0.labels() != pod.labels());
+                    .is_none_or(|old| {
+                        old.0.labels() != pod.labels()
+                            || old.0.is_terminating() != pod.is_terminating()
+                            || old.0.is_completed() != pod.is_completed()
+                    });
                 let ns = pod.namespace.clone();
                 insert(&mut map, pod);
                 drop(map);
@@ -825,8 +831,9 @@ pub struct Cache {
     /// Bumped on every watch event: wakes the surge worker.
     pub changed: watch::Receiver<u64>,
     /// Namespaces whose Deployments, PDBs, autoscalers, EvictionAutoScalers
-    /// or annotations changed: what the reconciler plans (pods, nodes and
-    /// ReplicaSets do not mark; the reconciler reads none of them).
+    /// or annotations changed, or whose pods came, went, changed labels or
+    /// began terminating or completed (its overlap check reads those): what
+    /// the reconciler plans. Nodes and ReplicaSets do not mark.
     pub ns_dirty: Arc<Dirty>,
     /// Bumped on every PDB event only, after the store has it: wakes held
     /// evictions (EVICTION_HOLD) without the pod churn of `changed`.
@@ -1004,10 +1011,13 @@ impl Cache {
         lookup(&self.namespaces, None, ns).is_some()
     }
 
+    /// A namespace not in the cache (its watch lags the pods') is out of
+    /// scope until it is: its opt-out annotation is unknown, and out of
+    /// scope the webhook lets the apiserver decide.
     pub fn namespace_in_scope(&self, ns: &str) -> bool {
-        let nso = lookup(&self.namespaces, None, ns);
-        let ann = nso.as_ref().and_then(|n| n.metadata.annotations.as_ref());
-        scope::namespace_scope(ns, ann, &self.behaviour).enabled
+        lookup(&self.namespaces, None, ns).is_some_and(|n| {
+            scope::namespace_scope(ns, n.metadata.annotations.as_ref(), &self.behaviour).enabled
+        })
     }
 }
 
@@ -1905,6 +1915,33 @@ mod tests {
         );
     }
 
+    /// A namespace the cache has not seen is out of scope until it has,
+    /// even where the settings put every namespace in: it may carry the
+    /// opt-out annotation. Known, the settings and annotation decide.
+    #[test]
+    fn a_namespace_not_cached_yet_is_out_of_scope() {
+        let (nss, mut nw) = reflector::store::<Namespace>();
+        let mut c = empty_cache();
+        c.namespaces = nss;
+        c.behaviour = Arc::new(Behaviour {
+            enabled_by_default: true,
+            ..Behaviour::default()
+        });
+        assert!(!c.namespace_in_scope("team"));
+        for (ann, want) in [(None, true), (Some("false"), false)] {
+            nw.apply_watcher_event(&Event::Apply(Namespace {
+                metadata: ObjectMeta {
+                    name: Some("team".into()),
+                    annotations: ann
+                        .map(|v: &str| [(names::ENABLE.to_string(), v.to_string())].into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }));
+            assert_eq!(c.namespace_in_scope("team"), want, "{ann:?}");
+        }
+    }
+
     #[test]
     fn a_lookup_with_the_kept_key_finds_what_a_new_key_finds() {
         let (deps, mut w) = reflector::store::<Deployment>();
@@ -2201,6 +2238,36 @@ mod tests {
         let n = INTERNER.lock().unwrap().set.len();
         assert!(n < 5000, "swept: {n} left");
         assert!(Arc::ptr_eq(&kept, &intern("kept-value-for-the-sweep-test")));
+    }
+
+    /// The reconciler's overlap check reads pods' labels and whether they
+    /// still count (not terminating, not completed): a pod event marks its
+    /// namespace when one of those changes, and not for a readiness flip.
+    #[test]
+    fn pod_events_mark_the_namespace_when_the_overlap_check_would_change() {
+        let dirty = Arc::new(crate::dirty::Dirty::default());
+        let store = PodStore::default();
+        let mut w = store.writer().marking(dirty.clone());
+        let marked = |w: &mut PodWriter, pod: PodWire| {
+            dirty.take();
+            w.apply(&Event::Apply(pod));
+            dirty.take().covers("ns")
+        };
+        let base = wire("ns", "p1", "web");
+        assert!(marked(&mut w, base.clone()), "a new pod");
+        assert!(!marked(&mut w, base.clone()), "the same pod again");
+        let mut unready = base.clone();
+        unready.status.conditions[1].status = "False".into();
+        assert!(!marked(&mut w, unready), "a readiness flip");
+        assert!(marked(&mut w, wire("ns", "p1", "api")), "relabelled");
+        let mut leaving = wire("ns", "p1", "api");
+        leaving.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        );
+        assert!(marked(&mut w, leaving), "terminating");
+        let mut done = wire("ns", "p1", "api");
+        done.status.phase = Some("Succeeded".into());
+        assert!(marked(&mut w, done), "completed");
     }
 
     #[tokio::test]

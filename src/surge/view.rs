@@ -155,10 +155,13 @@ impl ClusterView {
             .filter_map(|n| n.metadata.name.clone().map(|name| (name, n)))
             .collect();
         for (name, objs) in m.iter_mut() {
-            let ann = annotations
-                .get(name)
-                .and_then(|n| n.metadata.annotations.as_ref());
-            objs.in_scope = scope::namespace_scope(name, ann, &self.behaviour).enabled;
+            // A namespace not in the cache yet (its watch lags the others'):
+            // its opt-out is unknown, so no new surge until it is there.
+            // Surges in place revert whatever the scope.
+            objs.in_scope = annotations.get(name).is_some_and(|n| {
+                scope::namespace_scope(name, n.metadata.annotations.as_ref(), &self.behaviour)
+                    .enabled
+            });
             objs.keda_unknown = self.keda_unknown;
             objs.eas_unknown = self.eas_unknown;
         }
@@ -430,6 +433,27 @@ mod tests {
             "metadata": {"name": "web", "namespace": "ns"},
             "spec": {"targetName": "web", "lastEviction": {"podName": "web-1", "evictionTime": t.to_string()}}}),
         )
+    }
+
+    /// A namespace whose objects are cached before the namespace itself
+    /// may surge only once it is there (it may carry the opt-out).
+    #[test]
+    fn a_namespace_not_cached_yet_may_not_surge() {
+        let view = |namespaces: Vec<Arc<Namespace>>| ClusterView {
+            deployments: vec![obj(json!({"metadata": {"name": "web", "namespace": "ns"}}))],
+            namespaces,
+            behaviour: Arc::new(Behaviour {
+                enabled_by_default: true,
+                ..Behaviour::default()
+            }),
+            ..Default::default()
+        };
+        assert!(!view(vec![]).index().namespaces["ns"].in_scope);
+        let ns = obj(json!({"metadata": {"name": "ns"}}));
+        assert!(view(vec![ns]).index().namespaces["ns"].in_scope);
+        let out = obj(json!({"metadata": {"name": "ns",
+            "annotations": {names::ENABLE: "false"}}}));
+        assert!(!view(vec![out]).index().namespaces["ns"].in_scope);
     }
 
     /// The worker's idle skip: a pass runs whenever a surge could exist or
