@@ -169,7 +169,17 @@ fn chart_lints_clean_with_each_certificate_source() {
         // apiserver's own eviction (ea.validate in _helpers.tpl).
         (
             "webhook.timeoutSeconds=5",
-            "controllerConfig.evictionHold 6s plus 2s",
+            "controllerConfig.evictionHold 6s (at least 1.5s when on) plus 2s",
+        ),
+        // A short hold still pays a live read before and after it.
+        (
+            "webhook.timeoutSeconds=3,controllerConfig.evictionHold=500ms",
+            "must fit in webhook.timeoutSeconds (3)",
+        ),
+        // No hold: one live read and the apiserver's own eviction.
+        (
+            "webhook.timeoutSeconds=1,controllerConfig.evictionHold=0s",
+            "must fit in webhook.timeoutSeconds (1)",
         ),
         (
             "webhook.timeoutSeconds=4,controllerConfig.evictionHold=2500ms",

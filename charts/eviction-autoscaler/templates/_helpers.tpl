@@ -88,9 +88,11 @@ caBundle valid), else a new CA and certificate. Call once per render (it is rand
 {{- if or (lt $t 1) (gt $t 30) -}}
 {{- fail (printf "webhook.timeoutSeconds must be 1 to 30, not %v" .Values.webhook.timeoutSeconds) -}}
 {{- end -}}
-{{- /* A held eviction is answered within the hold plus one live read (1.5 s); the
-     apiserver then runs its own eviction. Past timeoutSeconds the apiserver gives
-     up on the webhook and, failurePolicy Ignore, lets the eviction through unchecked. */ -}}
+{{- /* A held eviction is answered within the hold plus one live read (1.5 s); a
+     recount reads once before its hold too, so a hold under 1.5 s still takes
+     1.5 s + 1.5 s; with no hold, one live read. The apiserver then runs its own
+     eviction (0.5 s). Past timeoutSeconds the apiserver gives up on the webhook and,
+     failurePolicy Ignore, lets the eviction through unchecked. */ -}}
 {{- $hold := toString (default "6s" .Values.controllerConfig.evictionHold) | trim -}}
 {{- $holdMs := -1 -}}
 {{- if regexMatch "^[0-9]+ms$" $hold -}}{{- $holdMs = int (trimSuffix "ms" $hold) -}}
@@ -99,8 +101,10 @@ caBundle valid), else a new CA and certificate. Call once per render (it is rand
 {{- else -}}
 {{- fail (printf "controllerConfig.evictionHold must be whole seconds or milliseconds (6s, 2500ms) or 0, not %q, so the chart can check it against webhook.timeoutSeconds" $hold) -}}
 {{- end -}}
-{{- if and (gt $holdMs 0) (gt (add $holdMs 2000) (mul $t 1000)) -}}
-{{- fail (printf "controllerConfig.evictionHold %s plus 2s (one live read, then the apiserver's own eviction) must fit in webhook.timeoutSeconds (%d)" $hold $t) -}}
+{{- $longest := 2000 -}}
+{{- if gt $holdMs 0 -}}{{- $longest = add (max $holdMs 1500) 2000 -}}{{- end -}}
+{{- if gt $longest (mul $t 1000) -}}
+{{- fail (printf "controllerConfig.evictionHold %s (at least 1.5s when on) plus 2s (one live read, then the apiserver's own eviction) must fit in webhook.timeoutSeconds (%d)" $hold $t) -}}
 {{- end -}}
 {{- end -}}
 
