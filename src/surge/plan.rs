@@ -101,7 +101,7 @@ pub enum Applier {
 
 impl Applier {
     /// The value a surge changes, as it is now.
-    fn current(self, replicas: i32) -> Option<i32> {
+    pub fn current(self, replicas: i32) -> Option<i32> {
         match self {
             Applier::Deployment => Some(replicas),
             Applier::Hpa { min } | Applier::Keda { min } => Some(min),

@@ -785,8 +785,45 @@ pub fn step(
         let n = plan::displaced_count(&snapshot);
         snapshot.adopted_displaced = snapshot.adopted_displaced.max(Some(n));
     }
-    let action = plan::plan(&snapshot);
+    // A surge cut between its two writes (the Deployment's done, the
+    // autoscaler's failed, or a restart or a new leader in between; or an
+    // autoscaler made mid-surge): the Deployment runs our surge, which
+    // nothing holds. Sized from what it runs without it, the autoscaler's
+    // minimum is raised too; sized from the surge, nothing was, and an HPA
+    // acting on metrics would take the Deployment down mid-drain, a value
+    // then adopted as someone's, and the drain would wait for good.
+    let cut = dep_state.map(|(m, _)| m).filter(|m| {
+        autoscaled
+            && snapshot.markers.is_none()
+            && dep_s.raw == Some(m.surged_to)
+            && m.plausible()
+            && m.surged_to > m.baseline
+            && dep_pending.is_none()
+            && !dep_s.ours_rewritten(*m)
+    });
+    if let Some(m) = cut {
+        snapshot.replicas = m.baseline.max(0);
+    }
+    let mut action = plan::plan(&snapshot);
     out.displaced = plan::displaced_count(&snapshot);
+    // The same where the budget has room already (the surge's pods are
+    // Ready), while pods are still displaced: the minimum is raised to the
+    // Deployment's surge, which it would otherwise not hold.
+    if let (Some(m), Action::None, Some(current)) =
+        (cut, &action, snapshot.applier.current(snapshot.replicas))
+    {
+        let target = m.surged_to.min(snapshot.applier_max.unwrap_or(i32::MAX));
+        let adopted = snapshot
+            .adopted_displaced
+            .is_some_and(|n| out.displaced <= n);
+        if snapshot.may_surge && out.displaced > 0 && !adopted && target > current {
+            action = Action::Surge {
+                baseline: current,
+                target,
+                kind: plan::SurgeKind::Start,
+            };
+        }
+    }
     out.on_draining = snapshot
         .pods
         .iter()
@@ -1237,6 +1274,65 @@ mod tests {
             run(&objs, &[], &quiet()).pdb.as_deref(),
             Some("mesh-budget")
         );
+    }
+
+    /// A surge cut between its writes (maxSurge 25% of the HPA's minimum 2:
+    /// to 3): the Deployment's (first) done, the HPA's not. The next step raises the HPA's minimum to the surge, so
+    /// that an HPA acting on metrics does not take the Deployment down
+    /// mid-drain; the Deployment is not written again.
+    #[test]
+    fn a_surge_cut_after_the_deployments_write_raises_the_minimum_next() {
+        let objs = NsObjects {
+            deployments: vec![dep(3, Some((2, 3)))],
+            hpas: vec![hpa()],
+            pods: pods(3, "n1"),
+            pdbs: vec![blocking_pdb(2)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &["n1"], &Facts::default());
+        assert!(
+            matches!(
+                s.action,
+                Action::Surge {
+                    baseline: 2,
+                    target: 3,
+                    ..
+                }
+            ),
+            "{:?}",
+            s.action
+        );
+        assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())]);
+        let w = &s.writes[0];
+        assert_eq!(op_value(w, "replace", "/spec/minReplicas"), Some(json!(3)));
+        // The next step: both in place, nothing more to write.
+        let objs = NsObjects {
+            hpas: vec![raised_hpa(2, 3)],
+            ..objs
+        };
+        let s = run(&objs, &["n1"], &Facts::default());
+        assert!(s.writes.is_empty(), "{:?}", targets(&s));
+        // The surge's pods Ready already, the budget with room: the same.
+        let mut room = (*blocking_pdb(2)).clone();
+        room.status.as_mut().unwrap().disruptions_allowed = 1;
+        let cut = NsObjects {
+            hpas: vec![hpa()],
+            pdbs: vec![Arc::new(room)],
+            ..objs.clone()
+        };
+        let s = run(&cut, &["n1"], &Facts::default());
+        assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())]);
+        assert_eq!(
+            op_value(&s.writes[0], "replace", "/spec/minReplicas"),
+            Some(json!(3))
+        );
+        // Nothing displaced any more: nothing raised.
+        assert!(run(&cut, &[], &Facts::default()).writes.is_empty());
+        // Drain over: the minimum goes back first; the Deployment after.
+        let s = run(&objs, &[], &quiet());
+        assert_eq!(s.action, Action::Revert { baseline: 2 });
+        assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())]);
     }
 
     #[test]
