@@ -867,24 +867,6 @@ pub fn step(
             && dep_s.markers().is_some_and(|m| m != l))
         .then_some(l)
     });
-    // A Deployment with no markers at a minimum we raised, set there by the
-    // autoscaler: lifted by our surge, with nothing to bring it back (the
-    // Deployment deleted and made again mid-surge; an HPA retargeted to it).
-    // Recorded from the minimum's baseline, it goes back after the
-    // autoscaler's revert, as a lift does; else an autoscaler that does not
-    // scale on metrics would keep the surge's replicas for good.
-    let lifted = lifted.or_else(|| {
-        let r = raised.filter(|_| autoscaled)?;
-        (dep_s.markers().is_none()
-            && dep_s.raw == Some(r.surged_to)
-            && r.surged_to > r.baseline
-            && dep_s.writer == ReplicasWriter::Autoscaler
-            && dep_pending.is_none())
-        .then(|| Markers {
-            baseline: lift_baseline(r.baseline, r.baseline, r.surged_to),
-            surged_to: r.surged_to,
-        })
-    });
     if let Some(l) = lifted {
         writes.extend(dep_s.surge(l.baseline, l.surged_to));
         out.lifting = Some(l);
@@ -1350,49 +1332,6 @@ mod tests {
         // Drain over: the minimum goes back first; the Deployment after.
         let s = run(&objs, &[], &quiet());
         assert_eq!(s.action, Action::Revert { baseline: 2 });
-        assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())]);
-    }
-
-    /// The Deployment deleted and made again mid-surge of its HPA: the HPA
-    /// lifts the new one (no markers) to the raised minimum. The lift is
-    /// recorded first, so that it goes back after the HPA's revert; taken
-    /// for the Deployment's own value, it stayed at 5 for good.
-    #[test]
-    fn a_deployment_made_again_mid_surge_and_lifted_is_taken_back() {
-        use crate::surge::writer::{replicas_entry, AUTOSCALER_MANAGER};
-        let lifted = |manager: &str| {
-            let mut d = (*dep(5, None)).clone();
-            d.metadata.managed_fields = Some(vec![replicas_entry(manager, Some("scale"))]);
-            NsObjects {
-                deployments: vec![Arc::new(d)],
-                hpas: vec![raised_hpa(2, 5)],
-                pods: pods(5, "n2"),
-                pdbs: vec![blocking_pdb(2)],
-                in_scope: true,
-                ..Default::default()
-            }
-        };
-        let s = run(&lifted(AUTOSCALER_MANAGER), &[], &quiet());
-        assert_eq!(
-            s.lifting,
-            Some(Markers {
-                baseline: 2,
-                surged_to: 5
-            })
-        );
-        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
-        // Recorded: the HPA goes back first, the Deployment after.
-        let objs = NsObjects {
-            deployments: vec![dep(5, Some((2, 5)))],
-            ..lifted(AUTOSCALER_MANAGER)
-        };
-        let s = run(&objs, &[], &quiet());
-        assert_eq!(s.action, Action::Revert { baseline: 2 });
-        assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())]);
-        // Set to 5 by someone through the scale subresource (`kubectl
-        // scale`): their value, not recorded.
-        let s = run(&lifted("kubectl"), &[], &quiet());
-        assert_eq!(s.lifting, None);
         assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())]);
     }
 

@@ -6,7 +6,6 @@
 
 mod events;
 mod rbac;
-mod recreated;
 #[path = "../e2e/support.rs"]
 mod support;
 mod surge_upgrade;
