@@ -218,12 +218,18 @@ pub struct ServeOpts {
 impl ServeOpts {
     /// Settings that are each valid but not together. A held eviction that
     /// ends without room reads the apiserver (up to `LIVE_CHECK_TIMEOUT`),
-    /// and a recount reads it before its hold too: a `REQUEST_TIMEOUT` under
-    /// that cuts the answer off with a 503, and `failurePolicy: Ignore` lets
-    /// the eviction through unchecked with an error in the apiserver's log.
+    /// and a recount reads it before its hold too (with no hold, one read):
+    /// a `REQUEST_TIMEOUT` under that cuts the answer off with a 503, and
+    /// `failurePolicy: Ignore` lets the eviction through unchecked with an
+    /// error in the apiserver's log.
     pub fn check(&self) -> Result<(), String> {
         let live = crate::webhook::live::LIVE_CHECK_TIMEOUT;
-        let longest = self.eviction_hold.max(live) + live;
+        // With no hold, one live read at most.
+        let longest = if self.eviction_hold.is_zero() {
+            live
+        } else {
+            self.eviction_hold.max(live) + live
+        };
         if self.request_timeout <= longest {
             return Err(format!(
                 "REQUEST_TIMEOUT {:?} must be longer than the longest eviction answer, {longest:?} \
@@ -353,13 +359,14 @@ mod tests {
         assert_eq!(check(&[]), Ok(()), "the defaults: 10 s against 6 + 1.5 s");
         assert_eq!(check(&["--eviction-hold", "8s"]), Ok(()));
         assert_eq!(
-            check(&["--eviction-hold", "0", "--request-timeout", "3100ms"]),
+            check(&["--eviction-hold", "0", "--request-timeout", "2s"]),
             Ok(())
         );
         for bad in [
             &["--request-timeout", "5s"][..],
             &["--request-timeout", "7500ms"],
-            &["--eviction-hold", "0", "--request-timeout", "3s"],
+            &["--eviction-hold", "1s", "--request-timeout", "3s"],
+            &["--eviction-hold", "0", "--request-timeout", "1500ms"],
         ] {
             let err = check(bad).unwrap_err();
             assert!(

@@ -10,7 +10,7 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::budget::Selector;
+use crate::budget::{LabelSet, Selector};
 use crate::cache::owned_by_us;
 use crate::markers::Markers;
 use crate::names;
@@ -49,6 +49,19 @@ pub fn pdbs_over_pods<'a>(
     ) else {
         return Vec::new();
     };
+    let name = dep.metadata.name.as_deref().unwrap_or_default();
+    // The Deployment's own pods: its selector may also cover another
+    // workload's (a StatefulSet of the same chart), whose PDB is not its.
+    // Its ReplicaSets are named after it and the pod-template hash.
+    let owned = |p: &crate::cache::SlimPod| {
+        let hash = p.labels().label("pod-template-hash");
+        p.controller().is_some_and(|o| {
+            &*o.kind == "ReplicaSet"
+                && hash.is_some_and(|h| {
+                    o.name.strip_suffix(h).and_then(|n| n.strip_suffix('-')) == Some(name)
+                })
+        })
+    };
     let compiled = CompiledPdbs::new(pdbs);
     let mut found: Vec<&'a Arc<PodDisruptionBudget>> = Vec::new();
     for p in pods.iter().filter(|p| {
@@ -56,6 +69,7 @@ pub fn pdbs_over_pods<'a>(
             && !p.is_terminating()
             && !p.is_completed()
             && ours.selects_for_eviction(p.labels())
+            && owned(p)
     }) {
         for pdb in compiled.selecting(ns, p.labels()) {
             if !found.iter().any(|f| Arc::ptr_eq(f, pdb)) {

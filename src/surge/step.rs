@@ -787,11 +787,14 @@ pub fn step(
     }
     // A surge cut between its two writes (the Deployment's done, the
     // autoscaler's failed, or a restart or a new leader in between; or an
-    // autoscaler made mid-surge): the Deployment runs our surge, which
-    // nothing holds. Sized from what it runs without it, the autoscaler's
-    // minimum is raised too; sized from the surge, nothing was, and an HPA
-    // acting on metrics would take the Deployment down mid-drain, a value
-    // then adopted as someone's, and the drain would wait for good.
+    // autoscaler made mid-surge) while the budget blocks: the Deployment
+    // runs our surge, which nothing holds. Planned from what it runs without
+    // it, the autoscaler's minimum is raised too; planned from the surge,
+    // nothing was, and an HPA acting on metrics could take the Deployment
+    // down mid-drain, a value then adopted as someone's. Only the plan
+    // reads it so: the scale-back's budget check below reads the replicas
+    // that run (an HPA reverted, the Deployment waiting for SETTLE, is in
+    // this state too).
     let cut = dep_state.map(|(m, _)| m).filter(|m| {
         autoscaled
             && snapshot.markers.is_none()
@@ -801,29 +804,13 @@ pub fn step(
             && dep_pending.is_none()
             && !dep_s.ours_rewritten(*m)
     });
+    let running = snapshot.replicas;
     if let Some(m) = cut {
         snapshot.replicas = m.baseline.max(0);
     }
-    let mut action = plan::plan(&snapshot);
+    let action = plan::plan(&snapshot);
+    snapshot.replicas = running;
     out.displaced = plan::displaced_count(&snapshot);
-    // The same where the budget has room already (the surge's pods are
-    // Ready), while pods are still displaced: the minimum is raised to the
-    // Deployment's surge, which it would otherwise not hold.
-    if let (Some(m), Action::None, Some(current)) =
-        (cut, &action, snapshot.applier.current(snapshot.replicas))
-    {
-        let target = m.surged_to.min(snapshot.applier_max.unwrap_or(i32::MAX));
-        let adopted = snapshot
-            .adopted_displaced
-            .is_some_and(|n| out.displaced <= n);
-        if snapshot.may_surge && out.displaced > 0 && !adopted && target > current {
-            action = Action::Surge {
-                baseline: current,
-                target,
-                kind: plan::SurgeKind::Start,
-            };
-        }
-    }
     out.on_draining = snapshot
         .pods
         .iter()
@@ -1218,16 +1205,29 @@ mod tests {
     /// so the step sizes the surge by it, and the revert checks it.
     #[test]
     fn a_pdb_over_labels_only_the_pods_carry_is_the_deployments_budget() {
-        let mesh = |p: &Arc<SlimPod>| {
+        // A pod of `owner` (kind, name) with the mesh's label.
+        let of = |p: &Arc<SlimPod>, owner: (&str, &str)| {
             let mut w = PodWire {
                 metadata: ObjectMeta {
                     name: Some(p.name().to_string()),
                     namespace: Some("ns".into()),
                     labels: Some(
-                        [("app", "web"), ("mesh", "web")]
-                            .map(|(k, v)| (k.to_string(), v.to_string()))
-                            .into(),
+                        [
+                            ("app", "web"),
+                            ("mesh", "web"),
+                            ("pod-template-hash", "5d8f"),
+                        ]
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .into(),
                     ),
+                    owner_references: Some(vec![
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                            kind: owner.0.into(),
+                            name: owner.1.into(),
+                            controller: Some(true),
+                            ..Default::default()
+                        },
+                    ]),
                     ..Default::default()
                 },
                 spec: SlimPodSpec {
@@ -1244,6 +1244,7 @@ mod tests {
             w.metadata.uid = None;
             Arc::new(SlimPod::from(w))
         };
+        let mesh = |p: &Arc<SlimPod>| of(p, ("ReplicaSet", "web-5d8f"));
         let mut user = (*blocking_pdb(3)).clone();
         user.metadata.name = Some("mesh-budget".into());
         user.spec.as_mut().unwrap().selector = Some(LabelSelector {
@@ -1262,6 +1263,20 @@ mod tests {
         assert_eq!(s.pdb.as_deref(), Some("mesh-budget"));
         assert!(matches!(s.action, Action::Surge { .. }), "{:?}", s.action);
 
+        // The same labels on another workload's pods (a StatefulSet of the
+        // same chart, which the Deployment's selector covers too): that PDB
+        // is not the Deployment's.
+        let other = NsObjects {
+            deployments: vec![dep(3, None)],
+            pods: pods(3, "n1")
+                .iter()
+                .map(|p| of(p, ("StatefulSet", "web")))
+                .collect(),
+            pdbs: vec![user.clone()],
+            in_scope: true,
+            ..Default::default()
+        };
+        assert_eq!(run(&other, &["n1"], &Facts::default()).pdb, None);
         // Mid-surge the same PDB is the one the revert's budget check reads.
         let objs = NsObjects {
             deployments: vec![dep(6, Some((3, 6)))],
@@ -1313,7 +1328,9 @@ mod tests {
         };
         let s = run(&objs, &["n1"], &Facts::default());
         assert!(s.writes.is_empty(), "{:?}", targets(&s));
-        // The surge's pods Ready already, the budget with room: the same.
+        // The surge's pods Ready already, the budget with room: nothing
+        // more is needed (and a tool that strips our markers from the HPA
+        // with each sync is not fought).
         let mut room = (*blocking_pdb(2)).clone();
         room.status.as_mut().unwrap().disruptions_allowed = 1;
         let cut = NsObjects {
@@ -1321,18 +1338,50 @@ mod tests {
             pdbs: vec![Arc::new(room)],
             ..objs.clone()
         };
-        let s = run(&cut, &["n1"], &Facts::default());
-        assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())]);
-        assert_eq!(
-            op_value(&s.writes[0], "replace", "/spec/minReplicas"),
-            Some(json!(3))
-        );
-        // Nothing displaced any more: nothing raised.
-        assert!(run(&cut, &[], &Facts::default()).writes.is_empty());
+        assert!(run(&cut, &["n1"], &Facts::default()).writes.is_empty());
         // Drain over: the minimum goes back first; the Deployment after.
         let s = run(&objs, &[], &quiet());
         assert_eq!(s.action, Action::Revert { baseline: 2 });
         assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())]);
+    }
+
+    /// The HPA reverted, the Deployment (marked at its surge) waiting for
+    /// SETTLE: the state of a cut surge, but its scale-back still checks the
+    /// budget against the replicas that run. A rollout in progress with
+    /// fewer Ready pods than the baseline and no disruption allowed: the
+    /// Deployment is not lowered yet.
+    #[test]
+    fn the_lower_after_an_autoscalers_revert_checks_the_budget() {
+        let mut rolling = (*dep(3, Some((2, 3)))).clone();
+        rolling.metadata.generation = Some(2);
+        rolling.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+            observed_generation: Some(2),
+            replicas: Some(3),
+            updated_replicas: Some(1),
+            ..Default::default()
+        });
+        let objs = NsObjects {
+            deployments: vec![Arc::new(rolling)],
+            hpas: vec![hpa()],
+            pods: pods(1, "n2"),
+            pdbs: vec![blocking_pdb(2)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let facts = Facts {
+            autoscaler_min: Some((2, SETTLE)),
+            ..quiet()
+        };
+        let s = run(&objs, &[], &facts);
+        assert!(s.writes.is_empty(), "{:?}", targets(&s));
+        assert!(s.active.is_some());
+        // The rollout done: lowered.
+        let objs = NsObjects {
+            deployments: vec![dep(3, Some((2, 3)))],
+            ..objs
+        };
+        let s = run(&objs, &[], &facts);
+        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
     }
 
     #[test]

@@ -364,12 +364,13 @@ async fn hpa_minimum_is_raised_and_restored() {
     );
 }
 
-/// An HPA made while a surge of the Deployment's replicas is in place: the
-/// Deployment runs a surge nothing holds, the state a surge cut between its
-/// two writes (Deployment, then minimum) also leaves. The HPA's minimum is
-/// raised to the surge too (an HPA acting on metrics would otherwise take
-/// the Deployment down mid-drain, a value then adopted as someone's), and
-/// both go back to the baseline after the drain.
+/// An HPA made while a surge of the Deployment's replicas is in place and
+/// the budget still blocks (the surge's pods kept Pending by a taint on the
+/// other nodes): the Deployment runs a surge nothing holds, the state a
+/// surge cut between its two writes (Deployment, then minimum) also leaves.
+/// The HPA's minimum is raised to the surge too (an HPA acting on metrics
+/// would otherwise take the Deployment down mid-drain, a value then adopted
+/// as someone's), and both go back to the baseline after the drain.
 #[tokio::test]
 async fn an_hpa_made_mid_surge_gets_the_surge_and_both_go_back() {
     let _nodes = nodes_lock().await;
@@ -385,6 +386,10 @@ async fn an_hpa_made_mid_surge_gets_the_surge_and_both_go_back() {
     let pods = wait_ready(&ns, "h", 2).await;
     assert!(nodes_of(&pods).iter().all(|n| n == node), "both on {node}");
     owned_pdb_blocking(&ns, "h", 2).await;
+    let taint = format!("{LATER_TAINT}=1:NoSchedule");
+    for n in NODE_NAMES.iter().filter(|n| **n != node) {
+        kubectl_ok(&["taint", "node", n, &taint]);
+    }
     let _uncordon = UncordonOnDrop(node);
     kubectl_ok(&["cordon", node]);
     wait_replicas(&ns, "h", 4, true, Duration::from_secs(20)).await;
@@ -395,6 +400,9 @@ async fn an_hpa_made_mid_surge_gets_the_surge_and_both_go_back() {
     wait_hpa_min(&hpas, "h", 4, Some(true), Duration::from_secs(30)).await;
     let (replicas, _, _) = replicas(&ns, "h").await;
     assert_eq!(replicas, 4, "the Deployment keeps the surge");
+    for n in NODE_NAMES.iter().filter(|n| **n != node) {
+        kubectl_ok(&["taint", "node", n, &format!("{LATER_TAINT}-")]);
+    }
     uncordon(node);
     wait_hpa_min(&hpas, "h", 2, Some(false), Duration::from_secs(60)).await;
     wait_replicas(&ns, "h", 2, false, Duration::from_secs(30)).await;
