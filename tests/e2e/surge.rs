@@ -587,12 +587,25 @@ async fn a_budget_over_labels_the_template_lacks_is_surged_for() {
         async move {
             let unlabelled = ListParams::default().labels("app=web,!mesh");
             let label = Patch::Merge(serde_json::json!({"metadata": {"labels": {"mesh": "web"}}}));
+            // Each call bounded, each failure said: a labeller stuck on one
+            // call would leave a pod out of the budget.
+            let limit = Duration::from_secs(5);
             loop {
-                if let Ok(list) = pods.list(&unlabelled).await {
-                    for p in list {
-                        let name = p.metadata.name.unwrap_or_default();
-                        let _ = pods.patch(&name, &PatchParams::default(), &label).await;
+                match tokio::time::timeout(limit, pods.list(&unlabelled)).await {
+                    Ok(Ok(list)) => {
+                        for p in list {
+                            let name = p.metadata.name.unwrap_or_default();
+                            let patched = tokio::time::timeout(
+                                limit,
+                                pods.patch(&name, &PatchParams::default(), &label),
+                            )
+                            .await;
+                            if !matches!(patched, Ok(Ok(_))) {
+                                eprintln!("labeller: pod {name}: {patched:?}");
+                            }
+                        }
                     }
+                    other => eprintln!("labeller: list: {:?}", other.map(|r| r.map(|_| ()))),
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -621,6 +634,18 @@ async fn a_budget_over_labels_the_template_lacks_is_surged_for() {
     .await
     .expect("create");
     wait_ready(&ns, "web", 3).await;
+    wait_for(
+        "3 pods labelled by the labeller",
+        Duration::from_secs(60),
+        || async {
+            let labelled = pods
+                .list(&ListParams::default().labels("app=web,mesh=web"))
+                .await
+                .ok()?;
+            (labelled.items.len() == 3).then_some(())
+        },
+    )
+    .await;
     wait_gone(
         &pdbs,
         "web",
