@@ -548,20 +548,20 @@ async fn percent_budget_surge_is_sized_to_let_the_drain_finish() {
     .await
     .unwrap();
     wait_ready(&ns, "p", 3).await;
-    wait_pdb(&ns, "p-pdb", "blocked", |p| {
-        p.status.as_ref().is_some_and(|s| {
-            s.observed_generation == p.metadata.generation
-                && s.current_healthy == 3
-                && s.disruptions_allowed == 0
-        })
-    })
-    .await;
-    let watcher = AvailabilityWatcher::start(&ns, "p");
-    let d = drain(node, "app=p", &[]).await;
+    wait_pdb_blocking(&ns, "p-pdb", 3).await;
+    drain_keeps_three_ready(&ns, "p", node, &[]).await;
+}
+
+/// Drains `node` for the 3 pods of `app` under a budget that blocks: the
+/// drain completes, 3 pods stay Ready throughout, and the Deployment is
+/// back at 3 without markers afterwards.
+async fn drain_keeps_three_ready(ns: &TestNs, app: &str, node: &str, extra: &[&str]) {
+    let watcher = AvailabilityWatcher::start(ns, app);
+    let d = drain(node, &format!("app={app}"), extra).await;
     uncordon(node);
     assert!(d.ok, "drain:\n{}", d.output);
-    assert!(watcher.finish().await >= 3, "80% of 3 is 3 Ready pods");
-    wait_replicas(&ns, "p", 3, false, Duration::from_secs(60)).await;
+    assert!(watcher.finish().await >= 3, "Ready pods stayed at 3");
+    wait_replicas(ns, app, 3, false, Duration::from_secs(60)).await;
 }
 
 /// A user's PDB over a label the pods get after admission (a service mesh
@@ -653,20 +653,8 @@ async fn a_budget_over_labels_the_template_lacks_is_surged_for() {
         Duration::from_secs(60),
     )
     .await;
-    wait_pdb(&ns, "mesh-budget", "blocking", |p| {
-        p.status.as_ref().is_some_and(|s| {
-            s.observed_generation == p.metadata.generation
-                && s.current_healthy == 3
-                && s.disruptions_allowed == 0
-        })
-    })
-    .await;
-    let watcher = AvailabilityWatcher::start(&ns, "web");
-    let d = drain(node, "app=web", &["--timeout=90s"]).await;
-    uncordon(node);
-    assert!(d.ok, "drain:\n{}", d.output);
-    assert!(watcher.finish().await >= 3, "Ready pods stayed at 3");
-    wait_replicas(&ns, "web", 3, false, Duration::from_secs(60)).await;
+    wait_pdb_blocking(&ns, "mesh-budget", 3).await;
+    drain_keeps_three_ready(&ns, "web", node, &["--timeout=90s"]).await;
 }
 
 /// Scenario 7: an eviction that is not part of a drain (a descheduler's)
