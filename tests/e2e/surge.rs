@@ -68,6 +68,21 @@ async fn wait_replicas(ns: &TestNs, name: &str, want: i32, markers: bool, timeou
     .await;
 }
 
+/// A Deployment `app` of 2 pods that prefer `node` (maxSurge 2), Ready,
+/// under our PDB, which blocks: its pods.
+async fn two_under_our_budget(ns: &TestNs, app: &str, node: &str) -> Vec<Pod> {
+    let deps: Api<Deployment> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment(app, 2, Some(node)), Some(IntOrString::Int(2))),
+    )
+    .await
+    .unwrap();
+    let pods = wait_ready(ns, app, 2).await;
+    owned_pdb_blocking(ns, app, 2).await;
+    pods
+}
+
 /// The owned PDB exists and the disruption controller reports it blocked.
 async fn owned_pdb_blocking(ns: &TestNs, name: &str, healthy: i32) {
     wait_pdb(
@@ -375,17 +390,9 @@ async fn hpa_minimum_is_raised_and_restored() {
 async fn an_hpa_made_mid_surge_gets_the_surge_and_both_go_back() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-hpa-late").await;
-    let deps: Api<Deployment> = ns.api();
     let node = "kwok-node-2";
-    deps.create(
-        &PostParams::default(),
-        &with_max_surge(deployment("h", 2, Some(node)), Some(IntOrString::Int(2))),
-    )
-    .await
-    .unwrap();
-    let pods = wait_ready(&ns, "h", 2).await;
+    let pods = two_under_our_budget(&ns, "h", node).await;
     assert!(nodes_of(&pods).iter().all(|n| n == node), "both on {node}");
-    owned_pdb_blocking(&ns, "h", 2).await;
     let taint = format!("{LATER_TAINT}=1:NoSchedule");
     for n in NODE_NAMES.iter().filter(|n| **n != node) {
         kubectl_ok(&["taint", "node", n, &taint]);
@@ -724,17 +731,9 @@ async fn plain_eviction_api_call_surges_and_succeeds() {
 async fn user_scale_during_surge_is_kept() {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-userscale").await;
-    let deps: Api<Deployment> = ns.api();
     let node = "kwok-node-2";
-    deps.create(
-        &PostParams::default(),
-        &with_max_surge(deployment("u", 2, Some(node)), Some(IntOrString::Int(2))),
-    )
-    .await
-    .unwrap();
-    let pods = wait_ready(&ns, "u", 2).await;
+    let pods = two_under_our_budget(&ns, "u", node).await;
     assert!(nodes_of(&pods).iter().any(|n| n == node));
-    owned_pdb_blocking(&ns, "u", 2).await;
     kubectl_ok(&["cordon", node]);
     wait_for("surge", Duration::from_secs(20), || async {
         let (r, s, _) = replicas(&ns, "u").await;
