@@ -324,12 +324,17 @@ mod tests {
         s: ServeOpts,
     }
 
-    fn hold(args: &[&str]) -> Result<Duration, String> {
+    /// `serve`'s settings from these flags (the required ones added).
+    fn serve(args: &[&str]) -> Result<ServeOpts, String> {
         let mut v = vec!["x", "--tls-cert-file", "c", "--tls-key-file", "k"];
         v.extend_from_slice(args);
         ServeCli::try_parse_from(v)
-            .map(|c| c.s.eviction_hold)
+            .map(|c| c.s)
             .map_err(|e| e.to_string())
+    }
+
+    fn hold(args: &[&str]) -> Result<Duration, String> {
+        serve(args).map(|s| s.eviction_hold)
     }
 
     #[test]
@@ -349,13 +354,7 @@ mod tests {
 
     #[test]
     fn the_request_timeout_outlasts_the_longest_eviction_answer() {
-        let check = |args: &[&str]| {
-            let mut v = vec!["x", "--tls-cert-file", "c", "--tls-key-file", "k"];
-            v.extend_from_slice(args);
-            ServeCli::try_parse_from(v)
-                .map_err(|e| e.to_string())
-                .and_then(|c| c.s.check())
-        };
+        let check = |args: &[&str]| serve(args).and_then(|s| s.check());
         assert_eq!(check(&[]), Ok(()), "the defaults: 10 s against 6 + 1.5 s");
         assert_eq!(check(&["--eviction-hold", "8s"]), Ok(()));
         assert_eq!(
@@ -378,11 +377,6 @@ mod tests {
 
     #[test]
     fn periods_and_time_limits_are_more_than_zero() {
-        let serve = |args: &[&str]| {
-            let mut v = vec!["x", "--tls-cert-file", "c", "--tls-key-file", "k"];
-            v.extend_from_slice(args);
-            ServeCli::try_parse_from(v).map_err(|e| e.to_string())
-        };
         for (flag, setting) in [
             ("--request-timeout", "REQUEST_TIMEOUT"),
             ("--cert-reload-interval", "CERT_RELOAD_INTERVAL"),

@@ -1207,7 +1207,7 @@ mod tests {
     fn a_pdb_over_labels_only_the_pods_carry_is_the_deployments_budget() {
         // A pod of `owner` (kind, name) with the mesh's label.
         let of = |p: &Arc<SlimPod>, owner: (&str, &str)| {
-            let mut w = PodWire {
+            let w = PodWire {
                 metadata: ObjectMeta {
                     name: Some(p.name().to_string()),
                     namespace: Some("ns".into()),
@@ -1241,7 +1241,6 @@ mod tests {
                     }],
                 },
             };
-            w.metadata.uid = None;
             Arc::new(SlimPod::from(w))
         };
         let mesh = |p: &Arc<SlimPod>| of(p, ("ReplicaSet", "web-5d8f"));
@@ -1292,9 +1291,10 @@ mod tests {
     }
 
     /// A surge cut between its writes (maxSurge 25% of the HPA's minimum 2:
-    /// to 3): the Deployment's (first) done, the HPA's not. The next step raises the HPA's minimum to the surge, so
-    /// that an HPA acting on metrics does not take the Deployment down
-    /// mid-drain; the Deployment is not written again.
+    /// to 3): the Deployment's (first) done, the HPA's not. The next step
+    /// raises the HPA's minimum to the surge, so that an HPA acting on
+    /// metrics does not take the Deployment down mid-drain; the Deployment
+    /// is not written again.
     #[test]
     fn a_surge_cut_after_the_deployments_write_raises_the_minimum_next() {
         let objs = NsObjects {
