@@ -663,12 +663,28 @@ impl Reconciler {
                 pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
                 tracing::info!(namespace = ns, %pdb, "owner reference set");
             }
-            Action::ReleaseOwner { pdb, uid, keep } => {
+            Action::ReleaseOwner {
+                pdb,
+                uid,
+                deployment,
+            } => {
                 let current = self
                     .cache
                     .pdbs
                     .get(&kube::runtime::reflector::ObjectRef::new(&pdb).within(ns))
                     .and_then(|p| p.metadata.owner_references.clone());
+                // The other references as they are now, not as the plan read
+                // them: one added since stays (the test below fails the
+                // patch if they change again before it lands).
+                let all = current.clone().unwrap_or_default();
+                let keep: Vec<_> = all
+                    .iter()
+                    .filter(|o| !plan::is_our_deployment_ref(o, &deployment))
+                    .cloned()
+                    .collect();
+                if keep.len() == all.len() {
+                    return Ok(());
+                }
                 // Only the PDB the plan read: one re-created under its name
                 // meanwhile was never ours and keeps its references.
                 let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": uid})];

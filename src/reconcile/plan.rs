@@ -105,7 +105,9 @@ pub enum Action {
         pdb: String,
         /// The PDB read (a precondition: not a PDB re-created under the name).
         uid: Option<String>,
-        keep: Vec<OwnerReference>,
+        /// Whose controller reference goes; any other reference stays, as
+        /// read at write time.
+        deployment: String,
     },
     DeletePdb {
         pdb: String,
@@ -197,7 +199,7 @@ fn pdb_owner(p: &PodDisruptionBudget) -> Option<OwnerReference> {
 }
 
 /// The controller reference to this Deployment, as we write it.
-fn is_our_deployment_ref(o: &OwnerReference, dep_name: &str) -> bool {
+pub(crate) fn is_our_deployment_ref(o: &OwnerReference, dep_name: &str) -> bool {
     o.kind == "Deployment" && o.controller == Some(true) && o.name == dep_name
 }
 
@@ -265,18 +267,6 @@ fn ours_for(p: &PodDisruptionBudget, dep_name: &str) -> bool {
     owned_by_us(&p.metadata) && target_of(p) == Some(dep_name)
 }
 
-/// Did we create this PDB? The EvictionAutoScaler of its name recorded its
-/// UID while it carried `ownedBy` (see the header).
-pub fn once_ours(p: &PodDisruptionBudget, eas: &[Arc<EvictionAutoScaler>]) -> bool {
-    let (Some(name), Some(uid)) = (p.metadata.name.as_deref(), p.metadata.uid.as_deref()) else {
-        return false;
-    };
-    eas.iter()
-        .filter(|e| e.metadata.name.as_deref() == Some(name))
-        .filter_map(|e| e.status.as_ref()?.pdb_uid.as_deref())
-        .any(|recorded| recorded == uid)
-}
-
 /// The writes that keep our PDB for `dep` in line, or hand it over.
 /// `overlap`: a PDB over another Deployment's pods that our selector covers too.
 /// `mutual`: our PDB for another Deployment that selects these pods while
@@ -290,7 +280,6 @@ fn plan_matching(
     mutual: Option<&Arc<PodDisruptionBudget>>,
     floor: Option<i32>,
     opted_out: bool,
-    eas: &[Arc<EvictionAutoScaler>],
     out: &mut Vec<Action>,
 ) {
     // The first PDB we do not own that selects these pods, or any PDB over
@@ -365,27 +354,57 @@ fn plan_matching(
                     });
                 }
             }
-        } else if !owned_by_us(&p.metadata)
-            && deployment_ref(p, dep_name).is_some()
-            && once_ours(p, eas)
-        {
-            // Handed to the user: drop our reference so deleting the
-            // Deployment no longer deletes their PDB.
-            let keep = p
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .filter(|o| !is_our_deployment_ref(o, dep_name))
-                .cloned()
-                .collect();
-            out.push(Action::ReleaseOwner {
-                pdb: pdb_name,
-                uid: p.metadata.uid.clone(),
-                keep,
-            });
         }
     }
+}
+
+/// PDBs handed to their user (`ownedBy` removed from one we made) that still
+/// carry our controller reference. Released whatever they select now (the
+/// same edit may change the selector) and whatever the namespace's scope:
+/// else deleting the Deployment would garbage-collect the user's PDB.
+fn releases(s: &NamespaceSnapshot) -> Vec<Action> {
+    let eas = s.eas.unwrap_or_default();
+    s.pdbs
+        .iter()
+        .filter(|p| !owned_by_us(&p.metadata))
+        .filter_map(|p| {
+            let target = once_ours(p, eas)?;
+            deployment_ref(p, target)?;
+            Some(Action::ReleaseOwner {
+                pdb: p.metadata.name.clone()?,
+                uid: p.metadata.uid.clone(),
+                deployment: target.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Did we create this PDB, and for which Deployment? The EvictionAutoScaler
+/// of its name recorded its UID while it carried `ownedBy` (see the header).
+fn once_ours<'a>(p: &PodDisruptionBudget, eas: &'a [Arc<EvictionAutoScaler>]) -> Option<&'a str> {
+    let (name, uid) = (p.metadata.name.as_deref()?, p.metadata.uid.as_deref()?);
+    eas.iter()
+        .filter(|e| e.metadata.name.as_deref() == Some(name))
+        .find(|e| e.status.as_ref().and_then(|s| s.pdb_uid.as_deref()) == Some(uid))
+        .map(|e| e.spec.target_name.as_str())
+}
+
+/// Releases first; the EvictionAutoScaler that holds a release's evidence
+/// is not deleted in the same pass (a failed release could not be retried).
+fn with_releases(s: &NamespaceSnapshot, out: Vec<Action>) -> Vec<Action> {
+    let mut all = releases(s);
+    let released: BTreeSet<String> = all
+        .iter()
+        .filter_map(|a| match a {
+            Action::ReleaseOwner { pdb, .. } => Some(pdb.clone()),
+            _ => None,
+        })
+        .collect();
+    all.extend(
+        out.into_iter()
+            .filter(|a| !matches!(a, Action::DeleteEas { name, .. } if released.contains(name))),
+    );
+    all
 }
 
 /// Our PDB for another Deployment that selects `dep`'s pods while ours for
@@ -499,6 +518,11 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
 
 /// [`plan`] before the deletes that wait for a take-over are held back.
 fn plan_all(s: &NamespaceSnapshot) -> Vec<Action> {
+    with_releases(s, plan_kept(s))
+}
+
+/// The writes for the PDBs and EvictionAutoScalers we own.
+fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut out = Vec::new();
     if !s.in_scope {
         // Out of scope: remove what we own there, touch nothing else.
@@ -646,7 +670,6 @@ fn plan_all(s: &NamespaceSnapshot) -> Vec<Action> {
             mutual,
             floor,
             opted_out,
-            s.eas.unwrap_or_default(),
             &mut out,
         );
         // What protects the pods once the step-aside is done. Ours stepping
@@ -1506,8 +1529,9 @@ mod tests {
         w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
         let a = w.plan();
         assert!(
-            a.iter()
-                .any(|a| matches!(a, Action::ReleaseOwner { keep, .. } if keep.is_empty())),
+            a.iter().any(
+                |a| matches!(a, Action::ReleaseOwner { deployment, .. } if deployment == "web")
+            ),
             "{a:?}"
         );
         assert!(!a
@@ -1809,7 +1833,11 @@ mod tests {
                 ),
                 ..Default::default()
             },
-            spec: Default::default(),
+            // Ours are named after their Deployment.
+            spec: crate::crd::EvictionAutoScalerSpec {
+                target_name: name.into(),
+                ..Default::default()
+            },
             status: Some(crate::crd::EvictionAutoScalerStatus {
                 pdb_uid: uid.map(str::to_string),
                 ..Default::default()
@@ -1851,6 +1879,47 @@ mod tests {
         assert!(w.plan().is_empty(), "{:?}", w.plan());
     }
 
+    /// The hand-over in the same edit as a new selector (the PDB no longer
+    /// selects the Deployment's pods), or with the namespace leaving scope:
+    /// our reference still goes, and the EvictionAutoScaler holding the
+    /// evidence is not deleted before it has.
+    #[test]
+    fn a_pdb_handed_over_is_released_whatever_it_selects_or_the_scope() {
+        let mut w = World::new();
+        let mut p = (*ours(&w.deps[0], 3)).clone();
+        p.metadata.annotations = None;
+        w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
+        let release = Action::ReleaseOwner {
+            pdb: "web".into(),
+            uid: Some("pdb-uid".into()),
+            deployment: "web".into(),
+        };
+        let mut canary = p.clone();
+        canary.spec.as_mut().unwrap().selector = Some(LabelSelector {
+            match_labels: Some([("app".to_string(), "web-canary".to_string())].into()),
+            ..Default::default()
+        });
+        w.pdbs = vec![Arc::new(canary)];
+        let a = w.plan();
+        assert!(a.contains(&release), "{a:?}");
+        assert!(
+            !a.iter().any(|a| matches!(a, Action::DeleteEas { .. })),
+            "{a:?}"
+        );
+        w.pdbs = vec![Arc::new(p.clone())];
+        w.in_scope = false;
+        let a = w.plan();
+        assert_eq!(a, vec![release], "the EvictionAutoScaler waits");
+        // Released: now it goes.
+        p.metadata.owner_references = None;
+        w.pdbs = vec![Arc::new(p)];
+        assert!(
+            matches!(&w.plan()[..], [Action::DeleteEas { name, .. }] if name == "web"),
+            "{:?}",
+            w.plan()
+        );
+    }
+
     #[test]
     fn only_a_pdb_we_once_owned_is_released() {
         let mut w = World::new();
@@ -1861,8 +1930,9 @@ mod tests {
         w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
         let a = w.plan();
         assert!(
-            a.iter()
-                .any(|a| matches!(a, Action::ReleaseOwner { keep, .. } if keep.is_empty())),
+            a.iter().any(
+                |a| matches!(a, Action::ReleaseOwner { deployment, .. } if deployment == "web")
+            ),
             "{a:?}"
         );
         // A recreated PDB of the same name (another UID) was never ours.
@@ -1886,7 +1956,7 @@ mod tests {
         assert!(w.plan().contains(&Action::ReleaseOwner {
             pdb: "web".into(),
             uid: Some("pdb-uid".into()),
-            keep: vec![extra]
+            deployment: "web".into(),
         }));
     }
 

@@ -283,7 +283,35 @@ async fn ownership_hand_over_and_back() {
 /// Scenario 6, second half: a handed-over PDB survives its Deployment.
 #[tokio::test]
 async fn handed_over_pdb_survives_deployment_deletion() {
-    let ns = TestNs::new("e2e-handed").await;
+    hand_over_then_delete_the_deployment("e2e-handed", json!({}), false).await;
+}
+
+/// The hand-over in the same edit as a selector that no longer selects the
+/// Deployment's pods: the reference still goes (it used to stay, and the
+/// Deployment's deletion took the user's PDB with it).
+#[tokio::test]
+async fn a_pdb_handed_over_with_a_new_selector_survives_its_deployment() {
+    let selector = json!({"selector": {"matchLabels": {"app": "keep-canary"}}});
+    hand_over_then_delete_the_deployment("e2e-handsel", selector, false).await;
+}
+
+/// The hand-over, then the namespace leaves scope before a pass sees it: the
+/// reference still goes before the EvictionAutoScaler holding its evidence.
+#[tokio::test]
+async fn a_pdb_handed_over_as_its_namespace_leaves_scope_survives_its_deployment() {
+    hand_over_then_delete_the_deployment("e2e-handscope", json!({}), true).await;
+}
+
+/// Hands the owned PDB of Deployment `keep` to the user (`ownedBy` removed,
+/// `spec` merged in the same patch), opts the namespace out in the same
+/// moment when `leave_scope`, waits for our reference to go, deletes the
+/// Deployment and checks the PDB stays.
+async fn hand_over_then_delete_the_deployment(
+    prefix: &str,
+    spec: serde_json::Value,
+    leave_scope: bool,
+) {
+    let ns = TestNs::new(prefix).await;
     let deps: Api<Deployment> = ns.api();
     let pdbs: Api<PodDisruptionBudget> = ns.api();
     let d = deps
@@ -291,14 +319,38 @@ async fn handed_over_pdb_survives_deployment_deletion() {
         .await
         .unwrap();
     let uid = d.metadata.uid.clone().unwrap();
-    wait_pdb(&ns, "keep", "owned PDB", |p| {
+    let p = wait_pdb(&ns, "keep", "owned PDB", |p| {
         owner_uids(p) == vec![uid.clone()]
     })
     .await;
-    let drop_owned = json!({"metadata": {"annotations": {OWNED: null}}});
-    pdbs.patch("keep", &PatchParams::default(), &Patch::Merge(&drop_owned))
-        .await
-        .unwrap();
+    // The evidence of ours: the EvictionAutoScaler's record of the PDB's UID.
+    let pdb_uid = p.metadata.uid.clone().unwrap();
+    let eas = eas_api(&ns);
+    wait_for("pdbUID recorded", Duration::from_secs(30), || async {
+        let e = eas.get_opt("keep").await.ok().flatten()?;
+        (e.data["status"]["pdbUID"] == pdb_uid.as_str()).then_some(())
+    })
+    .await;
+    let hand_over = json!({"metadata": {"annotations": {OWNED: null}}, "spec": spec});
+    let nss: Api<Namespace> = Api::all(ns.client.clone());
+    let out =
+        json!({"metadata": {"annotations": {"eviction-autoscaler.azure.com/enable": "false"}}});
+    let pp = PatchParams::default();
+    let hand_over = Patch::Merge(&hand_over);
+    let (a, b) = tokio::join!(
+        pdbs.patch("keep", &pp, &hand_over),
+        async {
+            if leave_scope {
+                nss.patch(&ns.name, &pp, &Patch::Merge(&out))
+                    .await
+                    .map(|_| ())
+            } else {
+                Ok(())
+            }
+        }
+    );
+    a.unwrap();
+    b.unwrap();
     wait_pdb(&ns, "keep", "ownerReference dropped", |p| {
         owner_uids(p).is_empty()
     })
