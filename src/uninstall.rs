@@ -17,7 +17,7 @@
 //! markers and is listed as failed, because lowered under a raised minimum the
 //! HPA controller would lift it straight back, markers gone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -98,6 +98,15 @@ fn record(
         Ok(()) => done.push(key),
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => failed.push(format!("{key}: {e}")),
+    }
+}
+
+/// A write that failed; a 404 (the object is gone) left nothing to do.
+fn not_done(r: &Result<(), kube::Error>) -> bool {
+    match r {
+        Ok(()) => false,
+        Err(kube::Error::Api(s)) => s.code != 404,
+        Err(_) => true,
     }
 }
 
@@ -370,7 +379,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         let name = h.metadata.name.as_deref().unwrap_or_default();
         let r = patch_ops(&api, name, &pp, ops).await;
         let k = key(Some(&ns), "hpa", Some(name));
-        if r.is_err() {
+        if not_done(&r) {
             if let Some(t) = hpa_target(h) {
                 held.insert(t, format!("its HPA {name} was not reverted"));
             }
@@ -417,7 +426,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                         );
                         let r = patch_ops(&api, name, &pp, ops).await;
                         if let Some(t) = target {
-                            if r.is_err() {
+                            if not_done(&r) {
                                 held.insert(t, format!("its ScaledObject {name} was not reverted"));
                             } else if let Some(min) = left_at {
                                 keda_minimum.insert(t, min);
@@ -475,11 +484,20 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         kedas_hpas = hpas.list(&ListParams::default()).await?.items;
     }
 
+    // Deployments whose surge of the Go project's older versions stays: its
+    // baseline lives only in an EvictionAutoScaler's status, which must
+    // outlast this run for the next one (or the worker) to revert it.
+    let mut legacy_kept: BTreeSet<Target> = BTreeSet::new();
     for d in &dep_list {
         let ann = d.metadata.annotations.as_ref();
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let name = d.metadata.name.clone().unwrap_or_default();
         let k = key(Some(&ns), "deployment", Some(&name));
+        let legacy = deployment_revert_ops(d)
+            .is_none()
+            .then(|| legacy_revert_ops(d, &records))
+            .flatten();
+        let target = (ns.clone(), name.to_ascii_lowercase());
         if marked(d) {
             let why = held
                 .get(&(ns.clone(), name.clone()))
@@ -488,12 +506,16 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                 report
                     .failed
                     .push(format!("{k}: keeps its surge and markers: {why}"));
+                if legacy.is_some() {
+                    legacy_kept.insert(target);
+                }
                 continue;
             }
         }
+        let is_legacy = legacy.is_some();
         let ops = if let Some(ops) = deployment_revert_ops(d) {
             ops
-        } else if let Some(ops) = legacy_revert_ops(d, &records) {
+        } else if let Some(ops) = legacy {
             ops
         } else if Markers::any_present(ann) {
             annotation_ops(ann, &CLEAR)
@@ -502,16 +524,42 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         };
         let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
         let r = patch_ops(&api, &name, &pp, ops).await;
+        if is_legacy && not_done(&r) {
+            legacy_kept.insert(target);
+        }
         record(&mut report.reverted, &mut report.failed, k, r);
     }
+    // Those records, and the PDBs that own them (garbage collection would
+    // take the record with its PDB).
+    let keeps_record = |e: &EvictionAutoScaler| {
+        let ns = e.metadata.namespace.clone().unwrap_or_default();
+        legacy_kept.contains(&(ns, e.spec.target_name.to_ascii_lowercase()))
+    };
+    let record_owners: BTreeSet<&str> = records
+        .iter()
+        .filter(|e| keeps_record(e))
+        .flat_map(|e| e.metadata.owner_references.iter().flatten())
+        .map(|o| o.uid.as_str())
+        .collect();
+    let kept = |k: &str| {
+        format!("{k}: kept: it holds the baseline of a surge of the Go project's older versions that was not reverted; run uninstall again")
+    };
 
     let pdbs: Api<PodDisruptionBudget> = Api::all(client.clone());
     for p in ours(pdbs.list(&ListParams::default()).await?.items) {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
         let name = p.metadata.name.as_deref().unwrap_or_default();
-        let r = delete_ours(&api, name, p.metadata.uid.as_deref(), opts.dry_run).await;
         let k = key(Some(&ns), "pdb", Some(name));
+        if p.metadata
+            .uid
+            .as_deref()
+            .is_some_and(|u| record_owners.contains(u))
+        {
+            report.failed.push(kept(&k));
+            continue;
+        }
+        let r = delete_ours(&api, name, p.metadata.uid.as_deref(), opts.dry_run).await;
         record_delete(&mut report.deleted_pdbs, &mut report.failed, k, r);
     }
     for e in records.iter().filter(|e| owned_by_us(&e.metadata)) {
@@ -519,8 +567,12 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         let api: Api<EvictionAutoScaler> = Api::namespaced(client.clone(), &ns);
         // Those owned by a PDB may already be gone with it.
         let name = e.metadata.name.as_deref().unwrap_or_default();
-        let r = delete_ours(&api, name, e.metadata.uid.as_deref(), opts.dry_run).await;
         let k = key(Some(&ns), "evictionautoscaler", Some(name));
+        if keeps_record(e) {
+            report.failed.push(kept(&k));
+            continue;
+        }
+        let r = delete_ours(&api, name, e.metadata.uid.as_deref(), opts.dry_run).await;
         record_delete(&mut report.deleted_eas, &mut report.failed, k, r);
     }
     Ok(report)
@@ -547,6 +599,16 @@ mod tests {
         assert_eq!(failed.len(), 2);
         assert!(failed[0].starts_with("ns/hpa/b: "), "{failed:?}");
         assert!(failed[1].starts_with("ns/hpa/f: "), "{failed:?}");
+    }
+
+    /// An autoscaler gone before its revert holds no Deployment back.
+    #[test]
+    fn only_a_write_that_failed_holds_its_deployment() {
+        let api = |code: u16| Err(crate::client::api_status(code));
+        assert!(!not_done(&Ok(())));
+        assert!(!not_done(&api(404)));
+        assert!(not_done(&api(409)));
+        assert!(not_done(&api(500)));
     }
 
     #[test]

@@ -337,18 +337,15 @@ async fn hand_over_then_delete_the_deployment(
         json!({"metadata": {"annotations": {"eviction-autoscaler.azure.com/enable": "false"}}});
     let pp = PatchParams::default();
     let hand_over = Patch::Merge(&hand_over);
-    let (a, b) = tokio::join!(
-        pdbs.patch("keep", &pp, &hand_over),
-        async {
-            if leave_scope {
-                nss.patch(&ns.name, &pp, &Patch::Merge(&out))
-                    .await
-                    .map(|_| ())
-            } else {
-                Ok(())
-            }
+    let (a, b) = tokio::join!(pdbs.patch("keep", &pp, &hand_over), async {
+        if leave_scope {
+            nss.patch(&ns.name, &pp, &Patch::Merge(&out))
+                .await
+                .map(|_| ())
+        } else {
+            Ok(())
         }
-    );
+    });
     a.unwrap();
     b.unwrap();
     wait_pdb(&ns, "keep", "ownerReference dropped", |p| {

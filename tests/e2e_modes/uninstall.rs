@@ -335,3 +335,64 @@ async fn uninstall_killed_halfway_is_finished_by_a_second_run() {
     uninstall_while_keda_lags(&ns, &sos, "uh", keda, t).await;
     drop(guard);
 }
+
+/// A surge of the Go project's older versions that the first run cannot
+/// revert (updates of the Deployment denied): its record (the
+/// EvictionAutoScaler, owned by its PDB as the Go project made it) and that
+/// PDB stay, so the second run still knows the baseline and reverts it.
+/// Deleted with the rest, the surge would have stayed for good.
+#[tokio::test]
+async fn a_go_surge_not_reverted_keeps_its_record_for_the_next_run() {
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("e2e-uninst-gofail").await;
+    stop_server();
+    legacy_go_surge(&ns, "ug", 5, 3).await;
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let pdb_uid = pdbs
+        .get("ug")
+        .await
+        .expect("PDB")
+        .metadata
+        .uid
+        .expect("uid");
+    let owned = format!(
+        r#"{{"metadata":{{"ownerReferences":[{{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","name":"ug","uid":"{pdb_uid}"}}]}}}}"#
+    );
+    kubectl_ok(&[
+        "-n",
+        &ns.name,
+        "patch",
+        "evictionautoscalers.eviction-autoscaler.azure.com",
+        "ug",
+        "--type=merge",
+        "-p",
+        &owned,
+    ]);
+    let deny = DenyUpdates::apply(&ns, "apps", "deployments", "false");
+    deny.wait_refusing("deployment/ug").await;
+    let out = uninstall();
+    let first = deployment_state(&ns, "ug").await.0;
+    let eas = eas_api(&ns);
+    let kept = (
+        pdbs.get_opt("ug").await.expect("get PDB").is_some(),
+        eas.get_opt("ug").await.expect("get record").is_some(),
+    );
+    deny.lift("deployment/ug").await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(first, 5, "the write was denied");
+    assert_eq!(kept, (true, true), "PDB and record kept:\n{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "failed: {}/evictionautoscaler/ug: kept: it holds the baseline",
+            ns.name
+        )),
+        "{}",
+        text(&out)
+    );
+
+    let out = uninstall();
+    let again = deployment_state(&ns, "ug").await.0;
+    let _ = restart_server(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(again, 3, "back at the recorded baseline:\n{}", text(&out));
+}
