@@ -438,7 +438,13 @@ fn mutual_pdb<'a>(
 /// `overlapping` cannot see before either exists. The narrower one is made;
 /// the next pass sees it and plans `SelectorOverlap` for the broader. Of two
 /// that cover each other, the one for the name that sorts first is made.
-fn one_per_pod(planned: Vec<(&Arc<Deployment>, PodDisruptionBudget)>) -> Vec<PodDisruptionBudget> {
+/// Two whose selectors both select one running pod (a Job's pod labelled for
+/// both) but not each other's templates: the one for the name that sorts
+/// first is made, as `pod_overlap` would settle it once both existed.
+fn one_per_pod(
+    planned: Vec<(&Arc<Deployment>, PodDisruptionBudget)>,
+    pods: &[Arc<crate::cache::SlimPod>],
+) -> Vec<PodDisruptionBudget> {
     let selectors: Vec<_> = planned
         .iter()
         .map(|(d, _)| Selector::compile(d.spec.as_ref().map(|s| &s.selector)).ok())
@@ -454,8 +460,32 @@ fn one_per_pod(planned: Vec<(&Arc<Deployment>, PodDisruptionBudget)>) -> Vec<Pod
     };
     let name = |a: usize| planned[a].0.metadata.name.as_deref();
     let n = planned.len();
+    // Pairs whose selectors share a running pod: per pod, the planned
+    // selectors over it (pods × planned checks, not pairs × pods).
+    let mut share = BTreeSet::new();
+    for pod in pods.iter().filter(|p| !p.is_terminating() && !p.is_completed()) {
+        let over: Vec<usize> = (0..n)
+            .filter(|a| {
+                selectors[*a]
+                    .as_ref()
+                    .is_some_and(|s| s.selects_for_eviction(pod.labels()))
+            })
+            .collect();
+        for (i, a) in over.iter().enumerate() {
+            for b in &over[i + 1..] {
+                share.insert((*a, *b));
+                share.insert((*b, *a));
+            }
+        }
+    }
     let dropped: Vec<bool> = (0..n)
-        .map(|a| (0..n).any(|b| b != a && covers(a, b) && (!covers(b, a) || name(b) < name(a))))
+        .map(|a| {
+            (0..n).any(|b| {
+                b != a
+                    && (covers(a, b) && (!covers(b, a) || name(b) < name(a))
+                        || share.contains(&(a, b)) && name(b) < name(a))
+            })
+        })
         .collect();
     planned
         .into_iter()
@@ -766,7 +796,7 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
         }
     }
     out.extend(
-        one_per_pod(planned)
+        one_per_pod(planned, s.pods.unwrap_or_default())
             .into_iter()
             .map(|p| Action::CreatePdb(Box::new(p))),
     );
@@ -1235,6 +1265,14 @@ mod tests {
             "{a:?}"
         );
         assert!(overlap_for(&a, "web"), "{a:?}");
+        // Neither made yet: only payments' is, never both in one pass.
+        w.pdbs = vec![];
+        let a = w.plan();
+        assert_eq!(created(&a), ["payments"], "{a:?}");
+        // The pod gone (or completed): both.
+        w.pods.as_mut().unwrap().retain(|p| p.name() != "migrate-1");
+        let a = w.plan();
+        assert_eq!(created(&a).len(), 2, "{a:?}");
     }
 
     /// A completed pod (a CronJob's history) is deleted without reading any
