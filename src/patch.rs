@@ -71,20 +71,31 @@ pub fn guarded_set(path: &str, expected: Option<Value>, value: Value) -> Vec<Val
 
 /// Undo a surge recorded on a Deployment: its replicas back to the baseline
 /// (never 0) if they are still the surged value, and the markers removed.
+/// Not below `floor` (an autoscaler's own minimum, which would lift the
+/// Deployment straight back; 0 for none), nor above the surged value.
 /// None when it carries no markers.
-pub fn deployment_revert_ops(dep: &k8s_openapi::api::apps::v1::Deployment) -> Option<Vec<Value>> {
+pub fn deployment_revert_ops(
+    dep: &k8s_openapi::api::apps::v1::Deployment,
+    floor: i32,
+) -> Option<Vec<Value>> {
     let ann = dep.metadata.annotations.as_ref();
     let m = crate::markers::Markers::from_annotations(ann)?;
     let current = dep.spec.as_ref().and_then(|s| s.replicas);
+    // Not from 0: an autoscaler leaves a Deployment at 0 alone.
+    let floor = if m.baseline > 0 {
+        floor.min(m.surged_to)
+    } else {
+        0
+    };
+    let to = m.baseline.max(1).max(floor);
     let mut ops = Vec::new();
     // Only our own value is undone; a value someone else set stays, and so
     // does one adopted mid-surge (markers n to n: someone's, even a 0).
-    if current == Some(m.surged_to) && m.surged_to != m.baseline && m.baseline.max(1) != m.surged_to
-    {
+    if current == Some(m.surged_to) && m.surged_to != m.baseline && to != m.surged_to {
         ops.extend(guarded_set(
             "/spec/replicas",
             current.map(|c| json!(c)),
-            json!(m.baseline.max(1)),
+            json!(to),
         ));
     }
     ops.extend(annotation_ops(ann, &crate::markers::Markers::CLEAR));

@@ -355,6 +355,10 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     // Deployments that keep their surge: an autoscaler of theirs was not
     // reverted (why, by target).
     let mut held: BTreeMap<Target, String> = BTreeMap::new();
+    // The minimum each autoscaler is left at, by target: a Deployment is not
+    // lowered below it (someone's raised minimum, adopted mid-surge), or
+    // the autoscaler would lift it straight back.
+    let mut floors: BTreeMap<Target, i64> = BTreeMap::new();
 
     // Autoscalers first: their Deployments' own markers are reverted below.
     let hpas: Api<HorizontalPodAutoscaler> = Api::all(client.clone());
@@ -367,11 +371,21 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             .as_ref()
             .and_then(|s| s.min_replicas)
             .map(|c| json!(c));
-        let Some(ops) = autoscaler_revert_ops(
+        let ops = autoscaler_revert_ops(
             h.metadata.annotations.as_ref(),
             "/spec/minReplicas",
-            current,
-        ) else {
+            current.clone(),
+        );
+        // An HPA's minimum defaults to 1.
+        let left_at = match &ops {
+            Some(ops) => minimum_after(ops, "/spec/minReplicas", current.and_then(|c| c.as_i64())),
+            None => current.and_then(|c| c.as_i64()),
+        };
+        if let Some(t) = hpa_target(h) {
+            let f = floors.entry(t).or_default();
+            *f = (*f).max(left_at.unwrap_or(1));
+        }
+        let Some(ops) = ops else {
             continue;
         };
         let ns = h.metadata.namespace.clone().unwrap_or_default();
@@ -493,7 +507,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let name = d.metadata.name.clone().unwrap_or_default();
         let k = key(Some(&ns), "deployment", Some(&name));
-        let legacy = deployment_revert_ops(d)
+        let legacy = deployment_revert_ops(d, 0)
             .is_none()
             .then(|| legacy_revert_ops(d, &records))
             .flatten();
@@ -513,7 +527,14 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             }
         }
         let is_legacy = legacy.is_some();
-        let ops = if let Some(ops) = deployment_revert_ops(d) {
+        let t = (ns.clone(), name.clone());
+        // KEDA's minimum is what its HPA is left at. With KEDA and an HPA at
+        // once neither scales: no floor.
+        let floor = match (floors.get(&t), keda_minimum.get(&t)) {
+            (Some(f), None) | (None, Some(f)) => i32::try_from(*f).unwrap_or(i32::MAX),
+            _ => 0,
+        };
+        let ops = if let Some(ops) = deployment_revert_ops(d, floor) {
             ops
         } else if let Some(ops) = legacy {
             ops
@@ -731,7 +752,7 @@ mod tests {
     fn an_adopted_value_keeps_its_number() {
         for n in [0, 4] {
             let d = dep("a", "web", n, marked(&n.to_string(), Some(&n.to_string())));
-            let ops = deployment_revert_ops(&d).expect("ops");
+            let ops = deployment_revert_ops(&d, 0).expect("ops");
             assert!(!touches(&ops, "/spec/replicas"), "{n}: {ops:?}");
             let ann = marked(&n.to_string(), Some(&n.to_string()));
             let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(n)))
@@ -739,8 +760,29 @@ mod tests {
             assert!(!touches(&ops, "/spec/minReplicas"), "{n}: {ops:?}");
         }
         // The control: our surge 3 -> 5 at 5 goes back to 3.
-        let ops = deployment_revert_ops(&dep("a", "web", 5, marked("5", Some("3")))).expect("ops");
+        let ops =
+            deployment_revert_ops(&dep("a", "web", 5, marked("5", Some("3"))), 0).expect("ops");
         assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
+    }
+
+    /// An autoscaler's minimum raised mid-surge (someone's, adopted): the
+    /// Deployment goes back no lower than it, never higher than its surge,
+    /// and not from a baseline of 0.
+    #[test]
+    fn a_deployment_is_not_lowered_below_its_autoscalers_minimum() {
+        let to = |baseline: &str, floor: i32| {
+            let d = dep("a", "web", 5, marked("5", Some(baseline)));
+            let ops = deployment_revert_ops(&d, floor).expect("ops");
+            ops.iter()
+                .find(|o| o["op"] == "replace" && o["path"] == "/spec/replicas")
+                .and_then(|o| o["value"].as_i64())
+        };
+        assert_eq!(to("3", 0), Some(3));
+        assert_eq!(to("3", 2), Some(3));
+        assert_eq!(to("3", 4), Some(4));
+        assert_eq!(to("3", 5), None, "the surged value is the minimum's");
+        assert_eq!(to("3", 9), None);
+        assert_eq!(to("0", 4), Some(1));
     }
 
     fn record_of(ns: &str, target: &str, min: i32) -> Arc<EvictionAutoScaler> {
@@ -761,7 +803,7 @@ mod tests {
     #[test]
     fn a_surge_left_by_the_go_project_goes_back_to_its_record() {
         let d = dep("a", "web", 5, marked("5", None));
-        assert!(deployment_revert_ops(&d).is_none());
+        assert!(deployment_revert_ops(&d, 0).is_none());
         let ops = legacy_revert_ops(&d, &[record_of("a", "web", 3)]).expect("ops");
         assert!(ops.contains(&json!({"op": "test", "path": "/spec/replicas", "value": 5})));
         assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));

@@ -463,7 +463,10 @@ fn one_per_pod(
     // Pairs whose selectors share a running pod: per pod, the planned
     // selectors over it (pods × planned checks, not pairs × pods).
     let mut share = BTreeSet::new();
-    for pod in pods.iter().filter(|p| !p.is_terminating() && !p.is_completed()) {
+    for pod in pods
+        .iter()
+        .filter(|p| !p.is_terminating() && !p.is_completed())
+    {
         let over: Vec<usize> = (0..n)
             .filter(|a| {
                 selectors[*a]

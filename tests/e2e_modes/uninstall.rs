@@ -396,3 +396,44 @@ async fn a_go_surge_not_reverted_keeps_its_record_for_the_next_run() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(again, 3, "back at the recorded baseline:\n{}", text(&out));
 }
+
+/// An HPA surge whose minimum someone raised past the surge (the server
+/// stopped): uninstall leaves that minimum and does not lower the
+/// Deployment below it (it went to the old baseline, under the HPA's own
+/// minimum: an HPA with metrics lifts it back, one without leaves it
+/// there).
+#[tokio::test]
+async fn uninstall_keeps_a_deployment_at_its_hpas_raised_minimum() {
+    let _g = nodes_lock().await;
+    let _ = restart_server(&[]);
+    let node = "kwok-node-2";
+    let ns = TestNs::new("e2e-uninst-hpamin").await;
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa("um", "um", 2))
+        .await
+        .expect("create HPA");
+    let (guard, t) = surged_on(&ns, "um", node).await;
+    wait_hpa_min(&hpas, "um", t, Some(true), Duration::from_secs(30)).await;
+    stop_server();
+    let raised = t + 1;
+    let mut h = hpas.get("um").await.expect("HPA");
+    h.spec.as_mut().expect("spec").min_replicas = Some(raised);
+    hpas.replace("um", &PostParams::default(), &h)
+        .await
+        .expect("raise the HPA's minimum");
+
+    let out = uninstall();
+    let after = deployment_state(&ns, "um").await;
+    let h = hpas.get("um").await.expect("HPA");
+    drop(guard);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        (
+            h.spec.and_then(|s| s.min_replicas),
+            markers_present(h.metadata.annotations.as_ref())
+        ),
+        (Some(raised), Some(false)),
+        "the raised minimum stays"
+    );
+    assert_eq!(after, (t, Some(false)), "{}", text(&out));
+}
