@@ -88,6 +88,13 @@ fn slow(result: &Result<(), kube::Error>, took: Duration) -> bool {
 /// See [`slow`]: a write answered in the normal way takes milliseconds.
 const SLOW_WRITE: Duration = Duration::from_secs(2);
 
+/// The time one namespace writes in one pass. Writes each a little under
+/// `SLOW_WRITE` (a policy webhook under load), hundreds of them on a first
+/// install, would otherwise hold the pass for many minutes, and with it
+/// every namespace marked meanwhile (a step-aside among them: two budgets
+/// over a pod until then). The rest is written in the next pass.
+const NAMESPACE_SHARE: Duration = Duration::from_secs(10);
+
 /// Why a Deployment cannot be served, shown as the Degraded condition.
 /// Written by the reconciler and the surge worker, read when writing status.
 /// A change marks the namespace, so the reconciler rewrites that status.
@@ -550,13 +557,19 @@ impl Reconciler {
         }
         // After a write that timed out, the namespace's other writes wait
         // for the pass that its backoff brings (that object is skipped then).
+        // After its share of the pass, for the next pass (marked again).
         let mut slowed = false;
+        let share = std::time::Instant::now();
         for action in actions {
             if !*leader.borrow() {
                 return planned; // stepped down: not one more write
             }
             let key = format!("{name}/{}", action.object());
             planned.insert(key.clone());
+            if !slowed && share.elapsed() >= NAMESPACE_SHARE {
+                slowed = true;
+                self.cache.ns_dirty.mark(&name);
+            }
             if slowed || !self.due(&key) {
                 continue;
             }
@@ -566,7 +579,7 @@ impl Reconciler {
             self.settle(&key, "pdb", result);
         }
         if let (true, false, Some(eas)) = (sc.enabled, slowed, &eas) {
-            self.write_statuses(&name, &deployments, &pdbs, eas, leader, &mut planned)
+            self.write_statuses(&name, &deployments, &pdbs, eas, leader, &mut planned, share)
                 .await;
         }
         planned
@@ -868,6 +881,7 @@ impl Reconciler {
 
     /// Status of each EvictionAutoScaler, written only when it differs from
     /// what the cache holds; fields we no longer set are removed.
+    #[allow(clippy::too_many_arguments)]
     async fn write_statuses(
         &self,
         ns: &str,
@@ -876,6 +890,7 @@ impl Reconciler {
         eas: &[Arc<EvictionAutoScaler>],
         leader: &watch::Receiver<bool>,
         planned: &mut BTreeSet<String>,
+        share: std::time::Instant,
     ) {
         let api: Api<EvictionAutoScaler> = Api::namespaced(self.client.clone(), ns);
         for e in eas {
@@ -916,6 +931,10 @@ impl Reconciler {
             }
             let key = format!("{ns}/status/{name}");
             planned.insert(key.clone());
+            if share.elapsed() >= NAMESPACE_SHARE {
+                self.cache.ns_dirty.mark(ns);
+                return;
+            }
             if !self.due(&key) {
                 continue;
             }
