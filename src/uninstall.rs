@@ -331,14 +331,23 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         ..Default::default()
     };
     // A dry run writes nothing a running controller could undo.
-    if !opts.force && !opts.dry_run {
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &opts.namespace);
-        let name = crate::names::MANAGER;
-        if let Some(holder) = controller_holding(&leases, name).await? {
-            return Err(UninstallError::ControllerRunning {
-                lease: format!("{}/{name}", opts.namespace),
-                holder,
-            });
+    let watch_leases = !opts.force && !opts.dry_run;
+    let lease_name = crate::names::MANAGER;
+    let mut leases_seen = Vec::new();
+    if watch_leases {
+        for ns in lease_namespaces(&client, &opts.namespace).await {
+            let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+            if let Some(holder) = controller_holding(&leases, lease_name).await? {
+                return Err(UninstallError::ControllerRunning {
+                    lease: format!("{ns}/{lease_name}"),
+                    holder,
+                });
+            }
+            let version = leases
+                .get_opt(lease_name)
+                .await?
+                .and_then(|l| l.metadata.resource_version);
+            leases_seen.push((ns, version));
         }
     }
 
@@ -596,7 +605,39 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         let r = delete_ours(&api, name, e.metadata.uid.as_deref(), opts.dry_run).await;
         record_delete(&mut report.deleted_eas, &mut report.failed, k, r);
     }
+    // A replica that took the Lease meanwhile (one released on a step-down
+    // is free at once) may surge or make PDBs again.
+    for (ns, before) in leases_seen {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+        let Ok(Some(l)) = leases.get_opt(lease_name).await else {
+            continue;
+        };
+        let holder = l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+        if l.metadata.resource_version != before && !holder.is_empty() {
+            report.failed.push(format!(
+                "lease {ns}/{lease_name}: taken by {holder} during this run: a controller may surge or \
+                 make PDBs again; scale the eviction-autoscaler Deployment to 0 and run uninstall again"
+            ));
+        }
+    }
     Ok(report)
+}
+
+/// The namespaces with a Lease of ours: `--namespace`'s, and any other
+/// (installed elsewhere, the flag forgotten). On a failed list, the flag's.
+async fn lease_namespaces(client: &Client, given: &str) -> Vec<String> {
+    let all: Api<Lease> = Api::all(client.clone());
+    let by_name = ListParams::default().fields(&format!("metadata.name={}", crate::names::MANAGER));
+    let mut found = vec![given.to_string()];
+    if let Ok(list) = all.list(&by_name).await {
+        for l in list.items {
+            let ns = l.metadata.namespace.unwrap_or_default();
+            if !found.contains(&ns) {
+                found.push(ns);
+            }
+        }
+    }
+    found
 }
 
 #[cfg(test)]

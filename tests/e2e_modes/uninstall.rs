@@ -437,3 +437,64 @@ async fn uninstall_keeps_a_deployment_at_its_hpas_raised_minimum() {
     );
     assert_eq!(after, (t, Some(false)), "{}", text(&out));
 }
+
+/// A controller installed in another namespace than `--namespace` names
+/// (the flag forgotten): its Lease is found by name and uninstall refuses
+/// while it is renewed, naming that Lease.
+#[tokio::test]
+async fn uninstall_refuses_for_a_controller_leading_in_another_namespace() {
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("e2e-uninst-elsewhere").await;
+    stop_server();
+    let leases: Api<Lease> = ns.api();
+    let now = || MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let lease = Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some("eviction-autoscaler".into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("elsewhere-0".into()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(now()),
+            ..Default::default()
+        }),
+    };
+    leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("create Lease");
+    // Renewed every 500 ms, as a leader does, until the run ends.
+    let renewing = {
+        let leases = leases.clone();
+        tokio::spawn(async move {
+            loop {
+                let patch = serde_json::json!({"spec": {"renewTime": now()}});
+                let _ = leases
+                    .patch(
+                        "eviction-autoscaler",
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&patch),
+                    )
+                    .await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let out = tokio::task::spawn_blocking(uninstall)
+        .await
+        .expect("uninstall task");
+    renewing.abort();
+    let _ = restart_server(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "a controller still holds Lease {}/eviction-autoscaler",
+            ns.name
+        )),
+        "{}",
+        text(&out)
+    );
+}
