@@ -43,6 +43,26 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `MAX_BODY_BYTES` within bounds: 0 (or a few bytes) would answer every
+/// review 413 and leave the webhook inert; gigabytes would let one request
+/// reserve that much memory. An AdmissionReview carries at most two objects
+/// of etcd's 1.5 MiB limit.
+fn parse_body_limit(s: &str) -> Result<usize, String> {
+    const RANGE: std::ops::RangeInclusive<usize> = 64 * 1024..=64 * 1024 * 1024;
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a byte count: {e}"))?;
+    if !RANGE.contains(&n) {
+        return Err(format!(
+            "{n} is outside {} to {} bytes",
+            RANGE.start(),
+            RANGE.end()
+        ));
+    }
+    Ok(n)
+}
+
 /// Largest `EVICTION_HOLD`: the shipped webhooks' `timeoutSeconds` is 10
 /// (manifests/webhooks.yaml, the Kubernetes default), and after our answer
 /// the apiserver still runs its own eviction; a hold that used the whole
@@ -158,7 +178,7 @@ pub struct ServeOpts {
     pub client_ca_file: Option<PathBuf>,
 
     /// Largest request body accepted; larger ones get 413.
-    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 3 * 1024 * 1024)]
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 3 * 1024 * 1024, value_parser = parse_body_limit)]
     pub max_body_bytes: usize,
 
     /// Time limit for one request, TLS handshake and headers included.
@@ -392,6 +412,20 @@ mod tests {
             err.contains("ORPHAN_PDB_GRACE") && err.contains("100y"),
             "{err}"
         );
+    }
+
+    /// 0 would make the webhook answer every review 413; gigabytes would
+    /// let one request reserve that much.
+    #[test]
+    fn the_body_limit_is_bounded() {
+        for bad in ["0", "100", "3MiB", "107374182400"] {
+            let err = serve(&["--max-body-bytes", bad]).unwrap_err();
+            assert!(err.contains("MAX_BODY_BYTES"), "{bad}: {err}");
+        }
+        let ok = |v: &str| serve(&["--max-body-bytes", v]).map(|s| s.max_body_bytes);
+        assert_eq!(ok("65536"), Ok(65536));
+        assert_eq!(ok("67108864"), Ok(64 << 20));
+        assert_eq!(serve(&[]).map(|s| s.max_body_bytes), Ok(3 << 20));
     }
 
     #[test]

@@ -168,7 +168,12 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         client,
         metrics: metrics.clone(),
         signals,
-        write_timeout: Duration::from_secs(5),
+        // The Deployment webhook's list and create, within its answer's
+        // time (a create cut off by the request timeout would leave the PDB
+        // without the Deployment's annotation).
+        write_timeout: Duration::from_secs(5)
+            .min(opts.request_timeout.saturating_sub(Duration::from_secs(1)))
+            .max(Duration::from_millis(500)),
         hold: opts.eviction_hold,
         held: Arc::new(tokio::sync::Semaphore::new(crate::webhook::hold::MAX_HELD)),
         room: Default::default(),

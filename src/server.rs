@@ -2,7 +2,7 @@
 //! Bad input gets a clear JSON error and the server keeps serving.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +48,15 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Header fields in one HTTP/1 request; past it 431.
     pub max_headers: usize,
+    /// A connection with no request in flight for this long is closed
+    /// (HTTP/2 with a GOAWAY). Longer than the idle timeout of Go's HTTP
+    /// client (90 s), so the apiserver normally closes first. The first
+    /// request must begin within the request timeout. Else a client that
+    /// sends nothing after its handshake, or answers our pings and nothing
+    /// more, held its connection slot for good: `max_connections` of those
+    /// and every new connection, the kubelet's probes among them, was
+    /// closed at accept.
+    pub idle: Duration,
 }
 
 /// [`Limits::max_in_flight`] by default.
@@ -66,7 +75,71 @@ impl Default for Limits {
             h2_max_streams: 100,
             max_header_bytes: 64 * 1024,
             max_headers: 100,
+            idle: Duration::from_secs(120),
         }
+    }
+}
+
+/// Requests of one connection in flight, and when the last one ended: what
+/// [`idle_for`] closes an idle connection on.
+struct Activity {
+    started: std::time::Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds from `started` to the end of the last request; u64::MAX
+    /// before the first request began.
+    last_ms: AtomicU64,
+}
+
+/// Held while a request of the connection is handled (dropped with its
+/// future, answered or not).
+struct InFlight(Arc<Activity>);
+
+impl Activity {
+    fn new() -> Arc<Self> {
+        Arc::new(Activity {
+            started: std::time::Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_ms: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    fn enter(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(self.clone())
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.last_ms.store(self.0.now_ms(), Ordering::Release);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Resolves once the connection has been idle too long: no request begun
+/// within `first` of the handshake, or none in flight for `idle` since the
+/// last one ended.
+async fn idle_for(a: &Activity, first: Duration, idle: Duration) {
+    loop {
+        let last = a.last_ms.load(Ordering::Acquire);
+        let busy = a.in_flight.load(Ordering::Acquire) > 0;
+        let due = match last {
+            u64::MAX if !busy => first,
+            _ if busy => idle,
+            last => Duration::from_millis(last).saturating_add(idle),
+        };
+        let now = a.started.elapsed();
+        if !busy && now >= due {
+            return;
+        }
+        // Busy: look again after `idle`; else at the deadline, or after
+        // `idle` if sooner (a request that began and ended meanwhile).
+        let wait = if busy { idle } else { (due - now).min(idle) };
+        tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
     }
 }
 
@@ -104,6 +177,10 @@ struct Guarded {
     budget: BodyBudget,
     timeout: Duration,
 }
+
+/// What is read of a request refused for want of a client certificate
+/// before the 401 (so that an HTTP/2 client sees the answer, not a reset).
+const UNAUTHORIZED_BODY: usize = 64 * 1024;
 
 /// Held while a webhook request is handled: its slot and its body's bytes.
 struct Admitted {
@@ -159,12 +236,6 @@ impl Guarded {
     /// only hold more bodies in memory), the client certificate when one is
     /// required, then the body within the size limit and the byte budget.
     async fn admit(&self, req: Request) -> Result<(Bytes, Admitted), Response> {
-        let Some(slot) = self.in_flight.try_take(1) else {
-            return Err(json_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too many requests in flight; try again",
-            ));
-        };
         let s = &self.app;
         // The webhook paths answer only clients with a verified certificate
         // when a client CA is configured; health endpoints and /metrics never
@@ -175,11 +246,14 @@ impl Guarded {
             s.metrics.client_cert_missing.inc();
             // Read the body first (up to the limit): answering before it is read
             // makes HTTP/2 clients see a reset stream instead of the 401.
+            // Before a slot is taken, and no more than a review's worth:
+            // clients without a certificate must not crowd out the
+            // apiserver's requests.
             let mut body = req.into_body().into_data_stream();
             let mut read = 0usize;
             while let Some(Ok(chunk)) = body.next().await {
                 read += chunk.len();
-                if read > s.max_body {
+                if read > UNAUTHORIZED_BODY {
                     break;
                 }
             }
@@ -188,6 +262,12 @@ impl Guarded {
                 "a client certificate signed by the configured client CA is required on this path",
             ));
         }
+        let Some(slot) = self.in_flight.try_take(1) else {
+            return Err(json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many requests in flight; try again",
+            ));
+        };
         let (body, bytes) = read_limited(req.into_body(), s.max_body, &self.budget)
             .await
             .map_err(IntoResponse::into_response)?;
@@ -560,6 +640,16 @@ pub async fn serve_with_limits(
                 }
                 req
             });
+            let activity = Activity::new();
+            let a = activity.clone();
+            let app = tower::ServiceExt::map_future(app, move |answer| {
+                let held = a.enter();
+                async move {
+                    let r = answer.await;
+                    drop(held);
+                    r
+                }
+            });
             let svc = TowerToHyperService::new(app);
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
@@ -593,6 +683,12 @@ pub async fn serve_with_limits(
                 _ = async { closing.wait_for(|c| *c).await.map(|_| ()) } => {
                     conn.as_mut().graceful_shutdown();
                     conn.await
+                }
+                _ = idle_for(&activity, timeout, limits.idle) => {
+                    tracing::debug!(%peer, "idle connection closed");
+                    conn.as_mut().graceful_shutdown();
+                    // A peer that never answers the GOAWAY is dropped.
+                    tokio::time::timeout(timeout, conn).await.unwrap_or(Ok(()))
                 }
             };
             if let Err(e) = result {

@@ -806,3 +806,93 @@ async fn slow_request_heads_are_cut_at_the_timeout_on_every_request() {
         );
     }
 }
+
+/// Reads until the peer closes (or errors); how long that took, or None
+/// when it was still open after `within`.
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
+    s: &mut S,
+    within: Duration,
+) -> Option<Duration> {
+    let started = std::time::Instant::now();
+    let mut b = [0u8; 256];
+    tokio::time::timeout(within, async {
+        loop {
+            match s.read(&mut b).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+/// A client that completes its handshake and then sends nothing, or only
+/// part of the HTTP/2 preface, is closed at the request timeout: before,
+/// it held its connection slot for good.
+#[tokio::test]
+async fn a_connection_that_sends_no_request_is_closed_at_the_timeout() {
+    let timeout = Duration::from_secs(2);
+    let run = http_kit::start(Limits::default(), timeout).await;
+    let opened = std::time::Instant::now();
+    let mut silent = run.tls().await.unwrap();
+    let mut partial = run.tls_h2().await.unwrap();
+    partial
+        .write_all(&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..23])
+        .await
+        .unwrap();
+    for (what, s) in [("silent", &mut silent), ("partial preface", &mut partial)] {
+        closed_within(s, Duration::from_secs(8))
+            .await
+            .unwrap_or_else(|| panic!("{what}: still open after 8 s"));
+        let took = opened.elapsed();
+        assert!(
+            took >= timeout - Duration::from_millis(300),
+            "{what}: closed after {took:?}, before the {timeout:?} timeout"
+        );
+    }
+}
+
+/// A kept-alive connection with no request in flight for the idle time is
+/// closed (HTTP/1.1 and HTTP/2); one that keeps asking stays open.
+#[tokio::test]
+async fn an_idle_connection_is_closed_and_a_busy_one_is_not() {
+    let limits = Limits {
+        idle: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let run = http_kit::start(limits, Duration::from_secs(5)).await;
+    let mut busy = run.tls().await.unwrap();
+    let mut idle = run.tls().await.unwrap();
+    let get = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    idle.write_all(get).await.unwrap();
+    assert_eq!(read_response(&mut idle).await, Some(200));
+    for _ in 0..6 {
+        busy.write_all(get).await.unwrap();
+        assert_eq!(read_response(&mut busy).await, Some(200), "still open");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let took = closed_within(&mut idle, Duration::from_millis(100))
+        .await
+        .expect("the idle HTTP/1.1 connection closed by now");
+    assert!(took < Duration::from_millis(100));
+    // HTTP/2: one request, then idle.
+    let mut h2 = run.h2().await.unwrap();
+    let req = axum::http::Request::get("https://x/healthz")
+        .body(())
+        .unwrap();
+    let (answer, _) = h2.send_request(req, true).unwrap();
+    assert_eq!(answer.await.unwrap().status(), 200);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let again = axum::http::Request::get("https://x/healthz")
+        .body(())
+        .unwrap();
+    let refused = match h2.send_request(again, true) {
+        Err(_) => true,
+        Ok((answer, _)) => answer.await.is_err(),
+    };
+    assert!(
+        refused,
+        "the idle HTTP/2 connection was closed with a GOAWAY"
+    );
+}
