@@ -362,6 +362,8 @@ impl<A: SurgeApi> Core<A> {
         }
         let mut steps = Vec::new();
         let mut looked_at = std::collections::HashSet::new();
+        // Nodes of the Deployments skipped below, for `last_nodes`.
+        let mut skipped_nodes: Vec<(Key, Vec<String>)> = Vec::new();
         for (ns, objs) in &idx.namespaces {
             let empty = Default::default();
             let sig = signalled.get(ns).unwrap_or(&empty);
@@ -370,6 +372,16 @@ impl<A: SurgeApi> Core<A> {
                 let key = (ns.clone(), name.clone());
                 looked_at.insert(key.clone());
                 if self.backing_off(ns, &name, now) || self.in_flight(ns, &name) {
+                    // Not stepped, but its pods on a draining node are still
+                    // a signal: else a surge whose writes keep failing
+                    // through a drain (no eviction refused, the room it
+                    // gave being used) could go back with no cooldown once
+                    // they succeed.
+                    let (on_draining, nodes) = step::pods_on_draining(objs, &idx.draining, &name);
+                    if on_draining > 0 {
+                        self.book.touch(ns, &name, now);
+                    }
+                    skipped_nodes.push((key, nodes));
                     continue;
                 }
                 let (since_signal, denied) = self.book.get(ns, &name, cooldown, now);
@@ -443,6 +455,11 @@ impl<A: SurgeApi> Core<A> {
                     last.entry(n.clone())
                         .or_default()
                         .insert((o.step.namespace.clone(), o.step.deployment.clone()));
+                }
+            }
+            for (key, nodes) in skipped_nodes {
+                for n in nodes {
+                    last.entry(n).or_default().insert(key.clone());
                 }
             }
         }

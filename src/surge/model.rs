@@ -2488,6 +2488,32 @@ async fn the_backoff_counts_from_the_failure_not_the_pass_start() {
     assert_eq!(api.slow_writes.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
+/// A Deployment skipped while it backs off still has its pods on a draining
+/// node count as a signal, and its nodes remembered: else a surge whose
+/// writes kept failing through a drain could go back with no cooldown.
+#[tokio::test]
+async fn a_deployment_backing_off_keeps_its_drain_signal_fresh() {
+    let (run, api, view) = slow_one(Some(Duration::from_millis(400)));
+    let core = Core::new(api.clone(), run.book.clone(), run.now, COOLDOWN, None);
+    let first = core.pass(view.clone(), run.now).await;
+    assert!(first
+        .iter()
+        .any(|o| o.step.deployment == "web" && o.error.is_some()));
+    // Two passes while it backs off (the failure came 400 ms in, the
+    // backoff is 500 ms): each touches it.
+    for ms in [600, 800] {
+        let later = run.now + Duration::from_millis(ms);
+        let pass = core.pass(view.clone(), later).await;
+        assert!(pass.iter().all(|o| o.step.deployment != "web"), "{ms}");
+        let (since, _) = run.book.get(NS, "web", COOLDOWN, later);
+        assert_eq!(
+            since,
+            Some(Duration::ZERO),
+            "touched by the pass at {ms} ms"
+        );
+    }
+}
+
 /// The lead lost while a write hangs: the pass is dropped (the worker drops
 /// every running pass), its Deployment's slot is given back, and a later
 /// pass steps it again (its writes are guarded, so a cut one is re-planned).

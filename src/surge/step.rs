@@ -203,9 +203,13 @@ impl Surgeable<'_> {
         })
     }
 
-    /// Value and markers in one patch, guarded on the value read.
+    /// Value and markers in one patch, guarded on the value read, and on
+    /// the version read when no markers were read: our own surge not yet in
+    /// the cache, then scaled back by a user to the value read, would
+    /// otherwise be written again over their value (its markers overwritten,
+    /// not adopted).
     fn surge(&self, baseline: i32, to: i32) -> Option<Write> {
-        let mut ops = self.absence_guard(self.raw.is_none());
+        let mut ops = self.absence_guard(self.raw.is_none() || self.markers().is_none());
         ops.extend(guarded_set(
             self.path,
             self.raw.map(|v| json!(v)),
@@ -295,9 +299,17 @@ impl Surgeable<'_> {
         }
     }
 
-    /// Our annotations removed, nothing else (half-written or malformed).
+    /// Our annotations removed, nothing else (half-written or malformed),
+    /// guarded on the version read: markers a pass wrote since are not
+    /// stripped on a lagging cache.
     fn clean(&self) -> Option<Write> {
-        self.write(annotation_ops(self.annotations, &Markers::CLEAR))
+        let ops = annotation_ops(self.annotations, &Markers::CLEAR);
+        if ops.is_empty() {
+            return None;
+        }
+        let mut guarded: Vec<Value> = version_guard(self.resource_version).into_iter().collect();
+        guarded.extend(ops);
+        self.write(guarded)
     }
 
     /// The version test when this write rests on an absence: the value
@@ -529,6 +541,41 @@ fn rolling_out(d: &Deployment) -> bool {
     };
     st.observed_generation.unwrap_or(0) < d.metadata.generation.unwrap_or(0)
         || st.updated_replicas.unwrap_or(0) < st.replicas.unwrap_or(0)
+}
+
+/// For a Deployment not stepped this pass (backing off, or in another
+/// pass): how many of its running pods are on draining nodes, and the nodes
+/// its running pods are on. By its selector alone (no PDB read): enough to
+/// keep its signal fresh.
+pub fn pods_on_draining(
+    objs: &NsObjects,
+    draining: &BTreeSet<String>,
+    name: &str,
+) -> (i32, Vec<String>) {
+    let Some(dep) = objs
+        .deployments
+        .iter()
+        .find(|d| d.metadata.name.as_deref() == Some(name))
+    else {
+        return (0, Vec::new());
+    };
+    let selector = dep.spec.as_ref().map(|s| &s.selector);
+    let mut on = 0i32;
+    let mut nodes = BTreeSet::new();
+    for p in objs
+        .pods
+        .iter()
+        .filter(|p| !p.is_terminating() && !p.is_completed())
+        .filter(|p| pdb_selects(selector, p.labels()))
+    {
+        if let Some(n) = p.node() {
+            if draining.contains(n) {
+                on = on.saturating_add(1);
+            }
+            nodes.insert(n.to_string());
+        }
+    }
+    (on, nodes.into_iter().collect())
 }
 
 /// Plans one step for the Deployment `name` of namespace `ns` (which may be
@@ -2240,7 +2287,7 @@ mod tests {
     }
 
     #[test]
-    fn a_surge_resting_on_an_absent_map_tests_the_version_read() {
+    fn a_surge_started_from_no_markers_tests_the_version_read() {
         // No annotations in the cache: the markers go in as a new map, which
         // would replace annotations a user added since; the resourceVersion
         // read guards that. With a map, only the value is tested.
@@ -2277,10 +2324,12 @@ mod tests {
         theirs.metadata.annotations = Some([("team".to_string(), "a".to_string())].into());
         assert!(apply(&theirs).is_err());
 
+        // With a map but no markers read, the version read too: markers
+        // of ours written since (and a user's scale back) are not overwritten.
         let (_, s) = plan(Some([("team".to_string(), "a".to_string())].into()));
         assert_eq!(
             op_value(&s.writes[0], "test", "/metadata/resourceVersion"),
-            None
+            Some(json!("7"))
         );
         assert_eq!(
             op_value(&s.writes[0], "test", "/spec/replicas"),
