@@ -238,22 +238,35 @@ pub struct Core<A> {
     looked_at: Mutex<std::collections::HashSet<Key>>,
     /// Node → the Deployments whose pods it held at the last pass.
     last_nodes: Mutex<HashMap<String, std::collections::BTreeSet<Key>>>,
-    /// Deployments whose step is running, with the surge replicas it keeps
-    /// in place (metrics of passes that leave it out).
-    in_flight: std::sync::Arc<Mutex<HashMap<Key, Option<i64>>>>,
+    /// Deployments whose step is running, and when the last ones ended.
+    in_flight: std::sync::Arc<Mutex<Slots>>,
 }
+
+#[derive(Default)]
+struct Slots {
+    /// Running steps, with the surge replicas each keeps in place (metrics
+    /// of passes that leave it out).
+    running: HashMap<Key, Option<i64>>,
+    /// When a Deployment's last step ended: a step planned before that is
+    /// stale and left out (another pass stepped the Deployment meanwhile).
+    ended: HashMap<Key, Instant>,
+}
+
+/// How long [`Slots::ended`] keeps an entry: longer than any pass lasts.
+const ENDED_KEPT: Duration = Duration::from_secs(600);
 
 /// A step's place in [`Core::in_flight`], given back when the step ends or
 /// is dropped (a pass abandoned when the lead is lost).
 struct InFlight {
-    set: std::sync::Arc<Mutex<HashMap<Key, Option<i64>>>>,
+    set: std::sync::Arc<Mutex<Slots>>,
     key: Key,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         if let Ok(mut s) = self.set.lock() {
-            s.remove(&self.key);
+            s.running.remove(&self.key);
+            s.ended.insert(self.key.clone(), Instant::now());
         }
     }
 }
@@ -290,7 +303,8 @@ impl<A: SurgeApi> Core<A> {
         let Ok(s) = self.in_flight.lock() else {
             return (0, 0);
         };
-        s.iter()
+        s.running
+            .iter()
             .filter(|(k, _)| {
                 !outcomes
                     .iter()
@@ -303,7 +317,7 @@ impl<A: SurgeApi> Core<A> {
     pub(crate) fn in_flight(&self, ns: &str, dep: &str) -> bool {
         self.in_flight
             .lock()
-            .is_ok_and(|s| s.contains_key(&(ns.to_string(), dep.to_string())))
+            .is_ok_and(|s| s.running.contains_key(&(ns.to_string(), dep.to_string())))
     }
 
     /// This replica saw someone's value on a Deployment's object and could
@@ -319,16 +333,19 @@ impl<A: SurgeApi> Core<A> {
         self.lifts.get(ns, dep)
     }
 
-    fn take_slot(&self, s: &Step) -> Option<InFlight> {
+    /// The Deployment's slot for a step planned at `planned`, as the step
+    /// begins: None while another pass runs a step of it, or once one that
+    /// began after `planned` has ended (this step is stale then).
+    fn take_slot(&self, s: &Step, planned: Instant) -> Option<InFlight> {
         let key = (s.namespace.clone(), s.deployment.clone());
         let surge = s
             .active
             .map(|m| i64::from((m.surged_to - m.baseline).max(0)));
         let mut set = self.in_flight.lock().ok()?;
-        if set.contains_key(&key) {
+        if set.running.contains_key(&key) || set.ended.get(&key).is_some_and(|t| *t >= planned) {
             return None;
         }
-        set.insert(key.clone(), surge);
+        set.running.insert(key.clone(), surge);
         Some(InFlight {
             set: self.in_flight.clone(),
             key,
@@ -344,6 +361,11 @@ impl<A: SurgeApi> Core<A> {
     }
 
     pub async fn pass(&self, view: ClusterView, now: Instant) -> Vec<Outcome> {
+        // On the real clock, whatever `now` says (tests pass their own).
+        let planned = Instant::now();
+        if let Ok(mut s) = self.in_flight.lock() {
+            s.ended.retain(|_, t| t.elapsed() < ENDED_KEPT);
+        }
         let cooldown = self.settings.cooldown;
         let window = crate::surge::signals::window(cooldown);
         let mut signalled: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
@@ -421,13 +443,12 @@ impl<A: SurgeApi> Core<A> {
         let idx = &idx;
         let started = Instant::now();
         // Each step holds its Deployment's slot while it runs, so a pass
-        // run beside this one leaves it out.
-        let steps: Vec<_> = steps
-            .into_iter()
-            .filter_map(|(s, facts)| Some((self.take_slot(&s)?, s, facts)))
-            .collect();
+        // run beside this one leaves it out. Taken as the step begins, not
+        // for the whole pass: steps queued behind slow ones (CONCURRENCY
+        // writes hanging to their timeout) stay free for a pass beside.
         let outcomes: Vec<Outcome> = futures::stream::iter(steps)
-            .map(|(slot, s, facts)| async move {
+            .map(|(s, facts)| async move {
+                let slot = self.take_slot(&s, planned)?;
                 let first = self.execute(s).await;
                 let outcome = if !matches!(first.error, Some(ApiError::Conflict(_))) {
                     first
@@ -443,9 +464,10 @@ impl<A: SurgeApi> Core<A> {
                 // start: a write that timed out waits its turn like any other.
                 self.record(&outcome, now + started.elapsed());
                 drop(slot);
-                outcome
+                Some(outcome)
             })
             .buffer_unordered(CONCURRENCY)
+            .filter_map(std::future::ready)
             .collect()
             .await;
         if let Ok(mut last) = self.last_nodes.lock() {
@@ -595,6 +617,62 @@ mod tests {
 
     fn api(body: serde_json::Value) -> kube::Error {
         kube::Error::Api(Box::new(serde_json::from_value(body).expect("a Status")))
+    }
+
+    struct NoApi;
+
+    impl SurgeApi for NoApi {
+        async fn patch(&self, _: &ObjKey, _: &[Value]) -> Result<(), ApiError> {
+            Ok(())
+        }
+        async fn get(&self, _: &ObjKey) -> Result<Option<Value>, ApiError> {
+            Ok(None)
+        }
+    }
+
+    /// A step takes its Deployment's slot as it begins (not when its pass
+    /// is planned, so steps queued behind hanging ones stay free for a pass
+    /// beside): none while another step of it runs, nor once one begun
+    /// after this step was planned has ended (this one is stale then).
+    #[test]
+    fn a_step_planned_before_another_ran_is_left_out() {
+        let core = Core::new(
+            NoApi,
+            SignalBook::default(),
+            Instant::now(),
+            Duration::from_secs(60),
+            None,
+        );
+        let settings = Settings {
+            cooldown: Duration::from_secs(60),
+            zero_surge_override: None,
+        };
+        let objs = NsObjects::default();
+        let s = step::step(
+            "ns",
+            &objs,
+            &Default::default(),
+            "web",
+            &Facts::default(),
+            settings,
+            None,
+        );
+        let planned_a = Instant::now();
+        let b = core.take_slot(&s, Instant::now()).expect("free");
+        assert!(
+            core.take_slot(&s, planned_a).is_none(),
+            "running in another pass"
+        );
+        drop(b);
+        assert!(
+            core.take_slot(&s, planned_a).is_none(),
+            "stale: stepped since it was planned"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(
+            core.take_slot(&s, Instant::now()).is_some(),
+            "planned after: free"
+        );
     }
 
     /// The bodies the apiserver (v1.34) answered on the local control plane:
