@@ -189,6 +189,16 @@ fn chart_lints_clean_with_each_certificate_source() {
             "controllerConfig.evictionHold=7s 500ms",
             "must be whole seconds or milliseconds",
         ),
+        // The server refuses a hold over 8 s.
+        (
+            "webhook.timeoutSeconds=20,controllerConfig.evictionHold=9s",
+            "over the server's 8s ceiling",
+        ),
+        // Two replicas without leader election would both surge.
+        (
+            "controllerConfig.leaderElection=false",
+            "leaderElection false with replicaCount 2",
+        ),
     ] {
         let out = Command::new(helm())
             .args(["template", "charts/eviction-autoscaler", "--set", set])
@@ -267,9 +277,18 @@ fn chart_deployment_runs_as_the_manifest_says() {
         find(&chart, "Service")["spec"]["ports"],
         find(&shipped, "Service")["spec"]["ports"]
     );
+    for field in ["maxUnavailable", "unhealthyPodEvictionPolicy"] {
+        assert_eq!(
+            find(&chart, "PodDisruptionBudget")["spec"][field],
+            find(&shipped, "PodDisruptionBudget")["spec"][field],
+            "PDB {field}"
+        );
+    }
+    // Replicas that are not Ready (stale caches) never hold a drain of
+    // their node: the budget lets them go.
     assert_eq!(
-        find(&chart, "PodDisruptionBudget")["spec"]["maxUnavailable"],
-        find(&shipped, "PodDisruptionBudget")["spec"]["maxUnavailable"]
+        find(&chart, "PodDisruptionBudget")["spec"]["unhealthyPodEvictionPolicy"],
+        "AlwaysAllow"
     );
 }
 
@@ -309,6 +328,7 @@ fn chart_values_reach_the_server_settings() {
         "controllerConfig.cooldown=2m",
         "controllerConfig.evictionHold=3s",
         "controllerConfig.leaderElection=false",
+        "replicaCount=1",
         "controllerConfig.orphanPdbGrace=90s",
         "controllerConfig.watchStaleAfter=20s",
         "server.requestTimeout=5s",
@@ -363,6 +383,22 @@ fn chart_values_reach_the_server_settings() {
     }
     // The hold is on by default, as in manifests/deployment.yaml.
     assert_eq!(env.get("EVICTION_HOLD"), Some(&json!("6s")));
+    // A number from a values file (a float64 to Helm) is written whole,
+    // not as 4.194304e+06, which the server refuses.
+    let values = std::env::temp_dir().join(format!("ea-chart-values-{}.yaml", std::process::id()));
+    std::fs::write(&values, "server:\n  maxBodyBytes: 4194304\n").expect("values file");
+    let chart = docs(&run_helm(&[
+        "template",
+        "eviction-autoscaler",
+        "charts/eviction-autoscaler",
+        "--namespace",
+        NS,
+        "-f",
+        &values.to_string_lossy(),
+    ]));
+    let _ = std::fs::remove_file(&values);
+    let env = env_map(find(&chart, "Deployment"));
+    assert_eq!(env.get("MAX_BODY_BYTES"), Some(&json!("4194304")));
 }
 
 /// Every source of certificates renders objects the apiserver accepts.
@@ -409,22 +445,56 @@ fn chart_passes_server_side_dry_run_with_each_certificate_source() {
     }
 }
 
-/// What the apiserver cannot check here (no cert-manager): the Certificate
-/// issues the Secret the Deployment mounts, for the Service's DNS name, from
-/// an Issuer that exists, and both webhooks ask for that Certificate's CA.
+/// What the apiserver cannot check here (no cert-manager): the serving
+/// Certificate issues the Secret the Deployment mounts, for the Service's DNS
+/// name, from an Issuer of a CA of its own (so a renewal keeps the caBundle),
+/// that CA from a self-signed Issuer, and both webhooks ask for the serving
+/// Certificate's CA. The same as manifests/cert-manager.yaml.
 fn check_cert_manager_objects(cm: &[Value], others: &[Value]) {
-    let cert = find(cm, "Certificate");
-    let issuer = find(cm, "Issuer");
-    assert_eq!(cert["apiVersion"], "cert-manager.io/v1");
-    assert_eq!(issuer["apiVersion"], "cert-manager.io/v1");
-    assert!(issuer["spec"]["selfSigned"].is_object(), "{issuer}");
-    assert_eq!(
-        cert["spec"]["issuerRef"]["name"],
-        issuer["metadata"]["name"]
-    );
+    let of = |kind: &str| -> Vec<&Value> { cm.iter().filter(|o| o["kind"] == kind).collect() };
+    let (certs, issuers) = (of("Certificate"), of("Issuer"));
+    assert_eq!((certs.len(), issuers.len()), (2, 2), "{cm:?}");
+    let by_ca = |ca: bool| {
+        *certs
+            .iter()
+            .find(|c| c["spec"]["isCA"].as_bool().unwrap_or(false) == ca)
+            .expect("a CA and a serving Certificate")
+    };
+    let (ca, cert) = (by_ca(true), by_ca(false));
+    let issuer_of = |c: &Value| {
+        *issuers
+            .iter()
+            .find(|i| i["metadata"]["name"] == c["spec"]["issuerRef"]["name"])
+            .unwrap_or_else(|| panic!("the Issuer of {c}"))
+    };
+    assert!(issuer_of(ca)["spec"]["selfSigned"].is_object(), "{ca}");
+    let issuer = issuer_of(cert);
+    assert_eq!(issuer["spec"]["ca"]["secretName"], ca["spec"]["secretName"]);
+    for o in cm {
+        assert_eq!(o["apiVersion"], "cert-manager.io/v1");
+        assert_eq!(o["metadata"]["namespace"], NS);
+    }
     assert_eq!(cert["spec"]["issuerRef"]["kind"], "Issuer");
-    assert_eq!(cert["metadata"]["namespace"], NS);
-    assert_eq!(issuer["metadata"]["namespace"], NS);
+    // The manifests make the same chain.
+    let shipped = manifest("cert-manager.yaml");
+    let kinds: Vec<(&str, bool)> = shipped
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap_or_default(),
+                o["spec"]["isCA"].as_bool().unwrap_or(false) || o["spec"]["ca"].is_object(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("Issuer", false),
+            ("Certificate", true),
+            ("Issuer", true),
+            ("Certificate", false)
+        ]
+    );
     let volumes = &find(others, "Deployment")["spec"]["template"]["spec"]["volumes"];
     assert_eq!(
         volumes[0]["secret"]["secretName"],

@@ -101,6 +101,12 @@ caBundle valid), else a new CA and certificate. Call once per render (it is rand
 {{- else -}}
 {{- fail (printf "controllerConfig.evictionHold must be whole seconds or milliseconds (6s, 2500ms) or 0, not %q, so the chart can check it against webhook.timeoutSeconds" $hold) -}}
 {{- end -}}
+{{- if gt $holdMs 8000 -}}
+{{- fail (printf "controllerConfig.evictionHold %s is over the server's 8s ceiling (EVICTION_HOLD)" $hold) -}}
+{{- end -}}
+{{- if and (not .Values.controllerConfig.leaderElection) (gt (int .Values.replicaCount) 1) -}}
+{{- fail (printf "controllerConfig.leaderElection false with replicaCount %v: every replica would surge and revert on its own; use one replica, or leader election" .Values.replicaCount) -}}
+{{- end -}}
 {{- $longest := 2000 -}}
 {{- if gt $holdMs 0 -}}{{- $longest = add (max $holdMs 1500) 2000 -}}{{- end -}}
 {{- if gt $longest (mul $t 1000) -}}
