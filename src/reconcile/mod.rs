@@ -893,6 +893,9 @@ impl Reconciler {
         share: std::time::Instant,
     ) {
         let api: Api<EvictionAutoScaler> = Api::namespaced(self.client.clone(), ns);
+        // After a slow write or the namespace's share of the pass: no more
+        // writes, the rest planned for the next pass.
+        let mut stop = false;
         for e in eas {
             let Some(name) = e.metadata.name.clone() else {
                 continue;
@@ -930,10 +933,15 @@ impl Reconciler {
                 return;
             }
             let key = format!("{ns}/status/{name}");
+            // Planned even when not written now: its backoff is kept.
             planned.insert(key.clone());
+            if stop {
+                continue;
+            }
             if share.elapsed() >= NAMESPACE_SHARE {
                 self.cache.ns_dirty.mark(ns);
-                return;
+                stop = true;
+                continue;
             }
             if !self.due(&key) {
                 continue;
@@ -945,11 +953,8 @@ impl Reconciler {
             )
             .await
             .map(|_| ());
-            let slowed = slow(&result, started.elapsed());
+            stop = slow(&result, started.elapsed());
             self.settle(&key, "status", result);
-            if slowed {
-                return;
-            }
         }
     }
 }

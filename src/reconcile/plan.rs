@@ -486,7 +486,14 @@ fn one_per_pod(
             (0..n).any(|b| {
                 b != a
                     && (covers(a, b) && (!covers(b, a) || name(b) < name(a))
-                        || share.contains(&(a, b)) && name(b) < name(a))
+                        // Only where neither covers the other's template:
+                        // else the broader one goes by the rule above, and
+                        // the narrower one (sharing its own pods with it)
+                        // must stay, or neither is ever made.
+                        || !covers(a, b)
+                            && !covers(b, a)
+                            && share.contains(&(a, b))
+                            && name(b) < name(a))
             })
         })
         .collect();
@@ -1059,6 +1066,20 @@ mod tests {
             let a = w.plan();
             assert_eq!(created(&a), ["api"], "{a:?}");
         }
+        // With the narrower one's pods running (the broader selector
+        // selects them too), and the broader one's name sorting first: still
+        // the narrower is made, not neither.
+        let backend = with_uid(labelled(
+            "all-shop",
+            &[("app", "shop")],
+            &[("app", "shop"), ("role", "web")],
+        ));
+        w.deps = vec![backend, api.clone()];
+        w.pods = Some(vec![running_pod("api-1", api_l)]);
+        let a = w.plan();
+        assert_eq!(created(&a), ["api"], "{a:?}");
+        w.pods = World::new().pods;
+        w.deps = vec![api.clone(), shop.clone()];
 
         // Both of ours exist already: the broader (shop's, over api's pods
         // too) steps aside for api's; api's stays, and nothing is re-made.

@@ -446,30 +446,40 @@ impl<A: SurgeApi> Core<A> {
         // run beside this one leaves it out. Taken as the step begins, not
         // for the whole pass: steps queued behind slow ones (CONCURRENCY
         // writes hanging to their timeout) stay free for a pass beside.
-        let outcomes: Vec<Outcome> = futures::stream::iter(steps)
-            .map(|(s, facts)| async move {
-                let slot = self.take_slot(&s, planned)?;
-                let first = self.execute(s).await;
-                let outcome = if !matches!(first.error, Some(ApiError::Conflict(_))) {
-                    first
-                } else {
-                    // The value changed under us: re-plan once from fresh
-                    // reads, so a user's change seen mid-write is adopted at once.
-                    match idx.namespaces.get(&first.step.namespace) {
-                        Some(objs) => self.replan(objs, idx, first, &facts).await,
-                        None => first,
-                    }
-                };
-                // The backoff counts from the failure, not from the pass's
-                // start: a write that timed out waits its turn like any other.
-                self.record(&outcome, now + started.elapsed());
-                drop(slot);
-                Some(outcome)
-            })
-            .buffer_unordered(CONCURRENCY)
-            .filter_map(std::future::ready)
-            .collect()
-            .await;
+        let ran: Vec<Result<Outcome, (Key, std::collections::BTreeSet<String>)>> =
+            futures::stream::iter(steps)
+                .map(|(s, facts)| async move {
+                    // Left out: its nodes are still remembered below.
+                    let Some(slot) = self.take_slot(&s, planned) else {
+                        return Err(((s.namespace, s.deployment), s.nodes));
+                    };
+                    let first = self.execute(s).await;
+                    let outcome = if !matches!(first.error, Some(ApiError::Conflict(_))) {
+                        first
+                    } else {
+                        // The value changed under us: re-plan once from fresh
+                        // reads, so a user's change seen mid-write is adopted at once.
+                        match idx.namespaces.get(&first.step.namespace) {
+                            Some(objs) => self.replan(objs, idx, first, &facts).await,
+                            None => first,
+                        }
+                    };
+                    // The backoff counts from the failure, not from the pass's
+                    // start: a write that timed out waits its turn like any other.
+                    self.record(&outcome, now + started.elapsed());
+                    drop(slot);
+                    Ok(outcome)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+        let mut outcomes = Vec::with_capacity(ran.len());
+        for r in ran {
+            match r {
+                Ok(o) => outcomes.push(o),
+                Err((key, nodes)) => skipped_nodes.push((key, nodes.into_iter().collect())),
+            }
+        }
         if let Ok(mut last) = self.last_nodes.lock() {
             last.clear();
             for o in &outcomes {

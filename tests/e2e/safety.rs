@@ -464,23 +464,6 @@ async fn wait_owned_pdb(ns: &TestNs, name: &str) {
     .await;
 }
 
-/// A Deployment with these selector and template labels.
-fn labelled(name: &str, selector: &[(&str, &str)], template: &[(&str, &str)]) -> Deployment {
-    let map = |kv: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    };
-    let mut d = deployment(name, 2, None);
-    if let Some(spec) = d.spec.as_mut() {
-        spec.selector.match_labels = Some(map(selector));
-        if let Some(m) = spec.template.metadata.as_mut() {
-            m.labels = Some(map(template));
-        }
-    }
-    d
-}
-
 /// Overlapping Deployment selectors: `shop` selects `app=shop`, which also
 /// covers the pods of `api`, protected by our PDB `api`. Neither the
 /// admission webhook nor the reconciler makes a second PDB over api's pods;
@@ -612,25 +595,6 @@ async fn overlapping_selectors_never_make_a_second_pdb() {
         vec!["api-budget".to_string()],
         "ours is not made again"
     );
-}
-
-/// A bare pod (no Deployment) with these labels, run by kwok like any other.
-fn bare_pod(name: &str, labels: &[(&str, &str)]) -> k8s_openapi::api::core::v1::Pod {
-    let mut template = deployment("x", 1, None).spec.expect("spec").template;
-    if let Some(m) = template.metadata.as_mut() {
-        m.labels = Some(
-            labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        m.name = Some(name.into());
-    }
-    k8s_openapi::api::core::v1::Pod {
-        metadata: template.metadata.unwrap_or_default(),
-        spec: template.spec,
-        status: None,
-    }
 }
 
 /// A Deployment whose selector (`app=web`) is broader than its template

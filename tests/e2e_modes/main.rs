@@ -1080,3 +1080,89 @@ async fn a_surge_left_by_the_go_project_goes_back_to_its_recorded_baseline() {
     )
     .await;
 }
+
+/// Two Deployments made while the server is down and a Job's pod labelled
+/// for both (`migrate-1`: `app=ow`, `team=op`): the reconciler's first pass
+/// plans a PDB for each, and both would select that pod. Only one is made
+/// (`op`'s, the name that sorts first): every PDB event is watched, and two
+/// PDBs never exist at once; `ow` is left in SelectorOverlap.
+#[tokio::test]
+async fn the_first_pass_never_makes_two_budgets_over_one_pod() {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("e2e-onepass").await;
+    stop_server();
+    let deps: Api<Deployment> = ns.api();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &labelled("ow", &[("app", "ow")], &[("app", "ow")]),
+    )
+    .await
+    .expect("create ow");
+    deps.create(
+        &PostParams::default(),
+        &labelled(
+            "op",
+            &[("team", "op")],
+            &[("team", "op"), ("app", "billing")],
+        ),
+    )
+    .await
+    .expect("create op");
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("migrate-1", &[("app", "ow"), ("team", "op")]),
+    )
+    .await
+    .expect("the pod labelled for both");
+    wait_for("migrate-1 running", Duration::from_secs(60), || async {
+        let p = pods.get_opt("migrate-1").await.ok().flatten()?;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let watch = {
+        let (most, api) = (most.clone(), pdbs.clone());
+        tokio::spawn(async move {
+            let mut now = std::collections::BTreeSet::new();
+            let mut events = watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(ev)) = events.next().await {
+                match ev {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                        now.insert(p.metadata.name.unwrap_or_default());
+                    }
+                    watcher::Event::Delete(p) => {
+                        now.remove(&p.metadata.name.unwrap_or_default());
+                    }
+                    _ => {}
+                }
+                most.fetch_max(now.len(), std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    let _ = restart_server(&[]);
+    wait_for("op's PDB", Duration::from_secs(60), || async {
+        pdbs.get_opt("op").await.ok().flatten()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    watch.abort();
+    let left: Vec<String> = pdbs
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert_eq!(left, ["op"], "{}", event_log(&ns.name));
+    assert_eq!(
+        most.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "two PDBs over migrate-1 at once:\n{}",
+        event_log(&ns.name)
+    );
+}
