@@ -231,7 +231,14 @@ pub enum Deleted {
 }
 
 /// How many times [`delete_ours`] reads again after a write raced its delete.
-const DELETE_ATTEMPTS: usize = 3;
+const DELETE_ATTEMPTS: usize = 5;
+
+/// The pause before the second read, doubled before each next one (50, 100,
+/// 200, 400 ms): the disruption controller writes a PDB's status several
+/// times while the pods of a Deployment just scaled back go, and reads
+/// straight after each other all met a newer version (seen in uninstall
+/// right after its revert).
+const DELETE_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Deletes the object of this UID only while it is still ours. The plan read
 /// it from a cache; a user may have taken it over since (removed `ownedBy`),
@@ -250,7 +257,10 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut last = None;
-    for _ in 0..DELETE_ATTEMPTS {
+    for attempt in 0..DELETE_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(DELETE_PAUSE * (1 << (attempt - 1))).await;
+        }
         let cur = match api.get(name).await {
             Ok(cur) => cur,
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Deleted::Gone),
