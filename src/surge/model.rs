@@ -2468,16 +2468,23 @@ async fn a_hanging_write_does_not_hold_a_pass_run_beside_it() {
     assert!(!core.in_flight("shop", "web"));
 }
 
-/// The backoff after a failed write counts from when the failure came: a
-/// write that took its time out is not tried again at once.
-#[tokio::test]
-async fn the_backoff_counts_from_the_failure_not_the_pass_start() {
+/// [`slow_one`] with web's write failing 400 ms in, after a first pass:
+/// web backs off.
+async fn web_failed_once() -> (Run, SlowOne, ClusterView, Core<SlowOne>) {
     let (run, api, view) = slow_one(Some(Duration::from_millis(400)));
     let core = Core::new(api.clone(), run.book.clone(), run.now, COOLDOWN, None);
     let first = core.pass(view.clone(), run.now).await;
     assert!(first
         .iter()
         .any(|o| o.step.deployment == "web" && o.error.is_some()));
+    (run, api, view, core)
+}
+
+/// The backoff after a failed write counts from when the failure came: a
+/// write that took its time out is not tried again at once.
+#[tokio::test]
+async fn the_backoff_counts_from_the_failure_not_the_pass_start() {
+    let (run, api, view, core) = web_failed_once().await;
     // BACKOFF_MIN (500 ms) after the pass started, but not after the failure
     // (400 ms later): web waits.
     let second = core.pass(view, run.now + Duration::from_millis(600)).await;
@@ -2493,12 +2500,7 @@ async fn the_backoff_counts_from_the_failure_not_the_pass_start() {
 /// writes kept failing through a drain could go back with no cooldown.
 #[tokio::test]
 async fn a_deployment_backing_off_keeps_its_drain_signal_fresh() {
-    let (run, api, view) = slow_one(Some(Duration::from_millis(400)));
-    let core = Core::new(api.clone(), run.book.clone(), run.now, COOLDOWN, None);
-    let first = core.pass(view.clone(), run.now).await;
-    assert!(first
-        .iter()
-        .any(|o| o.step.deployment == "web" && o.error.is_some()));
+    let (run, _api, view, core) = web_failed_once().await;
     // Two passes while it backs off (the failure came 400 ms in, the
     // backoff is 500 ms): each touches it.
     for ms in [600, 800] {
