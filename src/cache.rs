@@ -205,12 +205,14 @@ impl From<&PodWire> for SlimPod {
                 Some("Failed") => Phase::Failed,
                 _ => Phase::Other,
             },
-            // `podutil.IsPodReady`: the Ready condition is True.
+            // `podutil.IsPodReady`: the first Ready condition is True (the
+            // apiserver does not refuse a status with two).
             ready: w
                 .status
                 .conditions
                 .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True"),
+                .find(|c| c.type_ == "Ready")
+                .is_some_and(|c| c.status == "True"),
             terminating: m.deletion_timestamp.is_some(),
         }
     }
@@ -2182,6 +2184,20 @@ mod tests {
                 {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}
         }))
         .unwrap()
+    }
+
+    /// Two Ready conditions (the apiserver accepts such a status): the
+    /// first one decides, as `podutil.IsPodReady` reads it.
+    #[test]
+    fn the_first_ready_condition_decides() {
+        let mut w = wire("ns", "web-1", "web");
+        let cond = |status: &str| -> SlimCondition {
+            serde_json::from_value(serde_json::json!({"type": "Ready", "status": status})).unwrap()
+        };
+        w.status.conditions = vec![cond("False"), cond("True")];
+        assert!(!SlimPod::from(&w).is_ready());
+        w.status.conditions = vec![cond("True"), cond("False")];
+        assert!(SlimPod::from(&w).is_ready());
     }
 
     #[test]

@@ -507,7 +507,8 @@ pub fn live_healthy(
                 .status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| c.status == "True");
             selector.selects_for_eviction(&labels)
                 && p.metadata.deletion_timestamp.is_none()
                 && !leaving
