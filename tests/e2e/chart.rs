@@ -199,6 +199,11 @@ fn chart_lints_clean_with_each_certificate_source() {
             "controllerConfig.leaderElection=false",
             "leaderElection false with replicaCount 2",
         ),
+        // The kubelet would kill the server while it drains its requests.
+        (
+            "server.shutdownDelay=25s",
+            "must fit in server.terminationGracePeriodSeconds (30)",
+        ),
     ] {
         let out = Command::new(helm())
             .args(["template", "charts/eviction-autoscaler", "--set", set])
@@ -356,6 +361,7 @@ fn chart_values_reach_the_server_settings() {
         assert_eq!(env.get(name), Some(&json!(want)), "{name}");
     }
     let spec = &find(&chart, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(spec["terminationGracePeriodSeconds"], 30);
     assert!(
         spec["volumes"]
             .as_array()

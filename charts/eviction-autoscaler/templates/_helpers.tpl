@@ -107,6 +107,15 @@ caBundle valid), else a new CA and certificate. Call once per render (it is rand
 {{- if and (not .Values.controllerConfig.leaderElection) (gt (int .Values.replicaCount) 1) -}}
 {{- fail (printf "controllerConfig.leaderElection false with replicaCount %v: every replica would surge and revert on its own; use one replica, or leader election" .Values.replicaCount) -}}
 {{- end -}}
+{{- /* SIGTERM: readyz fails for SHUTDOWN_DELAY, then requests in flight get up to
+     REQUEST_TIMEOUT; past the pod's grace the kubelet kills it mid-request. Only
+     whole s/ms/m values are checked (the server takes more forms). */ -}}
+{{- $sd := int (include "ea.ms" (dict "v" .Values.server.shutdownDelay "default" 5000)) -}}
+{{- $rt := int (include "ea.ms" (dict "v" .Values.server.requestTimeout "default" 10000)) -}}
+{{- $grace := int .Values.server.terminationGracePeriodSeconds -}}
+{{- if and (ge $sd 0) (ge $rt 0) (gt (add $sd $rt 2000) (mul $grace 1000)) -}}
+{{- fail (printf "server.shutdownDelay plus server.requestTimeout plus 2s must fit in server.terminationGracePeriodSeconds (%d)" $grace) -}}
+{{- end -}}
 {{- $longest := 2000 -}}
 {{- if gt $holdMs 0 -}}{{- $longest = add (max $holdMs 1500) 2000 -}}{{- end -}}
 {{- if gt $longest (mul $t 1000) -}}
@@ -145,4 +154,15 @@ namespaceSelector:
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values: [{{ $.Release.Namespace }}]
+{{- end -}}
+
+{{/* A duration as milliseconds: whole ms, s or m, the default when empty, -1 otherwise. */}}
+{{- define "ea.ms" -}}
+{{- $v := toString .v | trim -}}
+{{- if eq $v "" -}}{{ .default }}
+{{- else if regexMatch "^[0-9]+ms$" $v -}}{{ trimSuffix "ms" $v }}
+{{- else if regexMatch "^[0-9]+s$" $v -}}{{ mul (int (trimSuffix "s" $v)) 1000 }}
+{{- else if regexMatch "^[0-9]+m$" $v -}}{{ mul (int (trimSuffix "m" $v)) 60000 }}
+{{- else -}}-1
+{{- end -}}
 {{- end -}}
