@@ -125,21 +125,21 @@ impl Drop for InFlight {
 /// last one ended.
 async fn idle_for(a: &Activity, first: Duration, idle: Duration) {
     loop {
-        let last = a.last_ms.load(Ordering::Acquire);
-        let busy = a.in_flight.load(Ordering::Acquire) > 0;
-        let due = match last {
-            u64::MAX if !busy => first,
-            _ if busy => idle,
+        if a.in_flight.load(Ordering::Acquire) > 0 {
+            tokio::time::sleep(idle.max(Duration::from_millis(10))).await;
+            continue;
+        }
+        let due = match a.last_ms.load(Ordering::Acquire) {
+            u64::MAX => first,
             last => Duration::from_millis(last).saturating_add(idle),
         };
         let now = a.started.elapsed();
-        if !busy && now >= due {
+        if now >= due {
             return;
         }
-        // Busy: look again after `idle`; else at the deadline, or after
-        // `idle` if sooner (a request that began and ended meanwhile).
-        let wait = if busy { idle } else { (due - now).min(idle) };
-        tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
+        // At the deadline, or after `idle` if sooner (a request that began
+        // and ended meanwhile moves it).
+        tokio::time::sleep((due - now).min(idle).max(Duration::from_millis(10))).await;
     }
 }
 

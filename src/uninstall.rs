@@ -386,10 +386,11 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             current.clone(),
         );
         // An HPA's minimum defaults to 1.
-        let left_at = match &ops {
-            Some(ops) => minimum_after(ops, "/spec/minReplicas", current.and_then(|c| c.as_i64())),
-            None => current.and_then(|c| c.as_i64()),
-        };
+        let left_at = minimum_after(
+            ops.as_deref().unwrap_or_default(),
+            "/spec/minReplicas",
+            current.and_then(|c| c.as_i64()),
+        );
         if let Some(t) = hpa_target(h) {
             let f = floors.entry(t).or_default();
             *f = (*f).max(left_at.unwrap_or(1));

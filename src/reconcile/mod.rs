@@ -566,9 +566,8 @@ impl Reconciler {
             }
             let key = format!("{name}/{}", action.object());
             planned.insert(key.clone());
-            if !slowed && share.elapsed() >= NAMESPACE_SHARE {
+            if !slowed && self.share_spent(&name, share) {
                 slowed = true;
-                self.cache.ns_dirty.mark(&name);
             }
             if slowed || !self.due(&key) {
                 continue;
@@ -583,6 +582,16 @@ impl Reconciler {
                 .await;
         }
         planned
+    }
+
+    /// Has namespace `ns` written for its [`NAMESPACE_SHARE`] of this pass
+    /// (since `share`)? Then it is marked again, for the next pass.
+    fn share_spent(&self, ns: &str, share: std::time::Instant) -> bool {
+        let spent = share.elapsed() >= NAMESPACE_SHARE;
+        if spent {
+            self.cache.ns_dirty.mark(ns);
+        }
+        spent
     }
 
     /// Reports `note` once per `key` (`<kind>/<namespace>/<what>`) until
@@ -689,15 +698,11 @@ impl Reconciler {
                 // The other references as they are now, not as the plan read
                 // them: one added since stays (the test below fails the
                 // patch if they change again before it lands).
-                let all = current.clone().unwrap_or_default();
-                let keep: Vec<_> = all
-                    .iter()
-                    .filter(|o| !plan::is_our_deployment_ref(o, &deployment))
-                    .cloned()
-                    .collect();
-                if keep.len() == all.len() {
+                let Some(keep) =
+                    plan::released_references(current.as_deref().unwrap_or_default(), &deployment)
+                else {
                     return Ok(());
-                }
+                };
                 // Only the PDB the plan read: one re-created under its name
                 // meanwhile was never ours and keeps its references.
                 let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": uid})];
@@ -938,8 +943,7 @@ impl Reconciler {
             if stop {
                 continue;
             }
-            if share.elapsed() >= NAMESPACE_SHARE {
-                self.cache.ns_dirty.mark(ns);
+            if self.share_spent(ns, share) {
                 stop = true;
                 continue;
             }

@@ -199,7 +199,7 @@ fn pdb_owner(p: &PodDisruptionBudget) -> Option<OwnerReference> {
 }
 
 /// The controller reference to this Deployment, as we write it.
-pub(crate) fn is_our_deployment_ref(o: &OwnerReference, dep_name: &str) -> bool {
+fn is_our_deployment_ref(o: &OwnerReference, dep_name: &str) -> bool {
     o.kind == "Deployment" && o.controller == Some(true) && o.name == dep_name
 }
 
@@ -377,6 +377,21 @@ fn releases(s: &NamespaceSnapshot) -> Vec<Action> {
             })
         })
         .collect()
+}
+
+/// The references a release leaves on a PDB: all of `current` but our
+/// controller reference to `deployment`. None when that is not there
+/// (nothing to write).
+pub fn released_references(
+    current: &[OwnerReference],
+    deployment: &str,
+) -> Option<Vec<OwnerReference>> {
+    let keep: Vec<OwnerReference> = current
+        .iter()
+        .filter(|o| !is_our_deployment_ref(o, deployment))
+        .cloned()
+        .collect();
+    (keep.len() < current.len()).then_some(keep)
 }
 
 /// Did we create this PDB, and for which Deployment? The EvictionAutoScaler
@@ -2013,13 +2028,21 @@ mod tests {
             .owner_references
             .get_or_insert_with(Vec::new)
             .push(extra.clone());
-        w.pdbs = vec![Arc::new(p2)];
+        w.pdbs = vec![Arc::new(p2.clone())];
         w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
         assert!(w.plan().contains(&Action::ReleaseOwner {
             pdb: "web".into(),
             uid: Some("pdb-uid".into()),
             deployment: "web".into(),
         }));
+        // As the release writes them: only our reference goes.
+        let refs = p2.metadata.owner_references.clone().unwrap_or_default();
+        assert_eq!(released_references(&refs, "web"), Some(vec![extra.clone()]));
+        assert_eq!(
+            released_references(&[extra], "web"),
+            None,
+            "nothing to drop"
+        );
     }
 
     /// The EvictionAutoScaler store not ready (its CRD deleted): the PDB

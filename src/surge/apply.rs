@@ -385,7 +385,7 @@ impl<A: SurgeApi> Core<A> {
         let mut steps = Vec::new();
         let mut looked_at = std::collections::HashSet::new();
         // Nodes of the Deployments skipped below, for `last_nodes`.
-        let mut skipped_nodes: Vec<(Key, Vec<String>)> = Vec::new();
+        let mut skipped_nodes: Vec<(Key, std::collections::BTreeSet<String>)> = Vec::new();
         for (ns, objs) in &idx.namespaces {
             let empty = Default::default();
             let sig = signalled.get(ns).unwrap_or(&empty);
@@ -477,7 +477,7 @@ impl<A: SurgeApi> Core<A> {
         for r in ran {
             match r {
                 Ok(o) => outcomes.push(o),
-                Err((key, nodes)) => skipped_nodes.push((key, nodes.into_iter().collect())),
+                Err(skipped) => skipped_nodes.push(skipped),
             }
         }
         if let Ok(mut last) = self.last_nodes.lock() {

@@ -551,13 +551,13 @@ pub fn pods_on_draining(
     objs: &NsObjects,
     draining: &BTreeSet<String>,
     name: &str,
-) -> (i32, Vec<String>) {
+) -> (i32, BTreeSet<String>) {
     let Some(dep) = objs
         .deployments
         .iter()
         .find(|d| d.metadata.name.as_deref() == Some(name))
     else {
-        return (0, Vec::new());
+        return (0, BTreeSet::new());
     };
     let selector = dep.spec.as_ref().map(|s| &s.selector);
     let mut on = 0i32;
@@ -575,7 +575,7 @@ pub fn pods_on_draining(
             nodes.insert(n.to_string());
         }
     }
-    (on, nodes.into_iter().collect())
+    (on, nodes)
 }
 
 /// Plans one step for the Deployment `name` of namespace `ns` (which may be
