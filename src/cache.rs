@@ -32,6 +32,7 @@ use crate::crd::EvictionAutoScaler;
 use crate::dirty::Dirty;
 use crate::names;
 use crate::scope;
+use crate::supervise::Fatal;
 
 /// A Pod as the watch decodes it: the fields the product reads, everything
 /// else skipped. Turned into a [`SlimPod`] on arrival and then dropped.
@@ -1206,6 +1207,7 @@ pub fn start(
     behaviour: Arc<Behaviour>,
     stale_after: Duration,
     tasks: &mut JoinSet<()>,
+    fatal: &Fatal,
 ) -> Cache {
     let cfg = watch_config();
     let (tx, changed) = watch::channel(0u64);
@@ -1216,6 +1218,7 @@ pub fn start(
         client: &client,
         cfg: &cfg,
         tasks,
+        fatal,
         changed: &tx,
         dirty: None,
         base,
@@ -1270,16 +1273,19 @@ pub fn start(
     let keda = Arc::new(RwLock::new(None));
     let keda_state = Arc::new(AtomicU8::new(KedaState::Unknown.as_u8()));
     let keda_health = Arc::new(StoreHealth::new(KEDA_STORE, Instant::now()));
-    tasks.spawn(watch_keda_when_installed(
-        client.clone(),
-        Keda {
-            slot: keda.clone(),
-            state: keda_state.clone(),
-            health: keda_health.clone(),
-            stale_after,
-        },
-        tx.clone(),
-        ns_dirty.clone(),
+    tasks.spawn(fatal.must_run(
+        "the watch of KEDA ScaledObjects",
+        watch_keda_when_installed(
+            client.clone(),
+            Keda {
+                slot: keda.clone(),
+                state: keda_state.clone(),
+                health: keda_health.clone(),
+                stale_after,
+            },
+            tx.clone(),
+            ns_dirty.clone(),
+        ),
     ));
 
     let synced = Arc::new(AtomicBool::new(false));
@@ -1345,6 +1351,9 @@ struct Reflectors<'a> {
     client: &'a Client,
     cfg: &'a watcher::Config,
     tasks: &'a mut JoinSet<()>,
+    /// A watch task that ends (a panic) stops the process: its store would
+    /// otherwise stay frozen while reported fresh.
+    fatal: &'a Fatal,
     changed: &'a watch::Sender<u64>,
     /// Where the next reflector's events mark their namespace (None: they do not).
     dirty: Option<Arc<Dirty>>,
@@ -1453,7 +1462,8 @@ impl Reflectors<'_> {
         let name = health.name.clone();
         let changed = self.changed.clone();
         let stale_after = self.stale_after;
-        self.tasks.spawn(async move {
+        let task = format!("the watch of {name}");
+        self.tasks.spawn(self.fatal.must_run(&task, async move {
             let mut stream = std::pin::pin!(stream);
             let mut said_missing = false;
             while let Some(item) = stream.next().await {
@@ -1510,7 +1520,7 @@ impl Reflectors<'_> {
                     }
                 }
             }
-        });
+        }));
     }
 }
 

@@ -22,6 +22,7 @@ pub mod reconcile;
 pub mod run;
 pub mod scope;
 pub mod server;
+pub mod supervise;
 pub mod surge;
 pub mod tls;
 pub mod uninstall;

@@ -11,6 +11,7 @@ use crate::config::{LogFormat, ServeOpts};
 use crate::metrics::Metrics;
 use crate::reconcile::{self, DegradedReasons, Reconciler};
 use crate::server::{self, AppState};
+use crate::supervise::Fatal;
 use crate::surge::signals::SignalBook;
 use crate::surge::worker::Worker;
 use crate::tls::{ReloadingCert, TlsSettings};
@@ -28,6 +29,8 @@ pub enum RunError {
     Serve(#[from] server::ServeError),
     #[error("settings: {0}")]
     Settings(String),
+    #[error("stopped because {0}")]
+    TaskEnded(String),
 }
 
 pub fn init_logging(format: LogFormat) {
@@ -78,17 +81,28 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     // The election and the controllers: stopped first on SIGTERM, before the
     // Lease is released, while the webhooks (and their caches) keep serving.
     let mut controllers = JoinSet::new();
-    tasks.spawn(cert.clone().watch(opts.cert_reload_interval));
-    tasks.spawn(
-        tls_settings
-            .clone()
-            .watch_client_ca(opts.cert_reload_interval),
-    );
+    // Any of these tasks ending (a panic) shuts the process down.
+    let fatal = Fatal::default();
+    tasks.spawn(fatal.must_run(
+        "the serving certificate's reload",
+        cert.clone().watch(opts.cert_reload_interval),
+    ));
+    if tls_settings.client_ca_configured() {
+        tasks.spawn(
+            fatal.must_run(
+                "the client CA's reload",
+                tls_settings
+                    .clone()
+                    .watch_client_ca(opts.cert_reload_interval),
+            ),
+        );
+    }
     let cache = cache::start(
         clients.watch.clone(),
         behaviour.clone(),
         opts.watch_stale_after,
         &mut tasks,
+        &fatal,
     );
     let (signals, signal_rx) = mpsc::channel(1024);
 
@@ -109,18 +123,21 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         };
         election_handle = Some(election.clone());
         let caches = cache.clone();
-        controllers.spawn(election.run(
-            leader_tx,
-            metrics.clone(),
-            move || caches.ready_for(crate::cache::Reader::SurgeWorker),
-            opts.watch_stale_after,
+        controllers.spawn(fatal.must_run(
+            "the leader election",
+            election.run(
+                leader_tx,
+                metrics.clone(),
+                move || caches.ready_for(crate::cache::Reader::SurgeWorker),
+                opts.watch_stale_after,
+            ),
         ));
     } else {
         metrics.leader.set(1);
         // Keep the sender alive: a dropped sender would end the controllers' waits.
-        controllers.spawn(async move {
+        controllers.spawn(fatal.must_run("the leader flag", async move {
             leader_tx.closed().await;
-        });
+        }));
     }
     let degraded = DegradedReasons::marking(cache.ns_dirty.clone());
     let events = crate::events::Events::spawn(
@@ -136,7 +153,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         degraded.clone(),
         opts.orphan_pdb_grace,
     ));
-    controllers.spawn(reconciler.run(leader.clone()));
+    controllers.spawn(fatal.must_run("the reconciler", reconciler.run(leader.clone())));
     let book = SignalBook::default();
     let worker = Worker::new(
         cache.clone(),
@@ -147,16 +164,14 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         events,
         term,
     );
-    controllers.spawn(worker.run(leader.clone()));
+    controllers.spawn(fatal.must_run("the surge worker", worker.run(leader.clone())));
 
     // Every replica records its webhook's signals (memory and durable copy).
     // Signals older than twice the cooldown are never read again.
     let keep = (behaviour.cooldown * 2).max(Duration::from_secs(600));
-    tasks.spawn(crate::surge::signals::consume(
-        signal_rx,
-        book,
-        client.clone(),
-        keep,
+    tasks.spawn(fatal.must_run(
+        "the surge signals' consumer",
+        crate::surge::signals::consume(signal_rx, book, client.clone(), keep),
     ));
 
     let webhooks = Arc::new(Webhooks {
@@ -192,8 +207,19 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     let listener = server::bind(opts.listen).await?;
     tracing::info!(listen = %opts.listen, "serving HTTPS");
     let delay = opts.shutdown_delay;
+    // Why the process stops, when a task's end (not a signal) stopped it. Set
+    // before shutting down: tasks that end once the server is gone (the
+    // signal consumer, its senders dropped) do not count.
+    let stopped_by = Arc::new(std::sync::OnceLock::new());
+    let stop_cause = stopped_by.clone();
     let shutdown = async move {
-        shutdown_signal().await;
+        tokio::select! {
+            _ = shutdown_signal() => {},
+            why = fatal.wait() => {
+                tracing::error!(%why, "shutting down: restart expected");
+                let _ = stop_cause.set(why);
+            }
+        }
         let started = tokio::time::Instant::now();
         // Readiness first: endpoints stop sending new requests while this
         // replica still answers the ones already on their way.
@@ -219,5 +245,8 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     server::serve(listener, tls_settings, app, opts.request_timeout, shutdown).await;
     tracing::info!("shut down");
     tasks.abort_all();
-    Ok(())
+    match stopped_by.get() {
+        Some(why) => Err(RunError::TaskEnded(why.clone())),
+        None => Ok(()),
+    }
 }

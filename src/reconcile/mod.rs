@@ -156,6 +156,15 @@ impl DegradedReasons {
         }
     }
 
+    /// Forgets the reasons of Deployments that are gone (no status to
+    /// write, so nothing is marked): a Deployment deleted while in conflict
+    /// would otherwise stay in the map for good.
+    pub fn forget_gone(&self, exists: impl Fn(&str, &str) -> bool) {
+        if let Ok(mut m) = self.reasons.lock() {
+            m.retain(|(ns, dep), _| exists(ns, dep));
+        }
+    }
+
     pub fn get(&self, ns: &str, dep: &str) -> Option<(String, String)> {
         self.reasons
             .lock()
@@ -310,6 +319,12 @@ impl Reconciler {
         // so far, and this one's marks were taken without writing).
         let mut was_leading = false;
         loop {
+            // The election gone: stop rather than write on a stale flag
+            // (the process then stops, see crate::supervise).
+            if leader.has_changed().is_err() {
+                tracing::error!("the leader flag's sender is gone: the reconciler stops");
+                return;
+            }
             let mut wait = RESYNC;
             let leading = *leader.borrow_and_update();
             if leading && self.cache.ready_for(Reader::Reconciler) {
@@ -341,6 +356,11 @@ impl Reconciler {
                 wait = wait.min(RESYNC.saturating_sub(last_full.elapsed()));
             } else if !leading {
                 was_leading = false;
+                // A follower's marks are never planned (the lead's first
+                // pass plans everything): drop them, or every namespace name
+                // seen would pile up here.
+                marked.borrow_and_update();
+                drop(dirty.take());
             }
             tokio::time::sleep(MIN_PASS_INTERVAL).await;
             tokio::select! {
@@ -427,6 +447,7 @@ impl Reconciler {
             b.settle_pass(&planned, &planned_ns);
             b.forget_gone_namespaces(|ns| existing.contains(ns));
         }
+        self.degraded.forget_gone(|ns, _| existing.contains(ns));
         // A replica that stopped leading keeps the gauge at the 0 its
         // step-down set.
         if *leader.borrow() {
@@ -540,6 +561,12 @@ impl Reconciler {
                 forget_solved(&mut r, &name, &still);
             }
         }
+        let present: HashSet<&str> = deployments
+            .iter()
+            .filter_map(|d| d.metadata.name.as_deref())
+            .collect();
+        self.degraded
+            .forget_gone(|ns, dep| ns != name || present.contains(dep));
         for d in &deployments {
             let dn = d.metadata.name.as_deref().unwrap_or_default();
             let conflicted = actions
@@ -1239,6 +1266,22 @@ mod tests {
         assert_eq!(d.get("a", "web"), None);
         assert!(d.get("a", "api").is_some());
         assert!(d.get("b", "web").is_some(), "another reason stays");
+    }
+
+    /// A Deployment deleted while in conflict (or its namespace) leaves no
+    /// reason behind, whatever the reason.
+    #[test]
+    fn the_reasons_of_gone_deployments_are_forgotten() {
+        let d = DegradedReasons::default();
+        d.set("a", "web", "PDBNameConflict", "taken");
+        d.set("a", "api", "PDBSelectorOverlap", "both");
+        d.set("b", "web", "SurgeImpossible", "Recreate");
+        d.forget_gone(|ns, dep| ns != "a" || dep == "api");
+        assert_eq!(d.get("a", "web"), None);
+        assert!(d.get("a", "api").is_some());
+        d.forget_gone(|ns, _| ns == "a");
+        assert_eq!(d.get("b", "web"), None, "its namespace is gone");
+        assert!(d.get("a", "api").is_some());
     }
 
     /// A namespace's writes stop for this pass after a slow one, whatever

@@ -101,6 +101,13 @@ impl Worker {
         // Whether the last pass had anything to look at (see below).
         let mut was_busy = true;
         loop {
+            // The election gone (its task ended): nothing says this replica
+            // leads any more, so it stops (and the process with it, see
+            // crate::supervise) rather than write on a stale flag.
+            if leader.has_changed().is_err() {
+                tracing::error!("the leader flag's sender is gone: the surge worker stops");
+                return;
+            }
             let leading = *leader.borrow();
             // No decision on a frozen or partial snapshot: while a store it
             // reads is stale (behaviour.md section 4, rule 6), the worker
@@ -148,7 +155,9 @@ impl Worker {
                 // another see each other's writes in the caches.
                 let beside = passes.is_empty()
                     || passes.len() < MAX_PASSES && last_start.elapsed() >= SLOW_PASS;
-                if !idle && beside {
+                // The lead may have gone while the view was read (long at
+                // 100,000 pods): no pass starts after the step-down.
+                if !idle && beside && *leader.borrow() {
                     last_start = Instant::now();
                     passes.push(Box::pin(async move { c.pass(view, Instant::now()).await }));
                 }
@@ -170,6 +179,10 @@ impl Worker {
             tokio::pin!(next_look);
             loop {
                 tokio::select! {
+                    // A step-down first: its passes are dropped before any
+                    // of them is polled again (and sends another write).
+                    biased;
+                    _ = leader.changed() => break,
                     Some(outcomes) = passes.next() => {
                         let still = *leader.borrow();
                         let running = core.as_ref().filter(|_| still).map(|c| (c.in_flight_surges(&outcomes), c.looked_at()));
@@ -180,7 +193,6 @@ impl Worker {
                             break;
                         }
                     }
-                    _ = leader.changed() => break,
                     _ = &mut next_look => break,
                 }
             }

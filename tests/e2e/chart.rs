@@ -204,6 +204,12 @@ fn chart_lints_clean_with_each_certificate_source() {
             "server.shutdownDelay=25s",
             "must fit in server.terminationGracePeriodSeconds (30)",
         ),
+        // A short delay still waits for the Lease release and the last
+        // Events (up to 5 s, run.rs) before the requests' drain.
+        (
+            "server.shutdownDelay=1s,server.requestTimeout=25s",
+            "must fit in server.terminationGracePeriodSeconds (30)",
+        ),
     ] {
         let out = Command::new(helm())
             .args(["template", "charts/eviction-autoscaler", "--set", set])

@@ -107,14 +107,15 @@ caBundle valid), else a new CA and certificate. Call once per render (it is rand
 {{- if and (not .Values.controllerConfig.leaderElection) (gt (int .Values.replicaCount) 1) -}}
 {{- fail (printf "controllerConfig.leaderElection false with replicaCount %v: every replica would surge and revert on its own; use one replica, or leader election" .Values.replicaCount) -}}
 {{- end -}}
-{{- /* SIGTERM: readyz fails for SHUTDOWN_DELAY, then requests in flight get up to
-     REQUEST_TIMEOUT; past the pod's grace the kubelet kills it mid-request. Only
-     whole s/ms/m values are checked (the server takes more forms). */ -}}
+{{- /* SIGTERM: readyz fails for SHUTDOWN_DELAY (at least the 5s the Lease release
+     and the last Events may take, which run inside it), then requests in flight get
+     up to REQUEST_TIMEOUT; past the pod's grace the kubelet kills it mid-request.
+     Only whole s/ms/m values are checked (the server takes more forms). */ -}}
 {{- $sd := int (include "ea.ms" (dict "v" .Values.server.shutdownDelay "default" 5000)) -}}
 {{- $rt := int (include "ea.ms" (dict "v" .Values.server.requestTimeout "default" 10000)) -}}
 {{- $grace := int .Values.server.terminationGracePeriodSeconds -}}
-{{- if and (ge $sd 0) (ge $rt 0) (gt (add $sd $rt 2000) (mul $grace 1000)) -}}
-{{- fail (printf "server.shutdownDelay plus server.requestTimeout plus 2s must fit in server.terminationGracePeriodSeconds (%d)" $grace) -}}
+{{- if and (ge $sd 0) (ge $rt 0) (gt (add (max $sd 5000) $rt 2000) (mul $grace 1000)) -}}
+{{- fail (printf "server.shutdownDelay (at least 5s: the Lease release and last Events run inside it) plus server.requestTimeout plus 2s must fit in server.terminationGracePeriodSeconds (%d)" $grace) -}}
 {{- end -}}
 {{- $longest := 2000 -}}
 {{- if gt $holdMs 0 -}}{{- $longest = add (max $holdMs 1500) 2000 -}}{{- end -}}
