@@ -46,8 +46,9 @@
 //!   scale is not made (no useless write, no false "impossible").
 //! - Surge is impossible when, at the larger of the cap and the surge already
 //!   in place, the budget allows no disruption even with every pod healthy.
-//! - A Deployment at 0 replicas is never surged, and a Deployment is reverted
-//!   to at least 1; a 0 recorded on an HPA or ScaledObject is honoured.
+//! - A Deployment at 0 replicas is never surged (whatever the applier: under
+//!   an autoscaler, 0 is how it is switched off), and a Deployment is
+//!   reverted to at least 1; a 0 recorded on an HPA or ScaledObject is honoured.
 //! - After a user change is adopted no surge happens in that episode unless
 //!   more pods are displaced than when it was adopted; their value itself is
 //!   never undone.
@@ -263,8 +264,10 @@ fn plan_idle(s: &Snapshot, displaced: i32, current: Option<i32>) -> Action {
             reason: CONFLICT.into(),
         };
     };
-    // Someone scaled the Deployment to 0: its pods are going anyway.
-    if s.applier == Applier::Deployment && current <= 0 {
+    // Someone scaled the Deployment to 0 (under an autoscaler too: the
+    // usual way to switch it off): its pods are going anyway, and a surge
+    // would bring it back, at 1 at least after the revert.
+    if (s.applier == Applier::Deployment && current <= 0) || s.replicas <= 0 {
         return Action::None;
     }
     let baseline = current.max(0);
@@ -321,7 +324,9 @@ fn plan_active(s: &Snapshot, m: Markers, displaced: i32, current: Option<i32>) -
     // Someone scaled the Deployment to 0 (adopted as the baseline): its pods
     // are going anyway, as in `plan_idle`; a top-up would make it 1, and a
     // Deployment is never reverted to 0 by us.
-    if s.applier == Applier::Deployment && m.baseline <= 0 {
+    // So is a Deployment at 0 under an autoscaler: neither a top-up nor a
+    // resume writes it up from the user's 0.
+    if (s.applier == Applier::Deployment && m.baseline <= 0) || s.replicas <= 0 {
         return Action::Wait(Wait::Draining { displaced });
     }
     match size(s, spec, m.baseline, Some(m.surged_to), displaced) {
@@ -1193,6 +1198,28 @@ mod tests {
                 },
                 Want::Is(start(3, 4)),
             ),
+            // `kubectl scale --replicas=0` switches the autoscaler off; the
+            // pods it is removing are still seen for a moment.
+            row(
+                "HPA: the Deployment scaled to 0 is not surged",
+                min_available(int(2)),
+                |s| {
+                    on_draining_node(s, 2, 1);
+                    s.replicas = 0;
+                    s.applier = Applier::Hpa { min: 2 };
+                },
+                Want::Is(Action::None),
+            ),
+            row(
+                "KEDA: the Deployment scaled to 0 is not surged",
+                min_available(int(3)),
+                |s| {
+                    drain(s, "n0");
+                    s.replicas = 0;
+                    s.applier = Applier::Keda { min: 3 };
+                },
+                Want::Is(Action::None),
+            ),
             row(
                 "KEDA at 0, minAvailable 100%",
                 min_available(pct("100%")),
@@ -1350,6 +1377,34 @@ mod tests {
                     on_draining_node(s, 2, 1);
                 },
                 Want::Is(surge(2, 3, SurgeKind::Resume)),
+            ),
+            row(
+                "HPA: the Deployment scaled to 0 mid-surge (its pods still seen): no resume",
+                min_available(int(2)),
+                |s| {
+                    s.applier = Applier::Hpa { min: 3 };
+                    s.markers = Some(Markers {
+                        baseline: 2,
+                        surged_to: 3,
+                    });
+                    on_draining_node(s, 2, 1);
+                    s.replicas = 0;
+                },
+                Want::Is(Action::Wait(Wait::Draining { displaced: 1 })),
+            ),
+            row(
+                "KEDA: the Deployment at 0 with more displaced: no top-up",
+                min_available(int(2)),
+                |s| {
+                    s.applier = Applier::Keda { min: 3 };
+                    s.markers = Some(Markers {
+                        baseline: 2,
+                        surged_to: 3,
+                    });
+                    on_draining_node(s, 3, 2);
+                    s.replicas = 0;
+                },
+                Want::Is(Action::Wait(Wait::Draining { displaced: 2 })),
             ),
         ]);
     }

@@ -901,6 +901,26 @@ pub fn step(
             && dep_s.markers().is_some_and(|m| m != l))
         .then_some(l)
     });
+    // A Deployment with no markers that the autoscaler lifted to our raised
+    // minimum: re-created mid-surge (its markers went with the old object),
+    // or its first write cut before they were recorded. The lift is ours;
+    // taken for no one's, it would outlast the revert (an HPA without
+    // metrics never lowers it). Recorded from the autoscaler's baseline
+    // (the value it had is gone), only when the HPA controller alone wrote
+    // the replicas (managedFields): another writer's number stays theirs.
+    let lifted = lifted.or_else(|| {
+        let r = raised.filter(|_| autoscaled)?;
+        (dep_state.is_none()
+            && dep_pending.is_none()
+            && r.plausible()
+            && r.surged_to > r.baseline
+            && dep_s.raw == Some(r.surged_to)
+            && dep_s.writer == ReplicasWriter::Autoscaler)
+            .then(|| Markers {
+                baseline: lift_baseline(r.baseline, r.baseline, r.surged_to),
+                surged_to: r.surged_to,
+            })
+    });
     if let Some(l) = lifted {
         writes.extend(dep_s.surge(l.baseline, l.surged_to));
         out.lifting = Some(l);
@@ -1862,6 +1882,58 @@ mod tests {
         };
         assert_eq!(marked("original-min-replicas"), Some(json!("3")));
         assert_eq!(marked("evictionSurgeReplicas"), Some(json!("4")));
+    }
+
+    /// The Deployment re-created mid-surge (its markers went with the old
+    /// object), then lifted by the HPA to our raised minimum 4: recorded as
+    /// ours from the HPA's baseline 2, before the HPA's revert, so the lift
+    /// does not outlast it. Not a number someone else wrote, nor one with
+    /// no writer recorded.
+    #[test]
+    fn an_unmarked_deployment_lifted_to_our_minimum_is_recorded() {
+        use crate::surge::writer::{replicas_entry, AUTOSCALER_MANAGER};
+        let with_writer = |manager: &str, sub: Option<&str>| {
+            let mut d = (*dep(4, None)).clone();
+            d.metadata.managed_fields = Some(vec![replicas_entry(manager, sub)]);
+            NsObjects {
+                deployments: vec![Arc::new(d)],
+                hpas: vec![raised_hpa(2, 4)],
+                pods: pods(4, "n1"),
+                pdbs: vec![blocking_pdb(2)],
+                in_scope: true,
+                ..Default::default()
+            }
+        };
+        let lifted = with_writer(AUTOSCALER_MANAGER, Some("scale"));
+        for draining in [&[][..], &["n1"][..]] {
+            let s = run(&lifted, draining, &quiet());
+            assert_eq!(
+                targets(&s),
+                vec![(ObjKind::Deployment, "web".into())],
+                "{draining:?}: {s:?}"
+            );
+            let w = &s.writes[0];
+            assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(4)));
+            // No annotations yet: the markers are added as one object.
+            let added = op_value(w, "add", "/metadata/annotations");
+            assert_eq!(
+                added,
+                Some(json!({
+                    "eviction-autoscaler.azure.com/original-min-replicas": "2",
+                    "evictionSurgeReplicas": "4"
+                })),
+                "{w:?}"
+            );
+        }
+        for (manager, sub) in [("kubectl-patch", None), ("kubectl", Some("scale"))] {
+            let s = run(&with_writer(manager, sub), &[], &quiet());
+            assert!(
+                s.writes
+                    .iter()
+                    .all(|w| w.target.kind != ObjKind::Deployment),
+                "{manager} {sub:?}: {s:?}"
+            );
+        }
     }
 
     #[test]
