@@ -124,6 +124,9 @@ enum Op {
     CrashLoop(usize),
     /// Pods per node at most (0: no limit); surge pods may never schedule.
     Capacity(u8),
+    /// A Deployment deleted and made again at its user's value: its markers,
+    /// pods and owned PDB go with the old object (a new UID).
+    Remake(usize),
 }
 
 #[derive(Debug, Clone)]
@@ -184,6 +187,12 @@ struct State {
     keda_blind: bool,
     /// Writes to objects that are not ours to write (KEDA's HPA).
     foreign_writes: Vec<String>,
+    /// `web` was just made again ([`Op::Remake`]): the autoscaler has not
+    /// synced since.
+    made_again: bool,
+    /// A write to `web` met an injected fault since it was made again (or
+    /// since the start): a record of it may have been lost.
+    web_write_faulted: bool,
 }
 
 /// The in-memory apiserver the worker writes to.
@@ -355,6 +364,8 @@ impl State {
             seen_so: None,
             last_min: None,
             keda_blind: false,
+            made_again: false,
+            web_write_faulted: false,
         };
         for (name, r) in [("web", web_replicas), ("api", api_replicas)] {
             s.deployments
@@ -368,6 +379,45 @@ impl State {
 
     fn dep_value(&self, name: &str) -> i32 {
         self.deployments.get(name).map_or(0, replicas_of)
+    }
+
+    /// [`Op::Remake`]: the garbage collector takes the pods and our PDB
+    /// with the old object; the new one has the user's value, the same
+    /// strategy and opt-out, and none of our markers.
+    fn remake(&mut self, name: &str) {
+        let Some(old) = self.deployments.get(name) else {
+            return;
+        };
+        let strategy = old.spec.as_ref().and_then(|s| s.strategy.clone());
+        let v = self
+            .user
+            .get(&(ObjKind::Deployment, name.to_string()))
+            .copied()
+            .unwrap_or(1);
+        let mut d = deployment(name, v, "25%");
+        if let Some(spec) = d.spec.as_mut() {
+            spec.strategy = strategy;
+        }
+        self.rv += 1;
+        d.metadata.uid = Some(format!("uid-{name}-{}", self.rv));
+        if name == "web" && self.opt_out {
+            d.metadata.annotations =
+                Some([(names::PDB_CREATE.to_string(), "false".to_string())].into());
+        }
+        self.deployments.insert(name.to_string(), d);
+        if name == "web" {
+            self.made_again = true;
+            self.web_write_faulted = false;
+        }
+        self.pods.retain(|_, p| p.dep != name);
+        if self
+            .pdbs
+            .get(name)
+            .is_some_and(|p| owned_by_us(&p.metadata))
+        {
+            self.pdbs.remove(name);
+        }
+        self.also_for(name).clear();
     }
 
     fn pods_of(&self, dep: &str) -> Vec<String> {
@@ -569,8 +619,13 @@ impl State {
         // Also when the lift lands on our own number while the product holds
         // a failed adoption of a value seen since (someone set yet another
         // value, lifted before a pass saw it): taken for theirs too.
-        let unrecorded = Markers::from_annotations(d.metadata.annotations.as_ref())
-            .is_some_and(|m| m.surged_to != v || adopting);
+        // A Deployment with no markers at all (made again mid-surge) whose
+        // lift no pass saw while the autoscaler's markers were readable
+        // (KEDA's ScaledObjects unlisted): the same limit.
+        let unrecorded = match Markers::from_annotations(d.metadata.annotations.as_ref()) {
+            Some(m) => m.surged_to != v || adopting,
+            None => !Markers::any_present(d.metadata.annotations.as_ref()),
+        };
         // The leader remembers a failed record of this lift: it records it
         // still (`Facts::lift_pending`), so the value must come back.
         let recorded_later = remembered.is_some_and(|l| l.surged_to == v);
@@ -621,6 +676,11 @@ impl State {
     }
 
     fn autoscaler(&mut self) {
+        // The HPA controller syncs every 15 s; a pass sees a new object
+        // within a second: `web` made again is first looked at by a pass.
+        if std::mem::take(&mut self.made_again) {
+            return;
+        }
         let stale = self.last_min.take();
         let Some((min, user_min)) = self.autoscaler_mins() else {
             return;
@@ -689,6 +749,22 @@ impl State {
             if estimate != want {
                 self.also_for("web").push(estimate);
             }
+        }
+        // And a Deployment with no markers (made again mid-surge) lifted to
+        // our raised minimum before a pass recorded it below (a failed
+        // write): the documented limit, the lift is kept (docs/how-it-works.md).
+        let unmarked = self
+            .deployments
+            .get("web")
+            .is_some_and(|d| !Markers::any_present(d.metadata.annotations.as_ref()));
+        let raised = match (&self.hpa, &self.so) {
+            (Some(h), None) => Markers::from_annotations(h.metadata.annotations.as_ref()),
+            (None, Some(so)) => Markers::from_annotations(so.metadata.annotations.as_ref()),
+            _ => None,
+        };
+        let unrecordable = self.web_write_faulted || self.keda_blind;
+        if raised.is_some_and(|r| unmarked && r.surged_to == min) && min != want && unrecordable {
+            self.also_for("web").push(min);
         }
     }
 
@@ -1077,6 +1153,9 @@ impl SurgeApi for Model {
         } else {
             Some(s.faults.remove(0))
         };
+        if fault.is_some() && target.kind == ObjKind::Deployment && target.name == "web" {
+            s.web_write_faulted = true;
+        }
         if target.kind == ObjKind::Hpa && target.name.starts_with("keda-hpa-") {
             s.foreign_writes.push(format!("{} {ops:?}", target.name));
             return Err(ApiError::Other("KEDA's HPA is its operator's".into()));
@@ -1438,6 +1517,7 @@ impl Run {
                 }
             }),
             Op::Capacity(n) => self.with(|s| s.capacity = usize::from(n)),
+            Op::Remake(d) => self.with(|s| s.remake(DEPS[d % 2])),
         }
     }
 
@@ -1619,6 +1699,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(Op::KedaBlind),
         1 => (0usize..2).prop_map(Op::CrashLoop),
         1 => (0u8..4).prop_map(Op::Capacity),
+        1 => (0usize..2).prop_map(Op::Remake),
     ]
 }
 
@@ -1676,6 +1757,17 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 #[test]
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
+        (
+            // `web` deleted and made again while its HPA's minimum is
+            // raised: the new object has no markers, the HPA lifts it to our
+            // minimum, and an HPA without metrics would keep it there
+            // (session 39). Without the record of an unmarked Deployment
+            // under our minimum: "Deployment web: 3 replicas, want 2".
+            1,
+            1,
+            "25%",
+            vec![Op::HpaAdd(2), Op::Drain(0), Op::Remake(0)],
+        ),
         (
             // A cordoned node deleted mid-surge, its pods left bound to it
             // until the pod GC, the worker restarted on the way: the surge

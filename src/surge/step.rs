@@ -901,25 +901,30 @@ pub fn step(
             && dep_s.markers().is_some_and(|m| m != l))
         .then_some(l)
     });
-    // A Deployment with no markers that the autoscaler lifted to our raised
-    // minimum: re-created mid-surge (its markers went with the old object),
-    // or its first write cut before they were recorded. The lift is ours;
-    // taken for no one's, it would outlast the revert (an HPA without
-    // metrics never lowers it). Recorded from the autoscaler's baseline
-    // (the value it had is gone), only when the HPA controller alone wrote
-    // the replicas (managedFields): another writer's number stays theirs.
+    // A Deployment with no markers below our raised minimum: made again
+    // mid-surge (its markers went with the old object), or an autoscaler
+    // retargeted to it. The autoscaler would lift it to our minimum within
+    // its sync period, a lift no HPA without metrics ever takes back and
+    // one that, once made, cannot be told from the HPA holding the
+    // Deployment at our minimum on metrics (docs/how-it-works.md). So its
+    // own value is recorded first and the lift made by us, unless the
+    // minimum goes back in this step (a surge writes the Deployment itself).
     let lifted = lifted.or_else(|| {
         let r = raised.filter(|_| autoscaled)?;
+        let v = dep_s.value();
         (dep_state.is_none()
             && dep_pending.is_none()
             && r.plausible()
-            && r.surged_to > r.baseline
-            && dep_s.raw == Some(r.surged_to)
-            && dep_s.writer == ReplicasWriter::Autoscaler)
-            .then(|| Markers {
-                baseline: lift_baseline(r.baseline, r.baseline, r.surged_to),
-                surged_to: r.surged_to,
-            })
+            && 0 < v
+            && v < r.surged_to
+            && !matches!(
+                action,
+                Action::Revert { .. } | Action::AdoptUserChange { .. } | Action::Surge { .. }
+            ))
+        .then_some(Markers {
+            baseline: v,
+            surged_to: r.surged_to,
+        })
     });
     if let Some(l) = lifted {
         writes.extend(dep_s.surge(l.baseline, l.surged_to));
@@ -1884,49 +1889,65 @@ mod tests {
         assert_eq!(marked("evictionSurgeReplicas"), Some(json!("4")));
     }
 
-    /// The Deployment re-created mid-surge (its markers went with the old
-    /// object), then lifted by the HPA to our raised minimum 4: recorded as
-    /// ours from the HPA's baseline 2, before the HPA's revert, so the lift
-    /// does not outlast it. Not a number someone else wrote, nor one with
-    /// no writer recorded.
+    /// The Deployment made again mid-surge (its markers went with the old
+    /// object) under the HPA whose minimum we raised from 2 to 4. Before
+    /// the HPA lifts it, its own 3 is recorded and the lift made by us, so
+    /// the revert brings it back to 3; nothing while the minimum goes back
+    /// in this step.
     #[test]
-    fn an_unmarked_deployment_lifted_to_our_minimum_is_recorded() {
+    fn an_unmarked_deployment_under_our_minimum_is_recorded() {
         use crate::surge::writer::{replicas_entry, AUTOSCALER_MANAGER};
-        let with_writer = |manager: &str, sub: Option<&str>| {
-            let mut d = (*dep(4, None)).clone();
+        let world = |replicas: i32, manager: &str, sub: Option<&str>| {
+            let mut d = (*dep(replicas, None)).clone();
             d.metadata.managed_fields = Some(vec![replicas_entry(manager, sub)]);
             NsObjects {
                 deployments: vec![Arc::new(d)],
                 hpas: vec![raised_hpa(2, 4)],
-                pods: pods(4, "n1"),
+                pods: pods(replicas as usize, "n1"),
                 pdbs: vec![blocking_pdb(2)],
                 in_scope: true,
                 ..Default::default()
             }
         };
-        let lifted = with_writer(AUTOSCALER_MANAGER, Some("scale"));
-        for draining in [&[][..], &["n1"][..]] {
-            let s = run(&lifted, draining, &quiet());
+        // In the cooldown: the minimum stays raised.
+        let cooling = Facts {
+            since_signal: Some(Duration::from_secs(5)),
+            ..quiet()
+        };
+        let recorded = |s: &Step, from: i32, baseline: &str| {
             assert_eq!(
-                targets(&s),
+                targets(s),
                 vec![(ObjKind::Deployment, "web".into())],
-                "{draining:?}: {s:?}"
+                "{s:?}"
             );
             let w = &s.writes[0];
-            assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(4)));
+            assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(from)));
+            assert_eq!(op_value(w, "replace", "/spec/replicas"), Some(json!(4)));
             // No annotations yet: the markers are added as one object.
-            let added = op_value(w, "add", "/metadata/annotations");
             assert_eq!(
-                added,
+                op_value(w, "add", "/metadata/annotations"),
                 Some(json!({
-                    "eviction-autoscaler.azure.com/original-min-replicas": "2",
+                    "eviction-autoscaler.azure.com/original-min-replicas": baseline,
                     "evictionSurgeReplicas": "4"
                 })),
                 "{w:?}"
             );
-        }
-        for (manager, sub) in [("kubectl-patch", None), ("kubectl", Some("scale"))] {
-            let s = run(&with_writer(manager, sub), &[], &quiet());
+        };
+        let before = world(3, "kubectl-create", None);
+        recorded(&run(&before, &[], &cooling), 3, "3");
+        // The drain over: the HPA goes back alone, the Deployment stays 3.
+        let s = run(&before, &[], &quiet());
+        assert_eq!(s.action, Action::Revert { baseline: 2 });
+        assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())]);
+
+        // Once at our minimum, whoever set it, it is left alone: the HPA
+        // may hold it there on metrics (the documented limit).
+        for (manager, sub) in [
+            (AUTOSCALER_MANAGER, Some("scale")),
+            ("kubectl-patch", None),
+            ("kubectl", Some("scale")),
+        ] {
+            let s = run(&world(4, manager, sub), &[], &cooling);
             assert!(
                 s.writes
                     .iter()

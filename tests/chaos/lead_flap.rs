@@ -183,12 +183,3 @@ async fn a_leader_whose_caches_fail_hands_the_lease_to_a_working_replica() {
         "the blind leader said why it let go:\n{blind_log}"
     );
 }
-
-/// Uncordons the node however the test ends.
-struct UncordonOnDrop(&'static str);
-
-impl Drop for UncordonOnDrop {
-    fn drop(&mut self) {
-        uncordon(self.0);
-    }
-}

@@ -678,6 +678,15 @@ pub fn uncordon(node: &str) {
     let _ = kubectl(&["uncordon", node]);
 }
 
+/// Uncordons a node when dropped, so a failing test leaves it schedulable.
+pub struct UncordonOnDrop(pub &'static str);
+
+impl Drop for UncordonOnDrop {
+    fn drop(&mut self) {
+        uncordon(self.0);
+    }
+}
+
 /// A ValidatingAdmissionPolicy and its binding that refuse, in one test
 /// namespace, every UPDATE of a resource (`group`, version v1) whose new
 /// object fails the CEL `expression`: a write of ours that fails on the

@@ -152,15 +152,6 @@ async fn pods_of(ns: &TestNs, app: &str) -> Vec<Pod> {
 /// Scenario 1 (and 11): a 3-replica Deployment with its owned PDB, every
 /// pod on one node; a real `kubectl drain` of that node completes with the
 /// surge, never below 3 Ready pods, and scales back to exactly 3.
-/// Uncordons a node when dropped, so a failing test leaves it schedulable.
-struct UncordonOnDrop(&'static str);
-
-impl Drop for UncordonOnDrop {
-    fn drop(&mut self) {
-        uncordon(self.0);
-    }
-}
-
 async fn drain_one_node(prefix: &str, max_surge: Option<IntOrString>, want_peak: i32) {
     let _nodes = nodes_lock().await;
     let ns = TestNs::new(prefix).await;

@@ -6,6 +6,7 @@
 
 mod events;
 mod rbac;
+mod remade;
 #[path = "../e2e/support.rs"]
 mod support;
 mod surge_upgrade;
