@@ -160,6 +160,10 @@ pub struct Step {
     /// A surge left by the Go project's older versions whose baseline this
     /// step writes beside its lone marker ([`markers::legacy_surge`]).
     pub legacy: Option<Markers>,
+    /// Objects whose markers this step removes because they were half
+    /// there or not numbers (edited by hand): their value stays as it is,
+    /// and the baseline they recorded is lost (a Warning Event says so).
+    pub cleaned: Vec<ObjKey>,
 }
 
 /// An object that can carry a surge, as read.
@@ -620,12 +624,12 @@ pub fn step(
         && dep_s
             .as_ref()
             .is_some_and(|d| markers::lone_marker_at(d.annotations, d.raw).is_some());
-    let mut writes: Vec<Write> = all
+    let (mut writes, cleaned): (Vec<Write>, Vec<ObjKey>) = all
         .iter()
         .filter(|o| Markers::any_present(o.annotations) && o.markers().is_none())
         .filter(|o| !((legacy.is_some() || maybe_legacy) && o.key.kind == ObjKind::Deployment))
-        .filter_map(|o| o.clean())
-        .collect();
+        .filter_map(|o| o.clean().map(|w| (w, o.key.clone())))
+        .unzip();
 
     let marked = all.iter().any(|o| o.markers().is_some());
     let durable = durable_signal(objs, name, wall_now, settings.cooldown);
@@ -662,6 +666,7 @@ pub fn step(
             .max(),
         nodes: BTreeSet::new(),
         legacy: None,
+        cleaned,
     };
 
     if maybe_legacy {
@@ -2490,5 +2495,13 @@ mod tests {
         let s = run(&objs, &[], &quiet());
         assert_eq!(s.writes.len(), 1);
         assert!(s.writes[0].ops.iter().all(|o| o["op"] == "remove"));
+        // Named, for the Warning Event: the baseline they held is lost.
+        assert_eq!(s.cleaned, vec![s.writes[0].target.clone()]);
+        // Whole markers are nothing to clean.
+        let whole = NsObjects {
+            deployments: vec![dep(5, Some((3, 5)))],
+            ..objs
+        };
+        assert!(run(&whole, &[], &quiet()).cleaned.is_empty());
     }
 }

@@ -304,6 +304,20 @@ impl Worker {
             },
         };
         let pdb = s.pdb.clone().unwrap_or_default();
+        for k in &s.cleaned {
+            let what = format!("{:?} {}", k.kind, k.name);
+            tracing::warn!(namespace = ns, deployment = name, object = %what,
+                "surge markers half there or not numbers (edited by hand?): removed; \
+                 the value is kept as it is");
+            self.events.emit(
+                &dep_ref,
+                EventType::Warning,
+                "SurgeMarkersInvalid",
+                format!(
+                    "removed the surge markers of {what}: one was missing or not a number (edited by hand?); its value is kept as it is, and the baseline they recorded is lost"
+                ),
+            );
+        }
         if let Some(m) = s.legacy {
             tracing::info!(
                 namespace = ns,

@@ -514,8 +514,10 @@ async fn deployment_recreated_mid_surge_its_hpa_goes_back() {
     assert_ne!(old_uid, new_uid, "a new Deployment");
     // The node is still cordoned, but none of dr's pods is on it any more:
     // nothing is displaced, so after the cooldown the HPA's minimum goes
-    // back, and the new Deployment is left at its 3 (not raised to the
-    // HPA's 6 and kept there, nor given the old one's markers).
+    // back, and the new Deployment ends at its 3 (below the raised minimum
+    // it may be recorded from its 3 and lifted by us meanwhile, as the HPA
+    // would lift it; never kept at the HPA's 6, nor given the old one's
+    // markers).
     wait_hpa_min(&hpas, "dr", 3, Some(false), REVERT_TIMEOUT).await;
     assert_settled_at(&ns, "dr", 3, REVERT_TIMEOUT).await;
     uncordon(node);
