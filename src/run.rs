@@ -220,6 +220,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
                 let _ = stop_cause.set(why);
             }
         }
+        fatal.stopping();
         let started = tokio::time::Instant::now();
         // Readiness first: endpoints stop sending new requests while this
         // replica still answers the ones already on their way.

@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use futures::FutureExt;
@@ -21,6 +22,9 @@ pub struct Fatal(Arc<Inner>);
 struct Inner {
     why: OnceLock<String>,
     notify: Notify,
+    /// Shutting down: tasks end as their inputs go (the signal consumer
+    /// once the server drops its senders), which is no failure.
+    stopping: AtomicBool,
 }
 
 impl Fatal {
@@ -43,9 +47,18 @@ impl Fatal {
                     format!("{name} panicked: {msg}")
                 }
             };
+            if me.0.stopping.load(Ordering::Acquire) {
+                tracing::debug!(task = %name, %why, "task ended while shutting down");
+                return;
+            }
             tracing::error!(task = %name, %why, "a task that must run ended: shutting down");
             me.set(why);
         }
+    }
+
+    /// From now on, tasks that end are not reported (the process stops).
+    pub fn stopping(&self) {
+        self.0.stopping.store(true, Ordering::Release);
     }
 
     fn set(&self, why: String) {
@@ -109,5 +122,11 @@ mod tests {
         let other = Fatal::default();
         other.must_run("the reconciler", async {}).await;
         assert_eq!(other.wait().await, "the reconciler ended");
+
+        // Ends once shutting down are no failure.
+        let stopping = Fatal::default();
+        stopping.stopping();
+        stopping.must_run("the signal consumer", async {}).await;
+        assert_eq!(stopping.why(), None);
     }
 }

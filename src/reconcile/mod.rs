@@ -490,6 +490,14 @@ impl Reconciler {
                 ),
             );
         }
+        // Every Deployment still there, being deleted too: the worker may
+        // still hold a reason for one (a surge that cannot help while its
+        // pods run), and forgetting it would have the worker set it again,
+        // with its Event, every pass.
+        let present: HashSet<String> = deployments
+            .iter()
+            .filter_map(|d| d.metadata.name.clone())
+            .collect();
         // A Deployment being deleted gets no new PDB (garbage collection
         // is removing the old one).
         let deployments: Vec<_> = deployments
@@ -561,10 +569,6 @@ impl Reconciler {
                 forget_solved(&mut r, &name, &still);
             }
         }
-        let present: HashSet<&str> = deployments
-            .iter()
-            .filter_map(|d| d.metadata.name.as_deref())
-            .collect();
         self.degraded
             .forget_gone(|ns, dep| ns != name || present.contains(dep));
         for d in &deployments {

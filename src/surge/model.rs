@@ -190,9 +190,12 @@ struct State {
     /// `web` was just made again ([`Op::Remake`]): the autoscaler has not
     /// synced since.
     made_again: bool,
-    /// A write to `web` met an injected fault since it was made again (or
-    /// since the start): a record of it may have been lost.
-    web_write_faulted: bool,
+    /// Since `web` was last made again ([`Op::Remake`]; never set before
+    /// one), a write to it met an injected fault, or the worker could not
+    /// list ScaledObjects: a record of its lift may be lost or never made.
+    web_unrecordable: bool,
+    /// `web` was made again at least once.
+    web_remade: bool,
 }
 
 /// The in-memory apiserver the worker writes to.
@@ -365,7 +368,8 @@ impl State {
             last_min: None,
             keda_blind: false,
             made_again: false,
-            web_write_faulted: false,
+            web_unrecordable: false,
+            web_remade: false,
         };
         for (name, r) in [("web", web_replicas), ("api", api_replicas)] {
             s.deployments
@@ -407,7 +411,8 @@ impl State {
         self.deployments.insert(name.to_string(), d);
         if name == "web" {
             self.made_again = true;
-            self.web_write_faulted = false;
+            self.web_remade = true;
+            self.web_unrecordable = self.keda_blind;
         }
         self.pods.retain(|_, p| p.dep != name);
         if self
@@ -620,11 +625,11 @@ impl State {
         // a failed adoption of a value seen since (someone set yet another
         // value, lifted before a pass saw it): taken for theirs too.
         // A Deployment with no markers at all (made again mid-surge) whose
-        // lift no pass saw while the autoscaler's markers were readable
-        // (KEDA's ScaledObjects unlisted): the same limit.
+        // record failed, or that no pass could see under the autoscaler's
+        // markers (KEDA's ScaledObjects unlisted): the same limit.
         let unrecorded = match Markers::from_annotations(d.metadata.annotations.as_ref()) {
             Some(m) => m.surged_to != v || adopting,
-            None => !Markers::any_present(d.metadata.annotations.as_ref()),
+            None => !Markers::any_present(d.metadata.annotations.as_ref()) && self.web_unrecordable,
         };
         // The leader remembers a failed record of this lift: it records it
         // still (`Facts::lift_pending`), so the value must come back.
@@ -762,7 +767,7 @@ impl State {
             (None, Some(so)) => Markers::from_annotations(so.metadata.annotations.as_ref()),
             _ => None,
         };
-        let unrecordable = self.web_write_faulted || self.keda_blind;
+        let unrecordable = self.web_unrecordable;
         if raised.is_some_and(|r| unmarked && r.surged_to == min) && min != want && unrecordable {
             self.also_for("web").push(min);
         }
@@ -1153,8 +1158,12 @@ impl SurgeApi for Model {
         } else {
             Some(s.faults.remove(0))
         };
-        if fault.is_some() && target.kind == ObjKind::Deployment && target.name == "web" {
-            s.web_write_faulted = true;
+        if fault.is_some()
+            && s.web_remade
+            && target.kind == ObjKind::Deployment
+            && target.name == "web"
+        {
+            s.web_unrecordable = true;
         }
         if target.kind == ObjKind::Hpa && target.name.starts_with("keda-hpa-") {
             s.foreign_writes.push(format!("{} {ops:?}", target.name));
@@ -1507,7 +1516,10 @@ impl Run {
                 self.with(|s| s.autoscaler_removed(None, false));
             }
             Op::Hold(_) => {}
-            Op::KedaBlind(on) => self.with(|s| s.keda_blind = on),
+            Op::KedaBlind(on) => self.with(|s| {
+                s.keda_blind = on;
+                s.web_unrecordable |= on && s.web_remade;
+            }),
             Op::CrashLoop(d) => self.with(|s| {
                 if let Some(p) = s.pods_of(DEPS[d % 2]).first().cloned() {
                     if let Some(p) = s.pods.get_mut(&p) {

@@ -16,7 +16,7 @@ use kube::Api;
 
 use crate::support::*;
 
-const COOLDOWN: Duration = Duration::from_secs(40);
+const COOLDOWN: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn a_deployment_made_again_mid_surge_under_its_raised_hpa_goes_back() {
