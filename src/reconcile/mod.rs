@@ -23,6 +23,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::Status;
 use kube::runtime::events::{EventType, Recorder, Reporter};
@@ -196,6 +197,15 @@ pub enum Refusal {
     Expected,
     /// Anything else: counted in `reconcile_errors` and logged.
     Error,
+}
+
+/// A PDB's `minAvailable` as written (`3`, `50%`), for Events.
+fn min_available_text(p: &PodDisruptionBudget) -> String {
+    match p.spec.as_ref().and_then(|s| s.min_available.as_ref()) {
+        Some(IntOrString::Int(n)) => n.to_string(),
+        Some(IntOrString::String(s)) => s.clone(),
+        None => "unset".into(),
+    }
 }
 
 /// The apiserver's cause when it refuses new content in a namespace being deleted.
@@ -659,12 +669,7 @@ impl Reconciler {
         match action {
             Action::CreatePdb(p) => {
                 let name = p.metadata.name.clone().unwrap_or_default();
-                let min = p
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.min_available.clone())
-                    .map(|m| format!("{m:?}"))
-                    .unwrap_or_default();
+                let min = min_available_text(&p);
                 let pp = PostParams {
                     field_manager: Some(names::MANAGER.into()),
                     ..Default::default()
@@ -706,7 +711,21 @@ impl Reconciler {
                     .into_iter()
                     .filter(|o| !(o.kind == "Deployment" && o.name == owner.name))
                     .collect();
+                let owner_name = owner.name.clone();
                 refs.push(owner);
+                // Made by the Deployment webhook at admission (the
+                // Deployment names it in its annotation) and owned by
+                // nothing yet: this is where its creation is announced (the
+                // Deployment did not exist when the webhook made it).
+                let made_at_admission = current.as_ref().is_none_or(Vec::is_empty)
+                    && deployments.iter().any(|d| {
+                        d.metadata.name.as_deref() == Some(owner_name.as_str())
+                            && d.metadata
+                                .annotations
+                                .as_ref()
+                                .and_then(|a| a.get(names::PDB_ANNOTATION))
+                                .is_some_and(|n| *n == pdb)
+                    });
                 let mut ops = ours_guard(&cached);
                 ops.extend(guarded_set(
                     "/metadata/ownerReferences",
@@ -715,6 +734,17 @@ impl Reconciler {
                 ));
                 pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
                 tracing::info!(namespace = ns, %pdb, "owner reference set");
+                if made_at_admission {
+                    if let Some(r) = dep_ref(&owner_name) {
+                        let min = min_available_text(&cached);
+                        self.events.emit(
+                            &r,
+                            EventType::Normal,
+                            "PDBCreated",
+                            format!("created PodDisruptionBudget {pdb} (minAvailable {min}) when the Deployment was created"),
+                        );
+                    }
+                }
             }
             Action::ReleaseOwner {
                 pdb,

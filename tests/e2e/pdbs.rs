@@ -107,6 +107,19 @@ async fn pdb_created_at_admission_and_not_on_dry_run() {
         (o.controller, o.block_owner_deletion),
         (Some(true), Some(true))
     );
+    // Announced once the Deployment exists to carry it (behaviour.md
+    // section 7), once.
+    wait_for("a PDBCreated Event", Duration::from_secs(20), || async {
+        (event_total(&ns.name, "PDBCreated") > 0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        event_total(&ns.name, "PDBCreated"),
+        1,
+        "{}",
+        event_log(&ns.name)
+    );
     let _ = std::fs::remove_file(file);
 }
 
