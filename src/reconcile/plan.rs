@@ -520,6 +520,31 @@ fn one_per_pod(
         .collect()
 }
 
+/// Whether a PDB that is not ours selects a running pod `ours` selects.
+fn shares_a_pod_with_theirs(ours: &PodDisruptionBudget, s: &NamespaceSnapshot) -> bool {
+    let compile = |p: &PodDisruptionBudget| {
+        Selector::compile(p.spec.as_ref().and_then(|sp| sp.selector.as_ref())).ok()
+    };
+    let Some(mine) = compile(ours) else {
+        return false;
+    };
+    let theirs: Vec<Selector> = s
+        .pdbs
+        .iter()
+        .filter(|p| !owned_by_us(&p.metadata))
+        .filter_map(|p| compile(p))
+        .collect();
+    if theirs.is_empty() {
+        return false;
+    }
+    s.pods
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| !p.is_terminating() && !p.is_completed())
+        .filter(|p| mine.selects_for_eviction(p.labels()))
+        .any(|p| theirs.iter().any(|t| t.selects_for_eviction(p.labels())))
+}
+
 pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut out = plan_all(s);
     // A surge of the Go project's older versions not yet taken over: its
@@ -838,11 +863,23 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
             .owner_references
             .as_ref()
             .is_some_and(|o| !o.is_empty());
-        if !dep_exists && !has_owner && (s.pdb_age_secs)(p) >= s.orphan_grace_secs {
+        if dep_exists || has_owner {
+            continue;
+        }
+        if (s.pdb_age_secs)(p) >= s.orphan_grace_secs {
             out.push(Action::DeletePdb {
                 pdb: p.metadata.name.clone().unwrap_or_default(),
                 uid: p.metadata.uid.clone(),
                 why: "its Deployment never appeared",
+            });
+        } else if shares_a_pod_with_theirs(p, s) {
+            // Within the grace it may select another workload's pods, and
+            // a budget of someone else's over one of them makes two: the
+            // apiserver then refuses every eviction of that pod.
+            out.push(Action::DeletePdb {
+                pdb: p.metadata.name.clone().unwrap_or_default(),
+                uid: p.metadata.uid.clone(),
+                why: "its Deployment never appeared, and another PDB selects its pods",
             });
         }
     }
@@ -1895,6 +1932,27 @@ mod tests {
                 ..
             }]
         ));
+        // Within the grace, over a running pod a user's PDB selects too
+        // (two budgets: every eviction of it refused): it goes at once.
+        w.age = 10;
+        w.pods = Some(vec![running_pod("ghost-1", &[("app", "ghost")])]);
+        assert!(w.plan().is_empty(), "no other budget over its pod");
+        w.pdbs.push(user_pdb("theirs", "ghost"));
+        assert!(matches!(
+            &w.plan()[..],
+            [Action::DeletePdb {
+                why: "its Deployment never appeared, and another PDB selects its pods",
+                ..
+            }]
+        ));
+        // Not for a pod that has ended.
+        let done: crate::cache::PodWire = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "ghost-1", "namespace": "ns", "labels": {"app": "ghost"}},
+            "status": {"phase": "Succeeded"}
+        }))
+        .expect("a pod");
+        w.pods = Some(vec![Arc::new(SlimPod::from(&done))]);
+        assert!(w.plan().is_empty());
     }
 
     fn eas_with_pdb_uid(name: &str, uid: Option<&str>) -> Arc<EvictionAutoScaler> {
