@@ -1383,11 +1383,8 @@ mod tests {
                 min_available(int(2)),
                 |s| {
                     s.applier = Applier::Hpa { min: 3 };
-                    s.markers = Some(Markers {
-                        baseline: 2,
-                        surged_to: 3,
-                    });
                     on_draining_node(s, 2, 1);
+                    active(s, 2, 3);
                     s.replicas = 0;
                 },
                 Want::Is(Action::Wait(Wait::Draining { displaced: 1 })),
@@ -1397,11 +1394,8 @@ mod tests {
                 min_available(int(2)),
                 |s| {
                     s.applier = Applier::Keda { min: 3 };
-                    s.markers = Some(Markers {
-                        baseline: 2,
-                        surged_to: 3,
-                    });
                     on_draining_node(s, 3, 2);
+                    active(s, 2, 3);
                     s.replicas = 0;
                 },
                 Want::Is(Action::Wait(Wait::Draining { displaced: 2 })),
