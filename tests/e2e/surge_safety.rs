@@ -1104,3 +1104,44 @@ async fn a_deployment_added_mid_surge_under_the_same_pdb() {
         event_log(&ns.name)
     );
 }
+
+/// 13. A surge's baseline marker removed by hand mid-surge (`kubectl
+///     annotate ... original-min-replicas-`): the lone marker left cannot
+///     be told from a half-written one, so it is removed too and the value
+///     kept (the baseline it recorded is gone), and a Warning Event says
+///     so: the operator learns why the Deployment stays at the surge. The
+///     kept 6 is the new baseline (the node still cordoned surges it again,
+///     and that surge goes back to 6).
+#[tokio::test]
+async fn a_surge_marker_removed_by_hand_is_cleaned_and_said() {
+    let _nodes = nodes_lock().await;
+    let node = "kwok-node-1";
+    let ns = TestNs::new("e2e-ss-bymhand").await;
+    let _uncordon = UncordonOnDrop(node);
+    let _watch = surged_on(&ns, "mh", node).await;
+    kubectl_ok(&[
+        "annotate",
+        "deployment",
+        "mh",
+        "-n",
+        &ns.name,
+        &format!("{BASELINE_MARKER}-"),
+    ]);
+    wait_for(
+        "a SurgeMarkersInvalid Event",
+        Duration::from_secs(20),
+        || async { (event_total(&ns.name, "SurgeMarkersInvalid") > 0).then_some(()) },
+    )
+    .await;
+    let (replicas, _) = deployment_state(&ns, "mh").await;
+    assert!(replicas >= 6, "the value is kept: {replicas}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        event_total(&ns.name, "SurgeMarkersInvalid"),
+        1,
+        "said once: {}",
+        event_log(&ns.name)
+    );
+    uncordon(node);
+    assert_settled_at(&ns, "mh", 6, REVERT_TIMEOUT).await;
+}
