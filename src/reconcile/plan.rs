@@ -520,31 +520,6 @@ fn one_per_pod(
         .collect()
 }
 
-/// Whether a PDB that is not ours selects a running pod `ours` selects.
-fn shares_a_pod_with_theirs(ours: &PodDisruptionBudget, s: &NamespaceSnapshot) -> bool {
-    let compile = |p: &PodDisruptionBudget| {
-        Selector::compile(p.spec.as_ref().and_then(|sp| sp.selector.as_ref())).ok()
-    };
-    let Some(mine) = compile(ours) else {
-        return false;
-    };
-    let theirs: Vec<Selector> = s
-        .pdbs
-        .iter()
-        .filter(|p| !owned_by_us(&p.metadata))
-        .filter_map(|p| compile(p))
-        .collect();
-    if theirs.is_empty() {
-        return false;
-    }
-    s.pods
-        .unwrap_or_default()
-        .iter()
-        .filter(|p| !p.is_terminating() && !p.is_completed())
-        .filter(|p| mine.selects_for_eviction(p.labels()))
-        .any(|p| theirs.iter().any(|t| t.selects_for_eviction(p.labels())))
-}
-
 pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut out = plan_all(s);
     // A surge of the Go project's older versions not yet taken over: its
@@ -866,22 +841,27 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
         if dep_exists || has_owner {
             continue;
         }
-        if (s.pdb_age_secs)(p) >= s.orphan_grace_secs {
-            out.push(Action::DeletePdb {
-                pdb: p.metadata.name.clone().unwrap_or_default(),
-                uid: p.metadata.uid.clone(),
-                why: "its Deployment never appeared",
-            });
-        } else if shares_a_pod_with_theirs(p, s) {
-            // Within the grace it may select another workload's pods, and
-            // a budget of someone else's over one of them makes two: the
-            // apiserver then refuses every eviction of that pod.
-            out.push(Action::DeletePdb {
-                pdb: p.metadata.name.clone().unwrap_or_default(),
-                uid: p.metadata.uid.clone(),
-                why: "its Deployment never appeared, and another PDB selects its pods",
-            });
-        }
+        // Within the grace it may select another workload's pods, and a
+        // budget of someone else's over one of them makes two: the
+        // apiserver then refuses every eviction of that pod.
+        let beside_theirs = || {
+            protected.iter().any(|(_, over)| {
+                over.iter().any(|q| Arc::ptr_eq(q, p))
+                    && over.iter().any(|q| !owned_by_us(&q.metadata))
+            })
+        };
+        let why = if (s.pdb_age_secs)(p) >= s.orphan_grace_secs {
+            "its Deployment never appeared"
+        } else if beside_theirs() {
+            "its Deployment never appeared, and another PDB selects its pods"
+        } else {
+            continue;
+        };
+        out.push(Action::DeletePdb {
+            pdb: p.metadata.name.clone().unwrap_or_default(),
+            uid: p.metadata.uid.clone(),
+            why,
+        });
     }
 
     // EvictionAutoScalers unknown: the PDB writes alone (the one-PDB-per-pod
