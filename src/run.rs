@@ -207,18 +207,14 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     let listener = server::bind(opts.listen).await?;
     tracing::info!(listen = %opts.listen, "serving HTTPS");
     let delay = opts.shutdown_delay;
-    // Why the process stops, when a task's end (not a signal) stopped it. Set
-    // before shutting down: tasks that end once the server is gone (the
-    // signal consumer, its senders dropped) do not count.
-    let stopped_by = Arc::new(std::sync::OnceLock::new());
-    let stop_cause = stopped_by.clone();
+    // Why the process stops, when a task's end (not a signal) stopped it:
+    // `fatal` keeps the first, and none once the shutdown began (tasks end
+    // then as the server goes: the signal consumer, its senders dropped).
+    let stopped_by = fatal.clone();
     let shutdown = async move {
         tokio::select! {
             _ = shutdown_signal() => {},
-            why = fatal.wait() => {
-                tracing::error!(%why, "shutting down: restart expected");
-                let _ = stop_cause.set(why);
-            }
+            why = fatal.wait() => tracing::error!(%why, "shutting down: restart expected"),
         }
         fatal.stopping();
         let started = tokio::time::Instant::now();
@@ -246,8 +242,8 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
     server::serve(listener, tls_settings, app, opts.request_timeout, shutdown).await;
     tracing::info!("shut down");
     tasks.abort_all();
-    match stopped_by.get() {
-        Some(why) => Err(RunError::TaskEnded(why.clone())),
+    match stopped_by.why() {
+        Some(why) => Err(RunError::TaskEnded(why.to_string())),
         None => Ok(()),
     }
 }
