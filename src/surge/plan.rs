@@ -267,7 +267,8 @@ fn plan_idle(s: &Snapshot, displaced: i32, current: Option<i32>) -> Action {
     // Someone scaled the Deployment to 0 (under an autoscaler too: the
     // usual way to switch it off): its pods are going anyway, and a surge
     // would bring it back, at 1 at least after the revert.
-    if (s.applier == Applier::Deployment && current <= 0) || s.replicas <= 0 {
+    // (For a Deployment applier `current` is these replicas.)
+    if s.replicas <= 0 {
         return Action::None;
     }
     let baseline = current.max(0);

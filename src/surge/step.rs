@@ -1919,27 +1919,25 @@ mod tests {
             since_signal: Some(Duration::from_secs(5)),
             ..quiet()
         };
-        let recorded = |s: &Step, from: i32, baseline: &str| {
-            assert_eq!(
-                targets(s),
-                vec![(ObjKind::Deployment, "web".into())],
-                "{s:?}"
-            );
-            let w = &s.writes[0];
-            assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(from)));
-            assert_eq!(op_value(w, "replace", "/spec/replicas"), Some(json!(4)));
-            // No annotations yet: the markers are added as one object.
-            assert_eq!(
-                op_value(w, "add", "/metadata/annotations"),
-                Some(json!({
-                    "eviction-autoscaler.azure.com/original-min-replicas": baseline,
-                    "evictionSurgeReplicas": "4"
-                })),
-                "{w:?}"
-            );
-        };
         let before = world(3, "kubectl-create", None);
-        recorded(&run(&before, &[], &cooling), 3, "3");
+        let s = run(&before, &[], &cooling);
+        assert_eq!(
+            targets(&s),
+            vec![(ObjKind::Deployment, "web".into())],
+            "{s:?}"
+        );
+        let w = &s.writes[0];
+        assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(3)));
+        assert_eq!(op_value(w, "replace", "/spec/replicas"), Some(json!(4)));
+        // No annotations yet: the markers are added as one object.
+        assert_eq!(
+            op_value(w, "add", "/metadata/annotations"),
+            Some(json!({
+                "eviction-autoscaler.azure.com/original-min-replicas": "3",
+                "evictionSurgeReplicas": "4"
+            })),
+            "{w:?}"
+        );
         // The drain over: the HPA goes back alone, the Deployment stays 3.
         let s = run(&before, &[], &quiet());
         assert_eq!(s.action, Action::Revert { baseline: 2 });
