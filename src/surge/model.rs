@@ -190,16 +190,20 @@ struct State {
     /// `web` was just made again ([`Op::Remake`]): the autoscaler has not
     /// synced since.
     made_again: bool,
-    /// Since `web` was last made again ([`Op::Remake`]; never set before
-    /// one), a write to it or to its autoscaler met an injected fault, or
-    /// the worker could not list ScaledObjects: a record of its lift may be
+    /// Since `web` was last made again (None before it ever was).
+    remade: Option<Remade>,
+}
+
+/// What happened to `web` since it was last made again ([`Op::Remake`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Remade {
+    /// A write to it or to its autoscaler met an injected fault, or the
+    /// worker could not list ScaledObjects: a record of its lift may be
     /// lost or never made, or the minimum stay raised until it lifts it.
-    web_unrecordable: bool,
-    /// `web` was made again at least once.
-    web_remade: bool,
-    /// Since `web` was last made again, a pass saw it with no markers below
-    /// the raised minimum of its one autoscaler (what the record needs).
-    web_seen_below: bool,
+    unrecordable: bool,
+    /// A pass saw it with no markers below the raised minimum of its one
+    /// autoscaler (what the record needs).
+    seen_below: bool,
 }
 
 /// The in-memory apiserver the worker writes to.
@@ -372,9 +376,7 @@ impl State {
             last_min: None,
             keda_blind: false,
             made_again: false,
-            web_unrecordable: false,
-            web_remade: false,
-            web_seen_below: false,
+            remade: None,
         };
         for (name, r) in [("web", web_replicas), ("api", api_replicas)] {
             s.deployments
@@ -395,27 +397,33 @@ impl State {
     /// no pass saw it below the raised minimum of its one autoscaler (a
     /// second autoscaler, then its removal and the lift, between passes).
     fn made_again_unrecordable(&self) -> bool {
-        self.web_remade && (self.web_unrecordable || !self.web_seen_below)
+        self.remade.is_some_and(|r| r.unrecordable || !r.seen_below)
+    }
+
+    /// The markers of `web`'s one autoscaler (none with both, or neither).
+    fn raised_minimum(&self) -> Option<Markers> {
+        match (&self.hpa, &self.so) {
+            (Some(h), None) => Markers::from_annotations(h.metadata.annotations.as_ref()),
+            (None, Some(so)) => Markers::from_annotations(so.metadata.annotations.as_ref()),
+            _ => None,
+        }
     }
 
     /// Whether `web` stands now as the record of a made-again Deployment
     /// needs: no markers, below the raised minimum of its one autoscaler.
     fn note_web_below_raised(&mut self) {
-        let raised = match (&self.hpa, &self.so) {
-            (Some(h), None) => Markers::from_annotations(h.metadata.annotations.as_ref()),
-            (None, Some(so)) if !self.keda_blind => {
-                Markers::from_annotations(so.metadata.annotations.as_ref())
-            }
-            _ => None,
-        };
+        // A ScaledObject the worker cannot list shows it nothing.
+        let raised = self
+            .raised_minimum()
+            .filter(|_| !(self.so.is_some() && self.keda_blind));
         let Some(d) = self.deployments.get("web") else {
             return;
         };
         let v = replicas_of(d);
-        if raised.is_some_and(|r| 0 < v && v < r.surged_to)
-            && !Markers::any_present(d.metadata.annotations.as_ref())
-        {
-            self.web_seen_below = true;
+        let below = raised.is_some_and(|r| 0 < v && v < r.surged_to)
+            && !Markers::any_present(d.metadata.annotations.as_ref());
+        if let Some(r) = self.remade.as_mut().filter(|_| below) {
+            r.seen_below = true;
         }
     }
 
@@ -445,9 +453,10 @@ impl State {
         self.deployments.insert(name.to_string(), d);
         if name == "web" {
             self.made_again = true;
-            self.web_remade = true;
-            self.web_unrecordable = self.keda_blind;
-            self.web_seen_below = false;
+            self.remade = Some(Remade {
+                unrecordable: self.keda_blind,
+                seen_below: false,
+            });
         }
         self.pods.retain(|_, p| p.dep != name);
         if self
@@ -800,11 +809,7 @@ impl State {
             .deployments
             .get("web")
             .is_some_and(|d| !Markers::any_present(d.metadata.annotations.as_ref()));
-        let raised = match (&self.hpa, &self.so) {
-            (Some(h), None) => Markers::from_annotations(h.metadata.annotations.as_ref()),
-            (None, Some(so)) => Markers::from_annotations(so.metadata.annotations.as_ref()),
-            _ => None,
-        };
+        let raised = self.raised_minimum();
         // Or no pass saw it below that minimum under that one autoscaler
         // (a second one, its removal and the lift between two passes).
         let unrecordable = self.made_again_unrecordable();
@@ -1200,8 +1205,12 @@ impl SurgeApi for Model {
         };
         // `web` or its autoscaler (both named `web`): a failed revert of the
         // minimum lets the autoscaler lift the made-again Deployment too.
-        if fault.is_some() && s.web_remade && target.name == "web" {
-            s.web_unrecordable = true;
+        if let Some(r) = s
+            .remade
+            .as_mut()
+            .filter(|_| fault.is_some() && target.name == "web")
+        {
+            r.unrecordable = true;
         }
         if target.kind == ObjKind::Hpa && target.name.starts_with("keda-hpa-") {
             s.foreign_writes.push(format!("{} {ops:?}", target.name));
@@ -1557,7 +1566,9 @@ impl Run {
             Op::Hold(_) => {}
             Op::KedaBlind(on) => self.with(|s| {
                 s.keda_blind = on;
-                s.web_unrecordable |= on && s.web_remade;
+                if let Some(r) = s.remade.as_mut() {
+                    r.unrecordable |= on;
+                }
             }),
             Op::CrashLoop(d) => self.with(|s| {
                 if let Some(p) = s.pods_of(DEPS[d % 2]).first().cloned() {
