@@ -109,17 +109,7 @@ async fn pdb_created_at_admission_and_not_on_dry_run() {
     );
     // Announced once the Deployment exists to carry it (behaviour.md
     // section 7), once.
-    wait_for("a PDBCreated Event", Duration::from_secs(20), || async {
-        (event_total(&ns.name, "PDBCreated") > 0).then_some(())
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        event_total(&ns.name, "PDBCreated"),
-        1,
-        "{}",
-        event_log(&ns.name)
-    );
+    assert_event_once(&ns.name, "PDBCreated", Duration::from_secs(20)).await;
     let _ = std::fs::remove_file(file);
 }
 
@@ -1133,17 +1123,5 @@ async fn an_opt_out_that_is_no_boolean_is_said_and_ignored() {
         "kubectl warned of the value: {stderr:?}"
     );
     wait_min(&ns, "loud", 2).await;
-    wait_for(
-        "an InvalidAnnotation Event on the Deployment",
-        Duration::from_secs(30),
-        || async { (event_total(&ns.name, "InvalidAnnotation") >= 1).then_some(()) },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        event_total(&ns.name, "InvalidAnnotation"),
-        1,
-        "said once: {}",
-        event_log(&ns.name)
-    );
+    assert_event_once(&ns.name, "InvalidAnnotation", Duration::from_secs(30)).await;
 }

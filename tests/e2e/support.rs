@@ -1238,6 +1238,17 @@ pub fn event_total(ns: &str, reason: &str) -> usize {
         .sum()
 }
 
+/// Waits up to `within` for an Event of `reason` in `ns`, then 3 s more,
+/// and asserts there is exactly one: said, and said once.
+pub async fn assert_event_once(ns: &str, reason: &str, within: Duration) {
+    wait_for(&format!("a {reason} Event"), within, || async {
+        (event_total(ns, reason) > 0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(event_total(ns, reason), 1, "said once: {}", event_log(ns));
+}
+
 /// Reason and note of every Event in the namespace, for failure messages.
 pub fn event_log(ns: &str) -> String {
     kubectl_ok(&[
