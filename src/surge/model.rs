@@ -2533,6 +2533,22 @@ fn every_step_of_the_stories_survives_a_restart_or_a_failed_write() {
             "100%",
             vec![Op::Cordon(1), Op::Tick(2), Op::NodeGone(1), Op::Tick(3)],
         ),
+        (
+            "Deployment made again under its raised HPA",
+            2,
+            1,
+            "100%",
+            vec![
+                Op::HpaAdd(2),
+                Op::Cordon(0),
+                Op::Cordon(1),
+                Op::Tick(2),
+                Op::Remake(0),
+                Op::Tick(1),
+                Op::Uncordon(0),
+                Op::Uncordon(1),
+            ],
+        ),
     ];
     let disturbances: Vec<(&str, Vec<Op>)> = vec![
         ("restart", vec![Op::Restart]),
