@@ -170,6 +170,33 @@ pub struct Outcome {
     /// Writes done before the first failure.
     pub written: usize,
     pub error: Option<ApiError>,
+    /// The objects of `step.cleaned` whose markers are removed: said even
+    /// when a later write fails, or the re-plan after it sees nothing to
+    /// clean (their Warning Event would be lost).
+    pub cleaned: Vec<ObjKey>,
+}
+
+impl Outcome {
+    fn of(step: Step, written: usize, error: Option<ApiError>) -> Self {
+        // A clean is in the first write to its object (`step::step`).
+        let cleaned = step
+            .cleaned
+            .iter()
+            .filter(|k| {
+                step.writes
+                    .iter()
+                    .position(|w| &w.target == *k)
+                    .is_some_and(|i| i < written)
+            })
+            .cloned()
+            .collect();
+        Outcome {
+            step,
+            written,
+            error,
+            cleaned,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -529,6 +556,10 @@ impl<A: SurgeApi> Core<A> {
         );
         let mut second = self.execute(again).await;
         second.written += failed.written;
+        let mut cleaned = failed.cleaned;
+        cleaned.retain(|k| !second.cleaned.contains(k));
+        cleaned.append(&mut second.cleaned);
+        second.cleaned = cleaned;
         second
     }
 
@@ -536,19 +567,11 @@ impl<A: SurgeApi> Core<A> {
         let mut written = 0;
         for w in &step.writes {
             if let Err(e) = self.api.patch(&w.target, &w.ops).await {
-                return Outcome {
-                    step,
-                    written,
-                    error: Some(e),
-                };
+                return Outcome::of(step, written, Some(e));
             }
             written += 1;
         }
-        Outcome {
-            step,
-            written,
-            error: None,
-        }
+        Outcome::of(step, written, None)
     }
 
     fn record(&self, o: &Outcome, now: Instant) {

@@ -2757,3 +2757,54 @@ async fn a_pass_dropped_mid_write_gives_its_slots_back() {
     );
     assert_eq!(api.slow_writes.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
+
+/// A surge's baseline marker removed by hand while its node still drains
+/// (the e2e test `a_surge_marker_removed_by_hand_is_cleaned_and_said`): the
+/// lone marker's removal and the new surge it needs go in one write (two
+/// writes from one read, each guarded on the version, could not both pass),
+/// and the pass reports the clean, for its Warning Event. Before, the
+/// surge's write failed on the version the clean had changed, and the
+/// re-plan, seeing no lone marker left, dropped the Event.
+#[tokio::test]
+async fn a_marker_removed_by_hand_is_cleaned_surged_again_and_reported() {
+    let mut run = Run::new(3, 3, "100%");
+    run.apply(&Op::Scope(true));
+    run.apply(&Op::Cordon(0));
+    run.pass();
+    let web = ObjKey {
+        kind: ObjKind::Deployment,
+        namespace: NS.into(),
+        name: "web".into(),
+    };
+    let surged = run
+        .with(|s| s.object(&web).and_then(|o| markers_of(&o)))
+        .expect("web surged by the cordon");
+    run.with(|s| {
+        if let Some(a) = s
+            .deployments
+            .get_mut("web")
+            .and_then(|d| d.metadata.annotations.as_mut())
+        {
+            a.remove(names::ORIGINAL_MIN_REPLICAS);
+        }
+    });
+    run.with(State::settle);
+    let writes = run.with(|s| s.audits.len());
+    let view = run.with(|s| s.view());
+    let outcomes = run.core.pass(view, run.now).await;
+    let o = outcomes
+        .iter()
+        .find(|o| o.step.deployment == "web")
+        .expect("web stepped");
+    assert_eq!(
+        (o.cleaned.clone(), o.error.clone()),
+        (vec![web.clone()], None)
+    );
+    assert_eq!(run.with(|s| s.audits.len()) - writes, 1, "one write");
+    // The value kept is the new baseline, surged again for its pods still
+    // on the cordoned node.
+    let again = run
+        .with(|s| s.object(&web).and_then(|o| markers_of(&o)))
+        .expect("surged again");
+    assert_eq!(again.baseline, surged.surged_to);
+}

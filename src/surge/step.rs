@@ -594,6 +594,44 @@ pub fn step(
     settings: Settings,
     wall_now: Option<Timestamp>,
 ) -> Step {
+    let mut out = plan_step(ns, objs, draining, name, facts, settings, wall_now);
+    let rest = out
+        .writes
+        .split_off(out.cleaned.len().min(out.writes.len()));
+    out.writes = fold_cleans(std::mem::take(&mut out.writes), rest);
+    out
+}
+
+/// The cleaning of an object that the step writes again goes into that
+/// later write: two writes planned from one read, each guarded on its
+/// resourceVersion, could never both succeed (the first changes it). The
+/// clean's ops come first, so the patch does what the two would in turn,
+/// at once.
+fn fold_cleans(cleans: Vec<Write>, mut rest: Vec<Write>) -> Vec<Write> {
+    let mut alone = Vec::new();
+    for c in cleans {
+        match rest.iter_mut().find(|w| w.target == c.target) {
+            Some(w) => {
+                let mut ops = c.ops;
+                ops.append(&mut w.ops);
+                w.ops = ops;
+            }
+            None => alone.push(c),
+        }
+    }
+    alone.extend(rest);
+    alone
+}
+
+fn plan_step(
+    ns: &str,
+    objs: &NsObjects,
+    draining: &BTreeSet<String>,
+    name: &str,
+    facts: &Facts,
+    settings: Settings,
+    wall_now: Option<Timestamp>,
+) -> Step {
     let dep = objs.deployment(name);
     let hpas: Vec<&Arc<HorizontalPodAutoscaler>> = objs
         .hpas
@@ -2478,6 +2516,44 @@ mod tests {
         };
         let s = run(&ours, &[], &quiet());
         assert!(s.writes[0].ops.iter().all(|o| o["op"] == "remove"));
+    }
+
+    /// A lone marker (its baseline removed by hand) on a Deployment that
+    /// needs a surge: the clean and the surge are one patch, which the
+    /// apiserver applies in order (the surge's markers added after the lone
+    /// one's removal).
+    #[test]
+    fn a_clean_and_the_surge_after_it_are_one_write() {
+        let mut d = (*dep(6, None)).clone();
+        d.metadata.resource_version = Some("7".into());
+        d.metadata.annotations =
+            Some([(crate::names::SURGE_REPLICAS.to_string(), "6".to_string())].into());
+        let mut ps = pods(3, "n1");
+        ps.extend(pods(3, "n2"));
+        let objs = NsObjects {
+            deployments: vec![Arc::new(d.clone())],
+            pods: ps,
+            pdbs: vec![blocking_pdb(6)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &["n1"], &quiet());
+        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
+        assert_eq!(s.cleaned, vec![s.writes[0].target.clone()]);
+        let mut doc = serde_json::to_value(&d).expect("json");
+        let p: json_patch::Patch =
+            serde_json::from_value(Value::Array(s.writes[0].ops.clone())).expect("a patch");
+        json_patch::patch(&mut doc, &p).expect("applies");
+        let after: Deployment = serde_json::from_value(doc).expect("a Deployment");
+        let m = Markers::from_annotations(after.metadata.annotations.as_ref());
+        assert_eq!(m.map(|m| (m.baseline, m.surged_to)), Some((6, 8)));
+        assert_eq!(after.spec.and_then(|s| s.replicas), Some(8));
+        // A clean with no later write to its object stays a write of its own.
+        assert_eq!(
+            fold_cleans(s.writes.clone(), Vec::new()),
+            s.writes,
+            "nothing to fold into"
+        );
     }
 
     #[test]

@@ -261,6 +261,7 @@ impl Worker {
                 active += 1;
                 surge_replicas += i64::from((m.surged_to - m.baseline).max(0));
             }
+            self.say_cleaned(o);
             if let Some(e) = &o.error {
                 self.metrics
                     .reconcile_errors
@@ -278,12 +279,33 @@ impl Worker {
         self.metrics.surge_replicas.set(surge_replicas);
     }
 
-    /// Events and the Degraded reason for a step whose writes all succeeded.
-    fn announce(&self, o: &Outcome) {
-        let s = &o.step;
-        let (ns, name) = (s.namespace.as_str(), s.deployment.as_str());
-        let key = (ns.to_string(), name.to_string());
-        let dep_ref = match self.cache.deployment(ns, name) {
+    /// The Warning Event of markers removed, whether or not the rest of the
+    /// step's writes succeeded.
+    fn say_cleaned(&self, o: &Outcome) {
+        let (ns, name) = (o.step.namespace.as_str(), o.step.deployment.as_str());
+        if o.cleaned.is_empty() {
+            return;
+        }
+        let dep_ref = self.event_target(ns, name);
+        for k in &o.cleaned {
+            let what = format!("{:?} {}", k.kind, k.name);
+            tracing::warn!(namespace = ns, deployment = name, object = %what,
+                "surge markers half there or not numbers (edited by hand?): removed; \
+                 the value is kept as it is");
+            self.events.emit(
+                &dep_ref,
+                EventType::Warning,
+                "SurgeMarkersInvalid",
+                format!(
+                    "removed the surge markers of {what}: one was missing or not a number (edited by hand?); its value is kept as it is, and the baseline they recorded is lost"
+                ),
+            );
+        }
+    }
+
+    /// What the Events of a Deployment's step are about.
+    fn event_target(&self, ns: &str, name: &str) -> ObjectReference {
+        match self.cache.deployment(ns, name) {
             Some(d) => crate::reconcile::object_ref(d.as_ref()),
             None => match name.split_once('/') {
                 // An autoscaler of ours retargeted to another kind: the
@@ -302,22 +324,16 @@ impl Worker {
                     ..Default::default()
                 },
             },
-        };
-        let pdb = s.pdb.clone().unwrap_or_default();
-        for k in &s.cleaned {
-            let what = format!("{:?} {}", k.kind, k.name);
-            tracing::warn!(namespace = ns, deployment = name, object = %what,
-                "surge markers half there or not numbers (edited by hand?): removed; \
-                 the value is kept as it is");
-            self.events.emit(
-                &dep_ref,
-                EventType::Warning,
-                "SurgeMarkersInvalid",
-                format!(
-                    "removed the surge markers of {what}: one was missing or not a number (edited by hand?); its value is kept as it is, and the baseline they recorded is lost"
-                ),
-            );
         }
+    }
+
+    /// Events and the Degraded reason for a step whose writes all succeeded.
+    fn announce(&self, o: &Outcome) {
+        let s = &o.step;
+        let (ns, name) = (s.namespace.as_str(), s.deployment.as_str());
+        let key = (ns.to_string(), name.to_string());
+        let dep_ref = self.event_target(ns, name);
+        let pdb = s.pdb.clone().unwrap_or_default();
         if let Some(m) = s.legacy {
             tracing::info!(
                 namespace = ns,
