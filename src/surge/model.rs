@@ -1383,7 +1383,20 @@ impl Run {
             };
             self.clock.localize(&mut view.eas, look);
         }
-        futures::executor::block_on(self.core.pass(view, self.now));
+        let outcomes = futures::executor::block_on(self.core.pass(view, self.now));
+        // Two writes to one object planned from one read: the second would
+        // fail on the version the first changed (`step::fold_cleans`).
+        for o in &outcomes {
+            let mut seen = std::collections::HashSet::new();
+            for w in &o.step.writes {
+                assert!(
+                    seen.insert(&w.target),
+                    "two writes to {:?}: {:?}",
+                    w.target,
+                    o.step.writes
+                );
+            }
+        }
         let after = self.with(|s| s.audits.len());
         self.passes_writes.push(after - before);
         self.with(State::settle);
