@@ -2799,6 +2799,8 @@ async fn a_marker_removed_by_hand_is_cleaned_surged_again_and_reported() {
             .and_then(|d| d.metadata.annotations.as_mut())
         {
             a.remove(names::ORIGINAL_MIN_REPLICAS);
+            // A note of an earlier adoption, which both writes remove.
+            a.insert(crate::markers::ADOPTED_DISPLACED.into(), "1".into());
         }
     });
     run.with(State::settle);

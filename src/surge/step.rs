@@ -606,12 +606,22 @@ pub fn step(
 /// later write: two writes planned from one read, each guarded on its
 /// resourceVersion, could never both succeed (the first changes it). The
 /// clean's ops come first, so the patch does what the two would in turn,
-/// at once.
+/// at once; the later write's removals of what the clean removes (the
+/// adoption and take-over notes) are dropped, as a `remove` of a path
+/// already gone fails the whole patch, on every retry.
 fn fold_cleans(cleans: Vec<Write>, mut rest: Vec<Write>) -> Vec<Write> {
     let mut alone = Vec::new();
     for c in cleans {
         match rest.iter_mut().find(|w| w.target == c.target) {
             Some(w) => {
+                let removed: Vec<&Value> = c
+                    .ops
+                    .iter()
+                    .filter(|o| o["op"] == "remove")
+                    .map(|o| &o["path"])
+                    .collect();
+                w.ops
+                    .retain(|o| !(o["op"] == "remove" && removed.contains(&&o["path"])));
                 let mut ops = c.ops;
                 ops.append(&mut w.ops);
                 w.ops = ops;
@@ -2526,8 +2536,15 @@ mod tests {
     fn a_clean_and_the_surge_after_it_are_one_write() {
         let mut d = (*dep(6, None)).clone();
         d.metadata.resource_version = Some("7".into());
-        d.metadata.annotations =
-            Some([(crate::names::SURGE_REPLICAS.to_string(), "6".to_string())].into());
+        // The adoption note of an earlier episode, which the surge's write
+        // removes too: removed once.
+        d.metadata.annotations = Some(
+            [
+                (crate::names::SURGE_REPLICAS.to_string(), "6".to_string()),
+                (markers::ADOPTED_DISPLACED.to_string(), "2".to_string()),
+            ]
+            .into(),
+        );
         let mut ps = pods(3, "n1");
         ps.extend(pods(3, "n2"));
         let objs = NsObjects {
@@ -2548,6 +2565,10 @@ mod tests {
         let m = Markers::from_annotations(after.metadata.annotations.as_ref());
         assert_eq!(m.map(|m| (m.baseline, m.surged_to)), Some((6, 8)));
         assert_eq!(after.spec.and_then(|s| s.replicas), Some(8));
+        assert_eq!(
+            markers::adopted_displaced(after.metadata.annotations.as_ref()),
+            None
+        );
         // A clean with no later write to its object stays a write of its own.
         assert_eq!(
             fold_cleans(s.writes.clone(), Vec::new()),
