@@ -174,27 +174,28 @@ pub struct Outcome {
     /// when a later write fails, or the re-plan after it sees nothing to
     /// clean (their Warning Event would be lost).
     pub cleaned: Vec<ObjKey>,
+    /// The first adoption of `step.adopting` whose write was not done.
+    unwritten_adoption: Option<step::Adoption>,
 }
 
 impl Outcome {
     fn of(step: Step, written: usize, error: Option<ApiError>) -> Self {
-        // A clean is in the first write to its object (`step::step`).
-        let cleaned = step
-            .cleaned
-            .iter()
-            .filter(|k| {
-                step.writes
-                    .iter()
-                    .position(|w| &w.target == *k)
-                    .is_some_and(|i| i < written)
-            })
-            .cloned()
-            .collect();
+        // A clean, or an adoption, is in the first write to its object
+        // (`step::step`); the writes before index `written` are done.
+        let done = |k: &ObjKey| {
+            step.writes
+                .iter()
+                .position(|w| &w.target == k)
+                .is_some_and(|i| i < written)
+        };
+        let cleaned = step.cleaned.iter().filter(|k| done(k)).cloned().collect();
+        let unwritten_adoption = step.adopting.iter().find(|a| !done(&a.key)).cloned();
         Outcome {
             step,
             written,
             error,
             cleaned,
+            unwritten_adoption,
         }
     }
 }
@@ -352,6 +353,12 @@ impl<A: SurgeApi> Core<A> {
     #[cfg(test)]
     pub(crate) fn adoption_pending(&self, ns: &str, dep: &str) -> bool {
         self.adoptions.get(ns, dep).is_some()
+    }
+
+    /// The object of that adoption, and the value seen on it.
+    #[cfg(test)]
+    pub(crate) fn adoption_pending_on(&self, ns: &str, dep: &str) -> Option<step::Adoption> {
+        self.adoptions.get(ns, dep)
     }
 
     /// The lift record this replica remembers as failed for a Deployment.
@@ -577,8 +584,12 @@ impl<A: SurgeApi> Core<A> {
     fn record(&self, o: &Outcome, now: Instant) {
         let key = (o.step.namespace.clone(), o.step.deployment.clone());
         let failed = o.error.is_some();
+        // A failed step keeps the user's value it could not persist; one
+        // whose adoptions are all written (a later write failed) has none.
+        let unpersisted = o.unwritten_adoption.as_ref();
+        let adopted_all = failed && unpersisted.is_none() && !o.step.adopting.is_empty();
         self.adoptions
-            .record(&key, o.step.adopting.as_ref(), failed);
+            .record(&key, unpersisted, failed && !adopted_all);
         self.lifts.record(&key, o.step.lifting.as_ref(), failed);
         let Ok(mut b) = self.backoff.lock() else {
             return;

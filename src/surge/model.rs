@@ -74,6 +74,8 @@ enum Fault {
     LostAnswer,
     /// Someone changes the value just before the next write lands.
     Race(i32),
+    /// The next write goes through (to fail a later one of the same step).
+    Through,
 }
 
 #[derive(Debug, Clone)]
@@ -1201,7 +1203,7 @@ impl SurgeApi for Model {
         let fault = if s.faults.is_empty() {
             None
         } else {
-            Some(s.faults.remove(0))
+            Some(s.faults.remove(0)).filter(|f| *f != Fault::Through)
         };
         // `web` or its autoscaler (both named `web`): a failed revert of the
         // minimum lets the autoscaler lift the made-again Deployment too.
@@ -2822,4 +2824,36 @@ async fn a_marker_removed_by_hand_is_cleaned_surged_again_and_reported() {
         .with(|s| s.object(&web).and_then(|o| markers_of(&o)))
         .expect("surged again");
     assert_eq!(again.baseline, surged.surged_to);
+}
+
+/// Users' values on both the HPA (the applier) and the Deployment during an
+/// HPA surge: two adoptions in one step, the HPA's first. When its write
+/// fails, the value seen on the HPA is what is remembered (else a user's
+/// return to our number there would be taken for ours); when only the
+/// Deployment's fails, the Deployment's.
+#[test]
+fn a_failed_step_remembers_the_adoption_it_did_not_write() {
+    let cases = [
+        (vec![Fault::Fail], ObjKind::Hpa, 5),
+        (vec![Fault::Through, Fault::Fail], ObjKind::Deployment, 6),
+    ];
+    for (faults, kind, seen) in cases {
+        let mut run = Run::new(3, 3, "100%");
+        run.apply(&Op::Scope(true));
+        run.apply(&Op::HpaAdd(3));
+        run.apply(&Op::Cordon(0));
+        run.pass();
+        run.apply(&Op::UserHpaMin(5));
+        run.apply(&Op::UserPatch(0, 6));
+        for f in &faults {
+            run.apply(&Op::Fault(*f));
+        }
+        run.pass();
+        let pending = run.core.adoption_pending_on(NS, "web");
+        assert_eq!(
+            pending.as_ref().map(|a| (a.key.kind, a.seen)),
+            Some((kind, Some(seen))),
+            "{faults:?}: {pending:?}"
+        );
+    }
 }

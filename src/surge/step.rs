@@ -147,8 +147,9 @@ pub struct Step {
     pub active: Option<Markers>,
     /// A surge (of any object) is undone by these writes.
     pub reverted: bool,
-    /// The object a user's value is adopted on, when the action adopts.
-    pub adopting: Option<Adoption>,
+    /// The objects users' values are adopted on, in the order of their
+    /// writes (each the first write to its object).
+    pub adopting: Vec<Adoption>,
     /// The markers a Deployment the autoscaler lifted to our minimum is
     /// recorded with, when the step records the lift.
     pub lifting: Option<Markers>,
@@ -701,7 +702,7 @@ fn plan_step(
         pdb: None,
         active: None,
         reverted: false,
-        adopting: None,
+        adopting: Vec::new(),
         lifting: None,
         // KEDA's HPA left out: a copy its operator makes of the
         // ScaledObject's minimum, late (see `keda_lags`).
@@ -1012,7 +1013,7 @@ fn plan_step(
                                 || dep_s.ours_rewritten(m) =>
                         {
                             writes.extend(dep_s.adopt(dep_s.value(), out.displaced));
-                            out.adopting = Some(dep_s.adoption());
+                            out.adopting.push(dep_s.adoption());
                         }
                         Some((m, _)) if adopted.is_none_or(|n| out.displaced > n) => {
                             writes.extend(dep_s.surge(m.baseline, target));
@@ -1036,7 +1037,7 @@ fn plan_step(
                 displaced,
             } => {
                 writes.extend(p.adopt(new_baseline, displaced));
-                out.adopting = Some(p.adoption());
+                out.adopting.push(p.adoption());
                 out.active = Some(Markers {
                     baseline: new_baseline,
                     surged_to: new_baseline,
@@ -1081,7 +1082,7 @@ fn plan_step(
                 continue;
             }
             if o.raw != Some(m.surged_to) || pending || o.ours_rewritten(m) {
-                out.adopting = Some(o.adoption());
+                out.adopting.push(o.adoption());
                 // Someone else's value: persist it as the baseline now, so a
                 // later return to our number is not mistaken for ours.
                 writes.extend(o.adopt(o.value(), out.displaced));
