@@ -592,7 +592,8 @@ impl Reconciler {
             let overlapping = actions.iter().any(
                 |a| matches!(a, Action::SelectorOverlap { deployment, .. } if deployment == dn),
             );
-            if !overlapping {
+            // Pods unknown: an overlap seen through them is not solved.
+            if !overlapping && pods.is_some() {
                 self.degraded.clear_reason(&name, dn, "PDBSelectorOverlap");
             }
         }

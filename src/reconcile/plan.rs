@@ -886,9 +886,19 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
     // EvictionAutoScalers first (see `Action::CreateEas`).
     creates.append(&mut out);
     let mut out = creates;
+    // Pods unknown: an overlap seen through pods is missing from this plan,
+    // not gone; the EvictionAutoScaler that reports it (and keeps
+    // `lastEviction`) stays while its Deployment exists.
+    let unsure = |target: &str| {
+        s.pods.is_none()
+            && s.deployments
+                .iter()
+                .any(|d| d.metadata.name.as_deref() == Some(target))
+    };
     for e in eas.iter().filter(|e| owned_by_us(&e.metadata)) {
         let name = e.metadata.name.clone().unwrap_or_default();
-        if !wanted_eas.contains_key(&name) && !waiting.contains(e.spec.target_name.as_str()) {
+        let target = e.spec.target_name.as_str();
+        if !wanted_eas.contains_key(&name) && !waiting.contains(target) && !unsure(target) {
             out.push(Action::DeleteEas {
                 name,
                 uid: e.metadata.uid.clone(),
@@ -1273,6 +1283,23 @@ mod tests {
             !a.iter().any(|x| matches!(x, Action::CreatePdb(_))),
             "{a:?}"
         );
+        // Nor is the EvictionAutoScaler deleted that reports the overlap
+        // (and keeps `lastEviction`): the overlap is unknown, not gone. It
+        // goes with its Deployment.
+        w.eas = vec![eas_with_pdb_uid("web", None)];
+        let a = w.plan();
+        assert!(
+            !a.iter().any(|x| matches!(x, Action::DeleteEas { .. })),
+            "{a:?}"
+        );
+        w.deps = Vec::new();
+        let a = w.plan();
+        assert!(
+            a.iter().any(|x| matches!(x, Action::DeleteEas { .. })),
+            "its Deployment gone: {a:?}"
+        );
+        w.deps = vec![web.clone()];
+        w.eas = Vec::new();
         // The admission webhook checks the same.
         let pods = vec![running_pod("db-0", &[("app", "web"), ("tier", "db")])];
         assert!(matches!(
