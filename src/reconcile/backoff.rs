@@ -35,6 +35,11 @@ impl Backoff {
         self.entries.get(key).is_none_or(|e| now >= e.retry_at)
     }
 
+    /// Did the last write of `key` fail (waiting or due again)?
+    pub fn failing(&self, key: &str) -> bool {
+        self.entries.contains_key(key)
+    }
+
     /// Records a failure; returns how long the object now waits.
     pub fn failed(&mut self, key: &str, now: Instant) -> Duration {
         let failures = self.entries.get(key).map_or(0, |e| e.failures) + 1;
@@ -145,9 +150,13 @@ mod tests {
         let due: Vec<_> = b.due_keys(t1 + Duration::from_secs(2)).collect();
         assert_eq!(due, ["ns/pdb/a"]);
 
+        // Known failing while waiting and once due again (its write goes
+        // after the others of its namespace); others are not.
+        assert!(b.failing("ns/pdb/a") && !b.failing("ns/pdb/b"));
+
         // Success resets the schedule.
         b.succeeded("ns/pdb/a");
-        assert!(b.is_empty());
+        assert!(b.is_empty() && !b.failing("ns/pdb/a"));
         assert_eq!(b.failed("ns/pdb/a", t1), Duration::from_secs(1));
     }
 

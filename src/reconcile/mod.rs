@@ -276,6 +276,11 @@ impl Reconciler {
         }
     }
 
+    /// Has the last write of `key` failed (it is in the backoff book)?
+    fn failing(&self, key: &str) -> bool {
+        self.backoff.lock().is_ok_and(|b| b.failing(key))
+    }
+
     fn due(&self, key: &str) -> bool {
         self.backoff
             .lock()
@@ -602,7 +607,14 @@ impl Reconciler {
         // After its share of the pass, for the next pass (marked again).
         let mut slowed = false;
         let share = std::time::Instant::now();
-        for action in actions {
+        // Writes that failed before go after the others: one slow again
+        // (a webhook on EvictionAutoScalers that hangs) would else come
+        // first in every pass its backoff brings, and the writes after it
+        // (a step-aside among them) would wait for as long as it fails.
+        let (retried, first): (Vec<Action>, Vec<Action>) = actions
+            .into_iter()
+            .partition(|a| self.failing(&format!("{name}/{}", a.object())));
+        for action in first.into_iter().chain(retried) {
             if !*leader.borrow() {
                 return planned; // stepped down: not one more write
             }
