@@ -81,6 +81,12 @@ pub fn deployment_revert_ops(
     let ann = dep.metadata.annotations.as_ref();
     let m = crate::markers::Markers::from_annotations(ann)?;
     let current = dep.spec.as_ref().and_then(|s| s.replicas);
+    // Numbers we could not have written (edited, copied), or our surged
+    // value written again by someone (a manifest exported mid-surge and
+    // re-applied): the value is theirs, as the surge worker takes it.
+    let theirs = !m.plausible()
+        || crate::surge::writer::writer(&dep.metadata, crate::surge::writer::Field::Replicas)
+            == crate::surge::writer::ReplicasWriter::Someone;
     // Not from 0: an autoscaler leaves a Deployment at 0 alone.
     let floor = if m.baseline > 0 {
         floor.min(m.surged_to)
@@ -91,7 +97,7 @@ pub fn deployment_revert_ops(
     let mut ops = Vec::new();
     // Only our own value is undone; a value someone else set stays, and so
     // does one adopted mid-surge (markers n to n: someone's, even a 0).
-    if current == Some(m.surged_to) && m.surged_to != m.baseline && to != m.surged_to {
+    if !theirs && current == Some(m.surged_to) && m.surged_to != m.baseline && to != m.surged_to {
         ops.extend(guarded_set(
             "/spec/replicas",
             current.map(|c| json!(c)),

@@ -38,6 +38,7 @@ use crate::markers::{self, Markers};
 use crate::patch::{annotation_ops, deployment_revert_ops, guarded_set, json_patch};
 use crate::surge::step::annotation_path;
 use crate::surge::view::{self, hpa_is_kedas};
+use crate::surge::writer::{writer, Field, ReplicasWriter};
 
 #[derive(Debug, thiserror::Error)]
 pub enum UninstallError {
@@ -137,17 +138,21 @@ const CLEAR: [(&str, Option<String>); 4] = Markers::CLEAR;
 
 /// Reverting an autoscaler minimum at `path`: back to the persisted baseline
 /// if it is still the surged value (a value someone else set stays, as on a
-/// Deployment, and so does one adopted mid-surge, markers n to n), and
-/// markers removed; markers that do not parse are only removed. None when
-/// the object carries no marker.
+/// Deployment, and so does one adopted mid-surge, markers n to n, or our
+/// value written again by `someone`), and markers removed; markers that do
+/// not parse, or hold numbers we could not have written, are only removed.
+/// None when the object carries no marker.
 fn autoscaler_revert_ops(
     annotations: Option<&BTreeMap<String, String>>,
     path: &str,
     current: Option<Value>,
+    someone: bool,
 ) -> Option<Vec<Value>> {
     let mut ops = match Markers::from_annotations(annotations) {
         Some(m)
-            if m.surged_to != m.baseline
+            if m.plausible()
+                && !someone
+                && m.surged_to != m.baseline
                 && current.as_ref().and_then(Value::as_i64) == Some(i64::from(m.surged_to)) =>
         {
             guarded_set(path, current, json!(m.baseline.max(0)))
@@ -372,6 +377,8 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     // Autoscalers first: their Deployments' own markers are reverted below.
     let hpas: Api<HorizontalPodAutoscaler> = Api::all(client.clone());
     let hpa_list = hpas.list(&ListParams::default()).await?.items;
+    // An HPA minimum lowered: the Deployments wait SETTLE (below).
+    let mut hpa_lowered = false;
     // KEDA's own HPA carries copies of its ScaledObject's markers: the
     // ScaledObject is reverted below and KEDA's operator follows it.
     for h in hpa_list.iter().filter(|h| !hpa_is_kedas(h)) {
@@ -384,6 +391,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             h.metadata.annotations.as_ref(),
             "/spec/minReplicas",
             current.clone(),
+            writer(&h.metadata, Field::MinReplicas) == ReplicasWriter::Someone,
         );
         // An HPA's minimum defaults to 1.
         let left_at = minimum_after(
@@ -401,8 +409,10 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         let ns = h.metadata.namespace.clone().unwrap_or_default();
         let api: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), &ns);
         let name = h.metadata.name.as_deref().unwrap_or_default();
+        let lowers = ops.iter().any(|o| o["op"] == "replace");
         let r = patch_ops(&api, name, &pp, ops).await;
         let k = key(Some(&ns), "hpa", Some(name));
+        hpa_lowered |= lowers && r.is_ok() && !opts.dry_run;
         if not_done(&r) {
             if let Some(t) = hpa_target(h) {
                 held.insert(t, format!("its HPA {name} was not reverted"));
@@ -431,6 +441,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                             so.metadata.annotations.as_ref(),
                             "/spec/minReplicaCount",
                             current.clone(),
+                            writer(&so.metadata, Field::MinReplicaCount) == ReplicasWriter::Someone,
                         ) else {
                             if let (Some(t), Some(min)) =
                                 (target, current.as_ref().and_then(Value::as_i64))
@@ -465,7 +476,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     }
     if let Some(why) = &keda_unknown {
         report.failed.push(format!(
-            "{why}; Deployments with surge markers keep them (a ScaledObject may hold them)"
+            "{why}; Deployments under KEDA's HPAs with surge markers keep them (a ScaledObject may hold them)"
         ));
     }
 
@@ -508,6 +519,20 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         kedas_hpas = hpas.list(&ListParams::default()).await?.items;
     }
 
+    // The HPA controller reads HPAs from its cache: a Deployment lowered
+    // right after its HPA's minimum could be lifted back to the old one,
+    // markers gone (the surge worker waits as long).
+    if hpa_lowered {
+        tokio::time::sleep(crate::surge::step::SETTLE).await;
+    }
+    // ScaledObjects unknown: only a Deployment under KEDA's HPA may carry
+    // its surge on one (as in the surge worker).
+    let under_kedas_hpa = |t: &Target| {
+        kedas_hpas
+            .iter()
+            .any(|h| hpa_is_kedas(h) && hpa_target(h).as_ref() == Some(t))
+    };
+
     // Deployments whose surge of the Go project's older versions stays: its
     // baseline lives only in an EvictionAutoScaler's status, which must
     // outlast this run for the next one (or the worker) to revert it.
@@ -523,9 +548,10 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             .flatten();
         let target = (ns.clone(), name.to_ascii_lowercase());
         if marked(d) {
+            let t = (ns.clone(), name.clone());
             let why = held
-                .get(&(ns.clone(), name.clone()))
-                .or(keda_unknown.as_ref());
+                .get(&t)
+                .or(keda_unknown.as_ref().filter(|_| under_kedas_hpa(&t)));
             if let Some(why) = why {
                 report
                     .failed
@@ -728,8 +754,8 @@ mod tests {
             ("team".to_string(), "a".to_string()),
         ]
         .into();
-        let ops =
-            autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(6))).expect("ops");
+        let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(6)), false)
+            .expect("ops");
         assert_eq!(
             ops,
             vec![json!({"op": "remove", "path": "/metadata/annotations/evictionSurgeReplicas"})]
@@ -739,18 +765,18 @@ mod tests {
             (names::ORIGINAL_MIN_REPLICAS.to_string(), "2".to_string()),
         ]
         .into();
-        let ops =
-            autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(6))).expect("ops");
+        let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(6)), false)
+            .expect("ops");
         assert_eq!(
             ops[1],
             json!({"op": "replace", "path": "/spec/minReplicas", "value": 2})
         );
-        assert!(autoscaler_revert_ops(None, "/spec/minReplicas", Some(json!(6))).is_none());
+        assert!(autoscaler_revert_ops(None, "/spec/minReplicas", Some(json!(6)), false).is_none());
         // The user set the minimum to 4 during the surge (markers 2 -> 6):
         // their value stays, only the markers go; so does a minimum removed.
         for user in [Some(json!(4)), None] {
-            let ops =
-                autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", user.clone()).expect("ops");
+            let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", user.clone(), false)
+                .expect("ops");
             assert!(
                 ops.iter().all(|o| o["path"] != "/spec/minReplicas"),
                 "{user:?}: {ops:?}"
@@ -797,13 +823,51 @@ mod tests {
             let ops = deployment_revert_ops(&d, 0).expect("ops");
             assert!(!touches(&ops, "/spec/replicas"), "{n}: {ops:?}");
             let ann = marked(&n.to_string(), Some(&n.to_string()));
-            let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(n)))
+            let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(n)), false)
                 .expect("ops");
             assert!(!touches(&ops, "/spec/minReplicas"), "{n}: {ops:?}");
         }
         // The control: our surge 3 -> 5 at 5 goes back to 3.
         let ops =
             deployment_revert_ops(&dep("a", "web", 5, marked("5", Some("3"))), 0).expect("ops");
+        assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
+    }
+
+    /// Numbers we could not have written (a baseline above the surge, or
+    /// below 0), and our surged value written again by someone (a manifest
+    /// exported mid-surge, re-applied): the value is theirs, as the surge
+    /// worker takes it; only the markers go.
+    #[test]
+    fn a_value_that_is_not_our_surge_is_kept() {
+        for (n, surged, baseline) in [(3, "3", "10"), (5, "5", "-1")] {
+            let d = dep("a", "web", n, marked(surged, Some(baseline)));
+            let ops = deployment_revert_ops(&d, 0).expect("ops");
+            assert!(!touches(&ops, "/spec/replicas"), "{baseline}: {ops:?}");
+            let ann = marked(surged, Some(baseline));
+            let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(n)), false)
+                .expect("ops");
+            assert!(!touches(&ops, "/spec/minReplicas"), "{baseline}: {ops:?}");
+        }
+        let mut d = dep("a", "web", 5, marked("5", Some("3")));
+        d.metadata.managed_fields = Some(vec![crate::surge::writer::field_entry(
+            Field::Replicas,
+            "kubectl-client-side-apply",
+            None,
+        )]);
+        let ops = deployment_revert_ops(&d, 0).expect("ops");
+        assert!(!touches(&ops, "/spec/replicas"), "{ops:?}");
+        assert_eq!(ops.len(), 2, "the markers go: {ops:?}");
+        let ann = marked("5", Some("3"));
+        let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(5)), true)
+            .expect("ops");
+        assert!(!touches(&ops, "/spec/minReplicas"), "{ops:?}");
+        // Ours (our field manager's write): back to 3.
+        d.metadata.managed_fields = Some(vec![crate::surge::writer::field_entry(
+            Field::Replicas,
+            crate::names::MANAGER,
+            None,
+        )]);
+        let ops = deployment_revert_ops(&d, 0).expect("ops");
         assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
     }
 
@@ -910,14 +974,14 @@ mod tests {
     #[test]
     fn the_reverted_minimum_is_the_one_written() {
         let ann = marked("6", Some("2"));
-        let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicaCount", Some(json!(6)))
+        let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicaCount", Some(json!(6)), false)
             .expect("ops");
         assert_eq!(
             minimum_after(&ops, "/spec/minReplicaCount", Some(6)),
             Some(2)
         );
         // Someone's 4 stays.
-        let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicaCount", Some(json!(4)))
+        let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicaCount", Some(json!(4)), false)
             .expect("ops");
         assert_eq!(
             minimum_after(&ops, "/spec/minReplicaCount", Some(4)),
