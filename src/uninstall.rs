@@ -47,6 +47,12 @@ pub enum UninstallError {
          eviction-autoscaler Deployment to 0 and wait for its pods to stop, or pass --force"
     )]
     ControllerRunning { lease: String, holder: String },
+    #[error(
+        "Deployment {deployment} still runs {replicas} replica(s) of eviction-autoscaler (with \
+         LEADER_ELECTION=false no Lease tells whether its controllers run): scale it to 0 and \
+         wait for its pods to stop, or pass --force"
+    )]
+    ControllerDeployed { deployment: String, replicas: i32 },
     #[error(transparent)]
     Api(#[from] kube::Error),
 }
@@ -258,6 +264,19 @@ fn kedas_lagging(hpas: &[HorizontalPodAutoscaler], target: &Target, want: i64) -
         .collect()
 }
 
+/// The first of the product's Deployments with replicas still running
+/// (`namespace/name`, how many).
+fn still_running(deployments: &[Deployment]) -> Option<(String, i32)> {
+    deployments.iter().find_map(|d| {
+        let running = d.status.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+        (running > 0).then(|| {
+            let ns = d.metadata.namespace.as_deref().unwrap_or_default();
+            let name = d.metadata.name.as_deref().unwrap_or_default();
+            (format!("{ns}/{name}"), running)
+        })
+    })
+}
+
 /// Waits until no controller renews the Lease `name` (or its `duration`
 /// has passed with it unchanged, as a replica would wait before taking it;
 /// measured on this process's clock, so the holder's clock does not matter).
@@ -340,6 +359,16 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     let lease_name = crate::names::MANAGER;
     let mut leases_seen = Vec::new();
     if watch_leases {
+        // Without leader election no Lease is written: the product's own
+        // Deployment still running is the sign then.
+        let ours: Api<Deployment> = Api::all(client.clone());
+        let lp = ListParams::default().labels("app.kubernetes.io/name=eviction-autoscaler");
+        if let Some((deployment, replicas)) = still_running(&ours.list(&lp).await?.items) {
+            return Err(UninstallError::ControllerDeployed {
+                deployment,
+                replicas,
+            });
+        }
         for ns in lease_namespaces(&client, &opts.namespace).await {
             let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
             if let Some(holder) = controller_holding(&leases, lease_name).await? {
@@ -831,6 +860,27 @@ mod tests {
         let ops =
             deployment_revert_ops(&dep("a", "web", 5, marked("5", Some("3"))), 0).expect("ops");
         assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
+    }
+
+    /// The product's Deployment still running pods refuses the run (no
+    /// Lease shows it without leader election); scaled to 0, it does not.
+    #[test]
+    fn a_running_product_deployment_is_refused() {
+        let mut d = dep(
+            "eviction-autoscaler",
+            "eviction-autoscaler",
+            0,
+            BTreeMap::new(),
+        );
+        assert_eq!(still_running(std::slice::from_ref(&d)), None);
+        d.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+            replicas: Some(2),
+            ..Default::default()
+        });
+        assert_eq!(
+            still_running(&[d]),
+            Some(("eviction-autoscaler/eviction-autoscaler".to_string(), 2))
+        );
     }
 
     /// Numbers we could not have written (a baseline above the surge, or
