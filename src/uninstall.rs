@@ -545,7 +545,11 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
-        kedas_hpas = hpas.list(&ListParams::default()).await?.items;
+        // A failed re-read is waited out like a lag (held at the deadline),
+        // not the end of the run: the others' surges and our PDBs remain.
+        if let Ok(l) = hpas.list(&ListParams::default()).await {
+            kedas_hpas = l.items;
+        }
     }
 
     // The HPA controller reads HPAs from its cache: a Deployment lowered
