@@ -253,6 +253,21 @@ impl SlimPod {
         self.owner.as_ref()
     }
 
+    /// Is this pod Deployment `deployment`'s? Its controller is one of its
+    /// ReplicaSets (named after it and the pod-template hash): Some(true);
+    /// another controller (a DaemonSet, a StatefulSet, another
+    /// Deployment's ReplicaSet whose pods the selector also covers):
+    /// Some(false); no controller, or a ReplicaSet without the hash label
+    /// (not made by a Deployment; nothing to tell by): None.
+    pub fn of_deployment(&self, deployment: &str) -> Option<bool> {
+        let o = self.controller()?;
+        if &*o.kind != "ReplicaSet" {
+            return Some(false);
+        }
+        let hash = self.labels().label("pod-template-hash")?;
+        Some(o.name.strip_suffix(hash).and_then(|n| n.strip_suffix('-')) == Some(deployment))
+    }
+
     /// `podutil.IsPodReady`: the Ready condition is True.
     pub fn is_ready(&self) -> bool {
         self.ready

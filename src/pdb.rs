@@ -10,7 +10,7 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::budget::{LabelSet, Selector};
+use crate::budget::Selector;
 use crate::cache::owned_by_us;
 use crate::markers::Markers;
 use crate::names;
@@ -53,15 +53,7 @@ pub fn pdbs_over_pods<'a>(
     // The Deployment's own pods: its selector may also cover another
     // workload's (a StatefulSet of the same chart), whose PDB is not its.
     // Its ReplicaSets are named after it and the pod-template hash.
-    let owned = |p: &crate::cache::SlimPod| {
-        let hash = p.labels().label("pod-template-hash");
-        p.controller().is_some_and(|o| {
-            &*o.kind == "ReplicaSet"
-                && hash.is_some_and(|h| {
-                    o.name.strip_suffix(h).and_then(|n| n.strip_suffix('-')) == Some(name)
-                })
-        })
-    };
+    let owned = |p: &crate::cache::SlimPod| p.of_deployment(name) == Some(true);
     let compiled = CompiledPdbs::new(pdbs);
     let mut found: Vec<&'a Arc<PodDisruptionBudget>> = Vec::new();
     for p in pods.iter().filter(|p| {

@@ -571,7 +571,7 @@ pub fn pods_on_draining(
         .pods
         .iter()
         .filter(|p| !p.is_terminating() && !p.is_completed())
-        .filter(|p| pdb_selects(selector, p.labels()))
+        .filter(|p| pdb_selects(selector, p.labels()) && p.of_deployment(name) != Some(false))
     {
         if let Some(n) = p.node() {
             if draining.contains(n) {
@@ -782,7 +782,11 @@ fn plan_step(
     let mut ready_pods = 0i32;
     for p in &objs.pods {
         let labels = p.labels();
-        let by_dep = pdb_selects(dep_selector, labels);
+        // Another workload's pod the selector also covers (a DaemonSet's
+        // of the same chart, left on a cordoned node by `drain
+        // --ignore-daemonsets`) is not displaced from this Deployment: else
+        // the surge would stay as long as that node stays cordoned.
+        let by_dep = pdb_selects(dep_selector, labels) && p.of_deployment(name) != Some(false);
         let by_pdb = pdb.is_some_and(|_| pdb_selects(pdb_selector, labels));
         let completed = p.is_completed();
         if by_dep && (pdb.is_none() || by_pdb) {
@@ -2527,6 +2531,87 @@ mod tests {
         };
         let s = run(&ours, &[], &quiet());
         assert!(s.writes[0].ops.iter().all(|o| o["op"] == "remove"));
+    }
+
+    /// A pod `controller` (kind, name) controls, labelled like web's.
+    fn controlled_pod(
+        name: &str,
+        node: &str,
+        controller: (&str, &str),
+        hash: Option<&str>,
+    ) -> Arc<SlimPod> {
+        let mut labels = sel().match_labels.unwrap_or_default();
+        if let Some(h) = hash {
+            labels.insert("pod-template-hash".into(), h.into());
+        }
+        Arc::new(SlimPod::from(PodWire {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                labels: Some(labels),
+                owner_references: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        kind: controller.0.into(),
+                        name: controller.1.into(),
+                        controller: Some(true),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            },
+            spec: SlimPodSpec {
+                node_name: Some(node.into()),
+            },
+            status: SlimPodStatus {
+                phase: Some("Running".into()),
+                conditions: vec![SlimCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                }],
+            },
+        }))
+    }
+
+    /// Another workload's pod that web's selector also covers (a
+    /// DaemonSet's of the same chart, left on a node kept cordoned by
+    /// `drain --ignore-daemonsets`) is not displaced from web: the surge
+    /// goes back once quiet. One of web's own ReplicaSets there still is.
+    #[test]
+    fn another_workloads_pod_on_a_draining_node_holds_no_surge() {
+        let mut ps = pods(4, "n1");
+        ps.push(controlled_pod(
+            "agent-x",
+            "n2",
+            ("DaemonSet", "agent"),
+            None,
+        ));
+        let objs = NsObjects {
+            deployments: vec![dep(4, Some((3, 4)))],
+            pods: ps.clone(),
+            pdbs: vec![blocking_pdb(3)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &["n2"], &quiet());
+        assert_eq!(s.action, Action::Revert { baseline: 3 }, "{s:?}");
+        assert_eq!(
+            pods_on_draining(&objs, &["n2".to_string()].into(), "web").0,
+            0
+        );
+        // Web's own pod (its ReplicaSet web-5d8f) on n2: displaced.
+        ps.push(controlled_pod(
+            "web-5d8f-a",
+            "n2",
+            ("ReplicaSet", "web-5d8f"),
+            Some("5d8f"),
+        ));
+        let objs = NsObjects { pods: ps, ..objs };
+        let s = run(&objs, &["n2"], &quiet());
+        assert!(matches!(s.action, Action::Wait(_)), "{s:?}");
+        assert_eq!(
+            pods_on_draining(&objs, &["n2".to_string()].into(), "web").0,
+            1
+        );
     }
 
     /// A lone marker (its baseline removed by hand) on a Deployment that
