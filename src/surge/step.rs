@@ -718,8 +718,12 @@ fn plan_step(
         cleaned,
     };
 
+    // The early returns below still report the Deployment's pods on
+    // draining nodes: a drain that goes on meanwhile keeps its signal fresh
+    // (else the surge could go back with no cooldown once the step goes on).
     if maybe_legacy {
         out.writes = writes;
+        (out.on_draining, out.nodes) = pods_on_draining(objs, draining, name);
         return out;
     }
     if let Some((d, m)) = legacy {
@@ -727,6 +731,7 @@ fn plan_step(
         out.writes = writes;
         out.active = Some(m);
         out.legacy = Some(m);
+        (out.on_draining, out.nodes) = pods_on_draining(objs, draining, name);
         return out;
     }
 
@@ -737,6 +742,7 @@ fn plan_step(
     // Deployment goes on (one watch never strands every surge).
     if objs.keda_unknown && hpas.iter().any(|h| hpa_is_kedas(h)) {
         out.active = all.iter().find_map(|o| o.markers());
+        (out.on_draining, out.nodes) = pods_on_draining(objs, draining, name);
         return out;
     }
 
@@ -1642,6 +1648,9 @@ mod tests {
             assert!(s.writes.is_empty(), "{draining:?}: {s:?}");
             assert_eq!(s.action, Action::None);
             assert_eq!(s.active.map(|m| (m.baseline, m.surged_to)), Some((2, 4)));
+            // Its pods on a draining node still keep the signal fresh.
+            assert_eq!(s.on_draining, 4 * draining.len() as i32, "{draining:?}");
+            assert_eq!(s.nodes, ["n1".to_string()].into());
         }
         // Not surged either, however blocked.
         let idle = NsObjects {
