@@ -53,6 +53,19 @@ pub struct Worker {
 /// than the renew deadline) keeps its start, so surges found in place are not
 /// given a whole cooldown again at each such flap (this replica's signals
 /// outlive the lead); a new term starts now.
+/// One look's decision: whether a pass starts, and whether a pass is still
+/// owed after activity (`was_busy` for the next look). A look that found
+/// nothing after a busy one still starts one pass, to report the activity
+/// ended; a running pass that keeps it from starting leaves that pass owed.
+fn look(busy: bool, was_busy: bool, beside: bool, leading: bool) -> (bool, bool) {
+    let idle = !busy && !was_busy;
+    if !idle && beside && leading {
+        (true, busy)
+    } else {
+        (false, was_busy || busy)
+    }
+}
+
 pub fn lead_start(last: Option<(u64, Instant)>, term: u64, now: Instant) -> Instant {
     match last {
         Some((t, start)) if t == term => start,
@@ -150,14 +163,15 @@ impl Worker {
                 // bulk of an idle replica's CPU at 2,000 Deployments). One
                 // idle pass still runs after activity, to report it ended.
                 let idle = !busy && !was_busy;
-                was_busy = busy;
                 // Beside a pass only once it is slow: passes one after
                 // another see each other's writes in the caches.
                 let beside = passes.is_empty()
                     || passes.len() < MAX_PASSES && last_start.elapsed() >= SLOW_PASS;
                 // The lead may have gone while the view was read (long at
                 // 100,000 pods): no pass starts after the step-down.
-                if !idle && beside && *leader.borrow() {
+                let start;
+                (start, was_busy) = look(busy, was_busy, beside, *leader.borrow());
+                if start {
                     last_start = Instant::now();
                     passes.push(Box::pin(async move { c.pass(view, Instant::now()).await }));
                 }
@@ -445,6 +459,19 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_idle_pass_after_activity_is_owed_until_it_runs() {
+        // Busy: a pass; then idle: one more pass, then none.
+        assert_eq!(look(true, false, true, true), (true, true));
+        assert_eq!(look(false, true, true, true), (true, false));
+        assert_eq!(look(false, false, true, true), (false, false));
+        // That idle pass kept from starting by a running one stays owed.
+        assert_eq!(look(false, true, false, true), (false, true));
+        assert_eq!(look(false, true, true, true), (true, false));
+        // Not leading: nothing starts, nothing is forgotten.
+        assert_eq!(look(true, false, true, false), (false, true));
+    }
 
     #[test]
     fn a_lead_taken_back_in_its_term_keeps_its_start() {
