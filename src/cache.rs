@@ -255,17 +255,19 @@ impl SlimPod {
 
     /// Is this pod Deployment `deployment`'s? Its controller is one of its
     /// ReplicaSets (named after it and the pod-template hash): Some(true);
-    /// another controller (a DaemonSet, a StatefulSet, another
-    /// Deployment's ReplicaSet whose pods the selector also covers):
-    /// Some(false); no controller, or a ReplicaSet without the hash label
-    /// (not made by a Deployment; nothing to tell by): None.
+    /// a controller of another kind (a DaemonSet, a StatefulSet, a Job):
+    /// Some(false); no controller, or a ReplicaSet of another name: None.
+    /// A ReplicaSet's name does not tell whose it is: one orphaned by
+    /// `--cascade=orphan` and adopted by a Deployment made again under
+    /// another name keeps its first name (the webhook follows the UIDs).
     pub fn of_deployment(&self, deployment: &str) -> Option<bool> {
         let o = self.controller()?;
         if &*o.kind != "ReplicaSet" {
             return Some(false);
         }
         let hash = self.labels().label("pod-template-hash")?;
-        Some(o.name.strip_suffix(hash).and_then(|n| n.strip_suffix('-')) == Some(deployment))
+        (o.name.strip_suffix(hash).and_then(|n| n.strip_suffix('-')) == Some(deployment))
+            .then_some(true)
     }
 
     /// `podutil.IsPodReady`: the Ready condition is True.

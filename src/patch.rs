@@ -83,9 +83,10 @@ pub fn deployment_revert_ops(
     let current = dep.spec.as_ref().and_then(|s| s.replicas);
     // Numbers we could not have written (edited, copied), or our surged
     // value written again by someone (a manifest exported mid-surge and
-    // re-applied): the value is theirs, as the surge worker takes it.
+    // re-applied): the value is theirs, as the surge worker takes it (a
+    // surge taken over from the Go project, whose client wrote it, is ours).
     let theirs = !m.plausible()
-        || crate::surge::writer::writer(&dep.metadata, crate::surge::writer::Field::Replicas)
+        || crate::surge::step::deployment_writer(dep)
             == crate::surge::writer::ReplicasWriter::Someone;
     // Not from 0: an autoscaler leaves a Deployment at 0 alone.
     let floor = if m.baseline > 0 {

@@ -48,9 +48,9 @@ pub enum UninstallError {
     )]
     ControllerRunning { lease: String, holder: String },
     #[error(
-        "Deployment {deployment} still runs {replicas} replica(s) of eviction-autoscaler (with \
-         LEADER_ELECTION=false no Lease tells whether its controllers run): scale it to 0 and \
-         wait for its pods to stop, or pass --force"
+        "Deployment {deployment} still runs {replicas} replica(s) of eviction-autoscaler (their \
+         controllers would surge again and make the PDBs again; with LEADER_ELECTION=false no \
+         Lease shows them): scale it to 0 and wait for its pods to stop, or pass --force"
     )]
     ControllerDeployed { deployment: String, replicas: i32 },
     #[error(transparent)]
@@ -553,9 +553,10 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     }
 
     // The HPA controller reads HPAs from its cache: a Deployment lowered
-    // right after its HPA's minimum could be lifted back to the old one,
-    // markers gone (the surge worker waits as long).
-    if hpa_lowered {
+    // right after its HPA's minimum (or KEDA's HPA's, just followed) could
+    // be lifted back to the old one, markers gone (the surge worker waits
+    // as long).
+    if (hpa_lowered || !keda_targets.is_empty()) && !opts.dry_run {
         tokio::time::sleep(crate::surge::step::SETTLE).await;
     }
     // ScaledObjects unknown: only a Deployment under KEDA's HPA may carry
@@ -911,6 +912,14 @@ mod tests {
         let ops = deployment_revert_ops(&d, 0).expect("ops");
         assert!(!touches(&ops, "/spec/replicas"), "{ops:?}");
         assert_eq!(ops.len(), 2, "the markers go: {ops:?}");
+        // A surge taken over from the Go project (its client wrote the
+        // value; the take-over note still equals it) is ours: back to 3.
+        let mut taken = d.clone();
+        if let Some(a) = taken.metadata.annotations.as_mut() {
+            a.insert(markers::TAKEN_OVER.into(), "5".into());
+        }
+        let ops = deployment_revert_ops(&taken, 0).expect("ops");
+        assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
         let ann = marked("5", Some("3"));
         let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(5)), true)
             .expect("ops");

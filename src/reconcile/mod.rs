@@ -610,10 +610,21 @@ impl Reconciler {
         // Writes that failed before go after the others: one slow again
         // (a webhook on EvictionAutoScalers that hangs) would else come
         // first in every pass its backoff brings, and the writes after it
-        // (a step-aside among them) would wait for as long as it fails.
-        let (retried, first): (Vec<Action>, Vec<Action>) = actions
-            .into_iter()
-            .partition(|a| self.failing(&format!("{name}/{}", a.object())));
+        // (a step-aside among them) would wait for as long as it fails. Our
+        // reference on a PDB (its create, or SetOwner) stays behind the
+        // EvictionAutoScaler of its name, whose status is the proof that
+        // the PDB was ours (`Action::CreateEas`).
+        let eas_failing = |pdb: &str| self.failing(&format!("{name}/eas/{pdb}"));
+        let (retried, first): (Vec<Action>, Vec<Action>) = actions.into_iter().partition(|a| {
+            self.failing(&format!("{name}/{}", a.object()))
+                || match a {
+                    Action::CreatePdb(p) => {
+                        eas_failing(p.metadata.name.as_deref().unwrap_or_default())
+                    }
+                    Action::SetOwner { pdb, .. } => eas_failing(pdb),
+                    _ => false,
+                }
+        });
         for action in first.into_iter().chain(retried) {
             if !*leader.borrow() {
                 return planned; // stepped down: not one more write

@@ -40,9 +40,11 @@
 //!   left without a PDB of its own is in `SelectorOverlap` or protected by
 //!   the one that stayed.
 //!
-//! The caller applies the actions in order; a failed action is retried with
-//! per-object backoff (`reconcile::backoff`); `Action::object` names the
-//! object for that book.
+//! The caller applies the actions in order, those that failed before last
+//! (with, behind a failing EvictionAutoScaler, the create of or our reference
+//! on the PDB of its name); a failed action is retried with per-object
+//! backoff (`reconcile::backoff`); `Action::object` names the object for
+//! that book.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -447,7 +447,7 @@ fn of_deployment<'a>(ns: &str, d: &'a Deployment) -> Surgeable<'a> {
 /// (the take-over note still equal to them) are the surge's: the Go
 /// project's client wrote them, and read as someone's they would be adopted
 /// as the new baseline and kept for good.
-fn deployment_writer(d: &Deployment) -> ReplicasWriter {
+pub fn deployment_writer(d: &Deployment) -> ReplicasWriter {
     let raw = d.spec.as_ref().and_then(|s| s.replicas);
     let taken_over = d
         .metadata
@@ -788,8 +788,8 @@ fn plan_step(
     let mut ready_pods = 0i32;
     for p in &objs.pods {
         let labels = p.labels();
-        // Another workload's pod the selector also covers (a DaemonSet's
-        // of the same chart, left on a cordoned node by `drain
+        // A pod of another kind of workload the selector also covers (a
+        // DaemonSet's of the same chart, left on a cordoned node by `drain
         // --ignore-daemonsets`) is not displaced from this Deployment: else
         // the surge would stay as long as that node stays cordoned.
         let by_dep = pdb_selects(dep_selector, labels) && p.of_deployment(name) != Some(false);
@@ -2607,6 +2607,23 @@ mod tests {
             pods_on_draining(&objs, &["n2".to_string()].into(), "web").0,
             0
         );
+        // A ReplicaSet of another name (one orphaned and adopted, say) may
+        // still be web's: its pod counts.
+        let mut adopted = ps.clone();
+        adopted.push(controlled_pod(
+            "old-5d8f-a",
+            "n2",
+            ("ReplicaSet", "old-5d8f"),
+            Some("5d8f"),
+        ));
+        let with_adopted = NsObjects {
+            pods: adopted,
+            ..objs.clone()
+        };
+        assert!(matches!(
+            run(&with_adopted, &["n2"], &quiet()).action,
+            Action::Wait(_)
+        ));
         // Web's own pod (its ReplicaSet web-5d8f) on n2: displaced.
         ps.push(controlled_pod(
             "web-5d8f-a",
@@ -2664,10 +2681,23 @@ mod tests {
             markers::adopted_displaced(after.metadata.annotations.as_ref()),
             None
         );
-        // A clean with no later write to its object stays a write of its own.
+        // A clean with no later write to its object stays a write of its
+        // own, first.
+        let other = Write {
+            target: ObjKey {
+                kind: ObjKind::Hpa,
+                namespace: "ns".into(),
+                name: "web".into(),
+            },
+            ops: vec![json!({"op": "remove", "path": "/metadata/annotations/x"})],
+        };
+        let dep_write = Write {
+            target: s.writes[0].target.clone(),
+            ops: vec![json!({"op": "remove", "path": "/metadata/annotations/x"})],
+        };
         assert_eq!(
-            fold_cleans(s.writes.clone(), Vec::new()),
-            s.writes,
+            fold_cleans(vec![other.clone()], vec![dep_write.clone()]),
+            vec![other, dep_write],
             "nothing to fold into"
         );
     }

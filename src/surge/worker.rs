@@ -48,11 +48,6 @@ pub struct Worker {
     term: crate::leader::Term,
 }
 
-/// When the lead taken at `now` in `term` began: a lead lost and taken back
-/// in the same term (no other leader between; an apiserver's brownout longer
-/// than the renew deadline) keeps its start, so surges found in place are not
-/// given a whole cooldown again at each such flap (this replica's signals
-/// outlive the lead); a new term starts now.
 /// One look's decision: whether a pass starts, and whether a pass is still
 /// owed after activity (`was_busy` for the next look). A look that found
 /// nothing after a busy one still starts one pass, to report the activity
@@ -66,6 +61,11 @@ fn look(busy: bool, was_busy: bool, beside: bool, leading: bool) -> (bool, bool)
     }
 }
 
+/// When the lead taken at `now` in `term` began: a lead lost and taken back
+/// in the same term (no other leader between; an apiserver's brownout longer
+/// than the renew deadline) keeps its start, so surges found in place are not
+/// given a whole cooldown again at each such flap (this replica's signals
+/// outlive the lead); a new term starts now.
 pub fn lead_start(last: Option<(u64, Instant)>, term: u64, now: Instant) -> Instant {
     match last {
         Some((t, start)) if t == term => start,
