@@ -169,6 +169,9 @@ async fn doctor_node_preflight_predicts_the_drain() {
 /// once they are fixed only warnings remain (exit 0).
 #[tokio::test]
 async fn doctor_lints_prepared_bad_budgets() {
+    // Its Deployments are in scope on every node: a node another test
+    // cordons would surge them (4 pods under 67% no longer round to all).
+    let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-doctor-lint").await;
     // Budgets first, so no PDB of ours is created beside them.
     create_pdb(
@@ -347,6 +350,9 @@ async fn doctor_cannot_check_exits_2() {
 async fn doctor_follows_the_namespace_scope() {
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{Patch, PatchParams};
+    // Once enabled, a node another test cordons would surge it (the
+    // preflight would say free, not 2 -> 3).
+    let _nodes = nodes_lock().await;
     let ns = TestNs::with_annotations("e2e-doctor-scope", &[]).await;
     create_pdb(
         &ns,

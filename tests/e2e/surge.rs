@@ -751,10 +751,10 @@ async fn user_scale_during_surge_is_kept() {
     .await;
     kubectl_ok(&["-n", &ns.name, "scale", "deployment/u", "--replicas=7"]);
     uncordon(node);
-    tokio::time::sleep(Duration::from_secs(12)).await; // past the cooldown
-    let (r, s, _) = replicas(&ns, "u").await;
-    assert_eq!(r, 7, "the user's count is kept");
-    assert!(s.is_none(), "markers removed: the surge is over");
+    // The user's count kept, the markers removed once the cooldown is
+    // over, and still so a cooldown later (waited for, not slept: the
+    // uncordon seen, the cooldown and a pass take longer on a loaded machine).
+    assert_settled_at(&ns, "u", 7, Duration::from_secs(60)).await;
 }
 
 /// Scenario 10: a server-side dry-run drain surges nothing and writes nothing.

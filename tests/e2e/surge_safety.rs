@@ -1133,3 +1133,90 @@ async fn a_surge_marker_removed_by_hand_is_cleaned_and_said() {
     uncordon(node);
     assert_settled_at(&ns, "mh", 6, REVERT_TIMEOUT).await;
 }
+
+/// 14. A DaemonSet of the same chart: its pods carry the Deployment's label
+///     (`app`), so the Deployment's selector and the budget cover them too.
+///     A drain with `--ignore-daemonsets` surges the Deployment and leaves
+///     the DaemonSet's pod on the node, which stays cordoned (maintenance).
+///     That pod is not displaced from the Deployment (its controller is the
+///     DaemonSet): the surge goes back after the cooldown, node cordoned.
+///     Counted as the Deployment's, it held the surge as long as the node
+///     stayed cordoned.
+#[tokio::test]
+async fn a_daemonset_pod_left_on_a_drained_node_does_not_hold_the_surge() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let _nodes = nodes_lock().await;
+    let node = "kwok-node-0";
+    let ns = TestNs::new("e2e-ss-daemon").await;
+    let _uncordon = UncordonOnDrop(node);
+    // The user's budget over all of app=dsw (3 of the Deployment, 3
+    // agents), first: no PDB of ours is made beside it.
+    create_pdb(
+        &ns,
+        &user_pdb("dsw", "dsw", Some(IntOrString::Int(6)), None),
+    )
+    .await;
+    create_deployment(&ns, &on_node("dsw", 3, node)).await;
+    ready_on(&ns, "dsw", 3, node).await;
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "dsw-agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "dsw", "component": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "dsw", "component": "agent"}},
+                "spec": {"containers": [{"name": "agent", "image": "agent:1"}]}
+            }
+        }
+    }))
+    .expect("a DaemonSet");
+    let daemonsets: Api<DaemonSet> = ns.api();
+    daemonsets
+        .create(&PostParams::default(), &ds)
+        .await
+        .expect("create the DaemonSet");
+    let pods: Api<Pod> = ns.api();
+    let agents = ListParams::default().labels("component=agent");
+    let on_nodes = wait_for(
+        "an agent Ready on each node",
+        Duration::from_secs(60),
+        || {
+            let (pods, agents) = (pods.clone(), agents.clone());
+            async move {
+                let list = pods.list(&agents).await.ok()?;
+                let ready: Vec<String> = list
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                    })
+                    .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+                    .collect();
+                (ready.len() == 3).then_some(ready)
+            }
+        },
+    )
+    .await;
+    assert!(on_nodes.iter().any(|n| n == node), "{on_nodes:?}");
+    wait_pdb_blocking(&ns, "dsw", 6).await;
+
+    let drain = drain_node(node, "app=dsw", &[]).await;
+    assert!(drain.ok, "drain failed:\n{}", drain.output);
+    assert!(
+        deployment_state(&ns, "dsw").await.0 > 3,
+        "the drain was blocked and surged"
+    );
+    // The node stays cordoned, the agent on it: back to 3 all the same.
+    assert_settled_at(&ns, "dsw", 3, REVERT_TIMEOUT).await;
+    let cordoned: Api<Node> = Api::all(ns.client.clone());
+    let n = cordoned.get(node).await.expect("the node");
+    assert_eq!(
+        n.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "still cordoned"
+    );
+}
