@@ -308,13 +308,18 @@ pub fn pod_overlap<'a>(
     own: &[&'a Arc<PodDisruptionBudget>],
 ) -> Option<(&'a Arc<PodDisruptionBudget>, String)> {
     let ours = Selector::compile(dep.spec.as_ref().map(|s| &s.selector)).ok()?;
+    // The pod of the smallest name: the cache's order changes as pods come
+    // and go, and the name is in the Degraded message (a new name, a new
+    // status write, on every rollout).
     pods.iter()
         .filter(|(pod, _)| ours.selects_for_eviction(pod.labels()))
-        .find_map(|(pod, pdbs)| {
+        .filter_map(|(pod, pdbs)| {
             pdbs.iter()
                 .find(|p| !own.iter().any(|o| Arc::ptr_eq(o, p)))
-                .map(|p| (*p, pod.name().to_string()))
+                .map(|p| (*p, pod.name()))
         })
+        .min_by_key(|(_, name)| *name)
+        .map(|(p, name)| (p, name.to_string()))
 }
 
 /// Is an existing PDB of this name ours and for this Deployment?

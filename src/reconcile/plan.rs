@@ -1251,6 +1251,16 @@ mod tests {
             }),
             "{a:?}"
         );
+        // Of several such pods, the one of the smallest name, whatever the
+        // cache's order (the name is in the Degraded message).
+        let one = w.pods.replace(vec![
+            running_pod("db-1", &[("app", "web"), ("tier", "db")]),
+            running_pod("web-1", &[("app", "web"), ("tier", "fe")]),
+            running_pod("db-0", &[("app", "web"), ("tier", "db")]),
+        ]);
+        assert!(w.plan().iter().any(|x| matches!(x,
+            Action::SelectorOverlap { other, .. } if other == "Pod db-0")));
+        w.pods = one;
         // Ours made before the db pods came: it steps aside.
         let mut ours_web = (*ours(&web, 1)).clone();
         ours_web.metadata.uid = Some("pdb-web".into());
