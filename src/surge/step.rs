@@ -1228,26 +1228,7 @@ mod tests {
     }
     fn pods(n: usize, node: &str) -> Vec<Arc<SlimPod>> {
         (0..n)
-            .map(|i| {
-                Arc::new(SlimPod::from(PodWire {
-                    metadata: ObjectMeta {
-                        name: Some(format!("web-{i}")),
-                        namespace: Some("ns".into()),
-                        labels: sel().match_labels,
-                        ..Default::default()
-                    },
-                    spec: SlimPodSpec {
-                        node_name: Some(node.into()),
-                    },
-                    status: SlimPodStatus {
-                        phase: Some("Running".into()),
-                        conditions: vec![SlimCondition {
-                            type_: "Ready".into(),
-                            status: "True".into(),
-                        }],
-                    },
-                }))
-            })
+            .map(|i| ready_pod(&format!("web-{i}"), node, web_labels(None), None))
             .collect()
     }
     fn blocking_pdb(min: i32) -> Arc<PodDisruptionBudget> {
@@ -1343,41 +1324,14 @@ mod tests {
     fn a_pdb_over_labels_only_the_pods_carry_is_the_deployments_budget() {
         // A pod of `owner` (kind, name) with the mesh's label.
         let of = |p: &Arc<SlimPod>, owner: (&str, &str)| {
-            let w = PodWire {
-                metadata: ObjectMeta {
-                    name: Some(p.name().to_string()),
-                    namespace: Some("ns".into()),
-                    labels: Some(
-                        [
-                            ("app", "web"),
-                            ("mesh", "web"),
-                            ("pod-template-hash", "5d8f"),
-                        ]
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .into(),
-                    ),
-                    owner_references: Some(vec![
-                        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-                            kind: owner.0.into(),
-                            name: owner.1.into(),
-                            controller: Some(true),
-                            ..Default::default()
-                        },
-                    ]),
-                    ..Default::default()
-                },
-                spec: SlimPodSpec {
-                    node_name: p.node().map(str::to_string),
-                },
-                status: SlimPodStatus {
-                    phase: Some("Running".into()),
-                    conditions: vec![SlimCondition {
-                        type_: "Ready".into(),
-                        status: "True".into(),
-                    }],
-                },
-            };
-            Arc::new(SlimPod::from(w))
+            let labels = [
+                ("app", "web"),
+                ("mesh", "web"),
+                ("pod-template-hash", "5d8f"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+            controlled_pod(p.name(), p.node().unwrap_or_default(), labels, owner)
         };
         let mesh = |p: &Arc<SlimPod>| of(p, ("ReplicaSet", "web-5d8f"));
         let mut user = (*blocking_pdb(3)).clone();
@@ -2542,30 +2496,38 @@ mod tests {
         assert!(s.writes[0].ops.iter().all(|o| o["op"] == "remove"));
     }
 
-    /// A pod `controller` (kind, name) controls, labelled like web's.
+    /// A Ready pod on `node` with `labels`, which `controller` (kind,
+    /// name) controls.
     fn controlled_pod(
         name: &str,
         node: &str,
+        labels: BTreeMap<String, String>,
         controller: (&str, &str),
-        hash: Option<&str>,
     ) -> Arc<SlimPod> {
-        let mut labels = sel().match_labels.unwrap_or_default();
-        if let Some(h) = hash {
-            labels.insert("pod-template-hash".into(), h.into());
-        }
+        ready_pod(name, node, labels, Some(controller))
+    }
+
+    fn ready_pod(
+        name: &str,
+        node: &str,
+        labels: BTreeMap<String, String>,
+        controller: Option<(&str, &str)>,
+    ) -> Arc<SlimPod> {
         Arc::new(SlimPod::from(PodWire {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
                 labels: Some(labels),
-                owner_references: Some(vec![
-                    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-                        kind: controller.0.into(),
-                        name: controller.1.into(),
-                        controller: Some(true),
-                        ..Default::default()
-                    },
-                ]),
+                owner_references: controller.map(|(kind, name)| {
+                    vec![
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                            kind: kind.into(),
+                            name: name.into(),
+                            controller: Some(true),
+                            ..Default::default()
+                        },
+                    ]
+                }),
                 ..Default::default()
             },
             spec: SlimPodSpec {
@@ -2581,6 +2543,15 @@ mod tests {
         }))
     }
 
+    /// Web's labels, with `pod-template-hash` when given.
+    fn web_labels(hash: Option<&str>) -> BTreeMap<String, String> {
+        let mut labels = sel().match_labels.unwrap_or_default();
+        if let Some(h) = hash {
+            labels.insert("pod-template-hash".into(), h.into());
+        }
+        labels
+    }
+
     /// Another workload's pod that web's selector also covers (a
     /// DaemonSet's of the same chart, left on a node kept cordoned by
     /// `drain --ignore-daemonsets`) is not displaced from web: the surge
@@ -2591,8 +2562,8 @@ mod tests {
         ps.push(controlled_pod(
             "agent-x",
             "n2",
+            web_labels(None),
             ("DaemonSet", "agent"),
-            None,
         ));
         let objs = NsObjects {
             deployments: vec![dep(4, Some((3, 4)))],
@@ -2613,8 +2584,8 @@ mod tests {
         adopted.push(controlled_pod(
             "old-5d8f-a",
             "n2",
+            web_labels(Some("5d8f")),
             ("ReplicaSet", "old-5d8f"),
-            Some("5d8f"),
         ));
         let with_adopted = NsObjects {
             pods: adopted,
@@ -2628,8 +2599,8 @@ mod tests {
         ps.push(controlled_pod(
             "web-5d8f-a",
             "n2",
+            web_labels(Some("5d8f")),
             ("ReplicaSet", "web-5d8f"),
-            Some("5d8f"),
         ));
         let objs = NsObjects { pods: ps, ..objs };
         let s = run(&objs, &["n2"], &quiet());

@@ -445,13 +445,7 @@ impl Sampler {
                             .and_then(|l| l.get("app"))
                             .cloned()
                             .unwrap_or_default();
-                        let is_ready = p.metadata.deletion_timestamp.is_none()
-                            && p.status
-                                .as_ref()
-                                .and_then(|s| s.conditions.as_ref())
-                                .is_some_and(|c| {
-                                    c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                                });
+                        let is_ready = p.metadata.deletion_timestamp.is_none() && pod_is_ready(p);
                         *ready.entry(app).or_insert(0) += usize::from(is_ready);
                     }
                     if let Some(m) = ready.values().min() {
@@ -624,16 +618,7 @@ async fn drains(with_product: bool) -> DrainFigures {
     let want = deployments * 3;
     wait_for("every pod Ready", Duration::from_secs(600), || async {
         let list = pods.list(&ListParams::default()).await.ok()?;
-        let ready = list
-            .items
-            .iter()
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .count();
+        let ready = list.items.iter().filter(|p| pod_is_ready(p)).count();
         (ready >= want).then_some(())
     })
     .await;

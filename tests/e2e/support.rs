@@ -553,6 +553,14 @@ pub fn deployment(name: &str, replicas: i32, prefer_node: Option<&str>) -> Deplo
     }
 }
 
+/// The pod's Ready condition is True.
+pub fn pod_is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 pub async fn ready_pods(ns: &TestNs, app: &str) -> Vec<Pod> {
     let pods: Api<Pod> = ns.api();
     let list = pods
@@ -562,12 +570,7 @@ pub async fn ready_pods(ns: &TestNs, app: &str) -> Vec<Pod> {
         .unwrap_or_default();
     list.into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
+        .filter(pod_is_ready)
         .collect()
 }
 
@@ -1384,18 +1387,7 @@ impl AvailabilityWatcher {
         let task = tokio::spawn(async move {
             loop {
                 if let Ok(list) = pods.list(&ListParams::default().labels(&sel)).await {
-                    let ready = list
-                        .items
-                        .iter()
-                        .filter(|p| {
-                            p.status
-                                .as_ref()
-                                .and_then(|s| s.conditions.as_ref())
-                                .is_some_and(|c| {
-                                    c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                                })
-                        })
-                        .count();
+                    let ready = list.items.iter().filter(|p| pod_is_ready(p)).count();
                     if let Ok(mut g) = m.lock() {
                         *g = Some(g.map_or(ready, |v: usize| v.min(ready)));
                     }

@@ -1186,14 +1186,7 @@ async fn a_daemonset_pod_left_on_a_drained_node_does_not_hold_the_surge() {
                 let ready: Vec<String> = list
                     .items
                     .iter()
-                    .filter(|p| {
-                        p.status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|c| {
-                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            })
-                    })
+                    .filter(|p| pod_is_ready(p))
                     .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
                     .collect();
                 (ready.len() == 3).then_some(ready)
