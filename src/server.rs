@@ -25,7 +25,9 @@ use crate::cache::StoreState;
 use crate::metrics::Metrics;
 use crate::tls::TlsSettings;
 
-use crate::webhook::{parse_eviction_review, parse_review, Answer, ReviewError, Webhooks};
+use crate::webhook::{
+    parse_deployment_review, parse_eviction_review, Answer, ReviewError, Webhooks,
+};
 
 /// Bounds on what one client, or many, can make the server hold. Every
 /// request is also bounded in time by the request timeout (TLS handshake,
@@ -455,7 +457,7 @@ fn mutate_deployments(
     req: Request,
 ) -> impl std::future::Future<Output = Response> {
     g.serve(req, |g, body| async move {
-        match parse_review(&body) {
+        match parse_deployment_review(&body) {
             Ok(review) => answer(g.app.webhooks.deployments(review).await),
             Err(e) => BadInput::Review(e).into_response(),
         }

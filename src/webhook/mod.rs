@@ -47,6 +47,83 @@ pub enum ReviewError {
     Version(String),
 }
 
+/// The Deployment webhook's review: the request without its object, and
+/// the object as sent, unparsed (read as a typed Deployment by the handler,
+/// its unknown fields skipped unread). `oldObject`, `options` and
+/// `userInfo` are not read. kube's `AdmissionRequest<DynamicObject>` kept
+/// the object and the options as JSON trees, some 600 bytes per JSON
+/// object in them, and the handler copied the object twice more: a
+/// 3 MiB review of small objects grew to hundreds of MiB.
+pub struct DeploymentReview {
+    pub request: AdmissionRequest<DynamicObject>,
+    pub object: Option<Box<serde_json::value::RawValue>>,
+}
+
+/// Parses an AdmissionReview v1 for the Deployment webhook (see
+/// [`DeploymentReview`]).
+pub fn parse_deployment_review(body: &[u8]) -> Result<DeploymentReview, ReviewError> {
+    use kube::core::{GroupVersionKind, GroupVersionResource, TypeMeta};
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Wire {
+        #[serde(default)]
+        api_version: String,
+        #[serde(default)]
+        kind: String,
+        request: Option<Request>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Request {
+        uid: String,
+        kind: GroupVersionKind,
+        resource: GroupVersionResource,
+        #[serde(default)]
+        sub_resource: Option<String>,
+        #[serde(default)]
+        name: String,
+        #[serde(default)]
+        namespace: Option<String>,
+        operation: Operation,
+        #[serde(default)]
+        object: Option<Box<serde_json::value::RawValue>>,
+        #[serde(default)]
+        dry_run: bool,
+    }
+    let w: Wire = serde_json::from_slice(body)?;
+    if w.api_version != "admission.k8s.io/v1" || w.kind != "AdmissionReview" {
+        return Err(ReviewError::Version(format!(
+            "{}/{}",
+            w.api_version, w.kind
+        )));
+    }
+    let r = w.request.ok_or(ReviewError::NoRequest)?;
+    Ok(DeploymentReview {
+        request: AdmissionRequest {
+            types: TypeMeta {
+                api_version: w.api_version,
+                kind: w.kind,
+            },
+            uid: r.uid,
+            kind: r.kind,
+            resource: r.resource,
+            sub_resource: r.sub_resource,
+            request_kind: None,
+            request_resource: None,
+            request_sub_resource: None,
+            name: r.name,
+            namespace: r.namespace,
+            operation: r.operation,
+            user_info: Default::default(),
+            object: None,
+            old_object: None,
+            dry_run: r.dry_run,
+            options: None,
+        },
+        object: r.object,
+    })
+}
+
 /// Parses an AdmissionReview v1 (any object kind).
 pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
     let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
@@ -583,14 +660,20 @@ impl Webhooks {
         eviction::surge_state_under_autoscalers(Some(&dep), &hpas, &sos)
     }
 
-    pub async fn deployments(&self, req: AdmissionRequest<DynamicObject>) -> Answer {
+    pub async fn deployments(&self, review: DeploymentReview) -> Answer {
         let started = Instant::now();
-        let answer = self.deployments_inner(&req).await;
+        let answer = self
+            .deployments_inner(&review.request, review.object.as_deref())
+            .await;
         self.observe("deployments", started, answer.decision, answer.code);
         answer
     }
 
-    async fn deployments_inner(&self, req: &AdmissionRequest<DynamicObject>) -> Answer {
+    async fn deployments_inner(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+        object: Option<&serde_json::value::RawValue>,
+    ) -> Answer {
         let skip = |decision: &'static str, warning: Option<String>| Answer {
             review: Reply::review(allowed(req, warning)),
             decision,
@@ -607,7 +690,7 @@ impl Webhooks {
                 )),
             );
         }
-        let dep: Deployment = match req.object.as_ref().map(|o| o.clone().try_parse()) {
+        let dep: Deployment = match object.map(|o| serde_json::from_str::<Deployment>(o.get())) {
             Some(Ok(d)) => d,
             Some(Err(e)) => {
                 return skip(
@@ -783,6 +866,55 @@ mod tests {
     use super::*;
 
     use review::tests::EVICTION;
+
+    /// The Deployment webhook reads the request's fields as kube does, the
+    /// object unparsed, and skips what it does not read: an object or
+    /// options padded with many small JSON objects are never built as trees.
+    #[test]
+    fn a_deployment_review_keeps_its_object_raw_and_skips_the_rest() {
+        let review = |object: &str, options: &str| {
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u-1","kind":{{"group":"apps","version":"v1","kind":"Deployment"}},"resource":{{"group":"apps","version":"v1","resource":"deployments"}},"name":"web","namespace":"ns","operation":"CREATE","userInfo":{{"username":"admin"}},"object":{object},"oldObject":null,"dryRun":true,"options":{options}}}}}"#
+            )
+        };
+        let dep = r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},"spec":{"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}}}}}"#;
+        let body = review(dep, r#"{"kind":"CreateOptions"}"#);
+        let r = parse_deployment_review(body.as_bytes()).expect("parses");
+        let kube = parse_review(body.as_bytes()).expect("kube parses");
+        assert_eq!(
+            (
+                &r.request.uid,
+                &r.request.name,
+                &r.request.namespace,
+                r.request.dry_run
+            ),
+            (&kube.uid, &kube.name, &kube.namespace, kube.dry_run)
+        );
+        assert_eq!(
+            (&r.request.kind, &r.request.operation),
+            (&kube.kind, &kube.operation)
+        );
+        assert_eq!(r.object.as_deref().map(|o| o.get()), Some(dep));
+        // Padding: 20,000 small objects in the object and in the options.
+        let junk = format!("[{}]", vec![r#"{"a":0}"#; 20_000].join(","));
+        let padded = dep.replacen(r#""metadata""#, &format!(r#""junk":{junk},"metadata""#), 1);
+        let body = review(&padded, &junk);
+        let r = parse_deployment_review(body.as_bytes()).expect("parses");
+        let raw = r.object.expect("the object");
+        assert_eq!(raw.get().len(), padded.len(), "kept as sent");
+        let d: Deployment = serde_json::from_str(raw.get()).expect("a Deployment");
+        assert_eq!(d.metadata.name.as_deref(), Some("web"));
+        // No object (a DELETE): none.
+        let body = review("null", "null");
+        assert!(parse_deployment_review(body.as_bytes())
+            .expect("parses")
+            .object
+            .is_none());
+        assert!(matches!(
+            parse_deployment_review(br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":null}"#),
+            Err(ReviewError::Version(_))
+        ));
+    }
 
     #[test]
     fn parses_an_eviction_review() {
