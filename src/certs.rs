@@ -107,10 +107,16 @@ fn write_private(path: &Path, body: &[u8]) -> std::io::Result<()> {
     // Write a new file and rename it over the old, so a watching server never
     // reads half a key.
     let tmp = path.with_extension("key.tmp");
+    // A new file, always: the mode applies only to a file created, and a
+    // leftover (or planted) tmp would keep its own mode, or be a symlink
+    // the key is written through.
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let mut f = std::fs::OpenOptions::new()
-        .create(true)
+        .create_new(true)
         .write(true)
-        .truncate(true)
         .mode(0o600)
         .open(&tmp)?;
     f.write_all(body)?;

@@ -98,13 +98,32 @@ impl NamespaceList {
 }
 
 fn parse_namespaces(s: &str) -> Result<NamespaceList, String> {
-    Ok(NamespaceList(
-        s.split(',')
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .map(str::to_string)
-            .collect(),
-    ))
+    let names: Vec<String> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect();
+    // A name no namespace can have ("kube-system default", "kube_system")
+    // would put nothing in scope, silently.
+    if let Some(bad) = names.iter().find(|n| !is_namespace_name(n)) {
+        return Err(format!(
+            "{bad:?} is not a namespace name (lowercase letters, digits and '-', at most 63; \
+             names are separated by commas)"
+        ));
+    }
+    Ok(NamespaceList(names))
+}
+
+/// An RFC 1123 label, as namespace names are.
+fn is_namespace_name(n: &str) -> bool {
+    let b = n.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.first() != Some(&b'-')
+        && b.last() != Some(&b'-')
 }
 
 /// What the product does (shared by `serve` and the controllers).
@@ -416,6 +435,23 @@ mod tests {
 
     /// 0 would make the webhook answer every review 413; gigabytes would
     /// let one request reserve that much.
+    #[test]
+    fn actioned_namespaces_are_namespace_names() {
+        let ok = parse_namespaces(" kube-system, default ,,team-1").expect("names");
+        assert!(ok.contains("kube-system") && ok.contains("default") && ok.contains("team-1"));
+        for bad in [
+            "kube-system default",
+            "kube_system",
+            "Default",
+            "-a",
+            &"a".repeat(64),
+        ] {
+            let e = parse_namespaces(bad).expect_err(bad);
+            assert!(e.contains("is not a namespace name"), "{bad}: {e}");
+        }
+        assert!(parse_namespaces("").is_ok(), "none: nothing actioned");
+    }
+
     #[test]
     fn the_body_limit_is_bounded() {
         for bad in ["0", "100", "3MiB", "107374182400"] {
