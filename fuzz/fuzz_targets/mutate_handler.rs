@@ -8,7 +8,7 @@
 use std::sync::{Arc, OnceLock};
 
 use arbitrary::Arbitrary;
-use eviction_autoscaler::webhook::{parse_review, Webhooks};
+use eviction_autoscaler::webhook::{parse_deployment_review, Webhooks};
 use kube::core::admission::AdmissionReview;
 use kube::core::DynamicObject;
 use eviction_autoscaler_fuzz::harness::{deployment_review, Writes, NAMESPACES};
@@ -98,11 +98,11 @@ fuzz_target!(|input: Input| {
     let kind = ["Deployment", "StatefulSet"][input.kind as usize % 2];
     review["request"]["operation"] = json!(operation);
     review["request"]["kind"]["kind"] = json!(kind);
-    let Ok(req) = parse_review(&serde_json::to_vec(&review).unwrap_or_default()) else {
+    let Ok(req) = parse_deployment_review(&serde_json::to_vec(&review).unwrap_or_default()) else {
         return;
     };
-    let uid = req.uid.clone();
-    let dry = req.dry_run;
+    let uid = req.request.uid.clone();
+    let dry = req.request.dry_run;
     let before = writes.count();
     let answer = runtime().block_on(hooks.deployments(req));
     // What goes on the wire, read back as kube reads a review.
