@@ -698,13 +698,41 @@ impl Reconciler {
                     field_manager: Some(names::MANAGER.into()),
                     ..Default::default()
                 };
-                match pdbs.create(&pp, &p).await {
-                    Ok(_) => {}
+                let created = match pdbs.create(&pp, &p).await {
+                    Ok(c) => c,
                     // The webhook (or another pass) made it first.
                     Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
                     Err(e) => return Err(e),
-                }
+                };
                 tracing::info!(namespace = ns, pdb = %name, "created PDB");
+                // The proof that this PDB is ours (its UID in the status of
+                // the EvictionAutoScaler of its name) written at once: it
+                // carries our controller reference from now, and a user who
+                // removed `ownedBy` before a later pass recorded the proof
+                // would keep that reference for good (deleting the
+                // Deployment would take their PDB). Best effort: the pass
+                // after makes the EvictionAutoScaler anyway, and an existing
+                // one is left to it.
+                let target = created
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(names::TARGET).cloned())
+                    .unwrap_or_else(|| name.clone());
+                if let Err(e) = self
+                    .create_eas(
+                        &eas,
+                        ns,
+                        name.clone(),
+                        target,
+                        plan::pdb_owner(&created),
+                        created.metadata.uid.clone(),
+                    )
+                    .await
+                {
+                    tracing::debug!(namespace = ns, pdb = %name, error = %e,
+                        "EvictionAutoScaler not made with the PDB; the next pass makes it");
+                }
                 if let Some(r) = dep_ref(&name) {
                     self.events.emit(
                         &r,

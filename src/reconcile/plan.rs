@@ -189,7 +189,7 @@ impl Action {
     }
 }
 
-fn pdb_owner(p: &PodDisruptionBudget) -> Option<OwnerReference> {
+pub(crate) fn pdb_owner(p: &PodDisruptionBudget) -> Option<OwnerReference> {
     Some(OwnerReference {
         api_version: "policy/v1".into(),
         kind: "PodDisruptionBudget".into(),
