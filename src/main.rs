@@ -58,6 +58,15 @@ fn runtime(mut b: tokio::runtime::Builder) -> Option<tokio::runtime::Runtime> {
     }
 }
 
+/// A line to stdout. A closed or full stdout (`| head`, `> /dev/full`) is
+/// not a panic: the work is done by then, and the exit code tells the rest.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -87,7 +96,7 @@ fn main() -> ExitCode {
             };
             match certs::generate(&dns, &ips).and_then(|g| certs::write(&out, &g)) {
                 Ok(()) => {
-                    println!("wrote {0}/ca.crt {0}/tls.crt {0}/tls.key", out.display());
+                    out!("wrote {0}/ca.crt {0}/tls.crt {0}/tls.key", out.display());
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -124,15 +133,15 @@ fn main() -> ExitCode {
                 Ok(r) => {
                     let how = if dry_run { " (dry run)" } else { "" };
                     for x in &r.reverted {
-                        println!("reverted surge{how}: {x}");
+                        out!("reverted surge{how}: {x}");
                     }
                     for x in r.deleted_pdbs.iter().chain(&r.deleted_eas) {
-                        println!("deleted{how}: {x}");
+                        out!("deleted{how}: {x}");
                     }
                     for x in &r.failed {
                         eprintln!("failed{how}: {x}");
                     }
-                    println!(
+                    out!(
                         "{} surges reverted, {} PDBs and {} EvictionAutoScalers deleted{how}",
                         r.reverted.len(),
                         r.deleted_pdbs.len(),
@@ -157,8 +166,14 @@ fn main() -> ExitCode {
         }
         Command::Crd => match crd::crd_yaml() {
             Ok(y) => {
-                print!("{y}");
-                ExitCode::SUCCESS
+                use std::io::Write;
+                match std::io::stdout().lock().write_all(y.as_bytes()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("error: writing the CRD: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
             }
             Err(e) => {
                 eprintln!("error: {e}");

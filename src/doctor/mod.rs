@@ -217,11 +217,16 @@ pub async fn main(args: &Args) -> ExitCode {
                     .map_err(|e| e.to_string()),
                 Output::Text => Ok(render(&report)),
             };
-            match text {
-                Ok(t) => {
-                    print!("{t}");
-                    ExitCode::from(report.exit_code)
-                }
+            // A closed or full stdout is an error to report, not a panic.
+            let written = text.and_then(|t| {
+                use std::io::Write;
+                std::io::stdout()
+                    .lock()
+                    .write_all(t.as_bytes())
+                    .map_err(|e| e.to_string())
+            });
+            match written {
+                Ok(()) => ExitCode::from(report.exit_code),
                 Err(e) => {
                     eprintln!("error: cannot write the report: {e}");
                     ExitCode::from(EXIT_CANNOT_CHECK)
