@@ -121,7 +121,11 @@ async fn unhealthy_pod_policies_agree_with_the_apiserver() {
         },
     )
     .await;
+    // Surged when it was let go: seen by the sampler before the allow (a
+    // surge written just before it may fall between two samples), or read
+    // right after it (a long hold may have the surge go back soon after).
     let allowed_at = std::time::Instant::now();
+    let (replicas, markers) = deployment_state(&ns, "ui").await;
     let samples = sampler.finish().await;
     let before: Vec<i32> = samples
         .iter()
@@ -129,8 +133,9 @@ async fn unhealthy_pod_policies_agree_with_the_apiserver() {
         .map(|(_, r)| *r)
         .collect();
     assert!(
-        before.contains(&4),
-        "IfHealthyBudget: let go only with the surge in place (ui before the allow: {before:?})"
+        before.contains(&4) || (replicas == 4 && markers == Some(true)),
+        "IfHealthyBudget: let go only with the surge in place (ui before the allow: {before:?}; \
+         after it: {replicas}, markers {markers:?})"
     );
 }
 
