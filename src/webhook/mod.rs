@@ -91,12 +91,7 @@ pub fn parse_deployment_review(body: &[u8]) -> Result<DeploymentReview, ReviewEr
         dry_run: bool,
     }
     let w: Wire = serde_json::from_slice(body)?;
-    if w.api_version != "admission.k8s.io/v1" || w.kind != "AdmissionReview" {
-        return Err(ReviewError::Version(format!(
-            "{}/{}",
-            w.api_version, w.kind
-        )));
-    }
+    v1_review(&w.api_version, &w.kind)?;
     let r = w.request.ok_or(ReviewError::NoRequest)?;
     Ok(DeploymentReview {
         request: AdmissionRequest {
@@ -124,15 +119,18 @@ pub fn parse_deployment_review(body: &[u8]) -> Result<DeploymentReview, ReviewEr
     })
 }
 
+/// Only AdmissionReview v1 is read (the webhooks register v1 alone).
+pub(crate) fn v1_review(api_version: &str, kind: &str) -> Result<(), ReviewError> {
+    if api_version != "admission.k8s.io/v1" || kind != "AdmissionReview" {
+        return Err(ReviewError::Version(format!("{api_version}/{kind}")));
+    }
+    Ok(())
+}
+
 /// Parses an AdmissionReview v1 (any object kind).
 pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
     let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
-    if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
-        return Err(ReviewError::Version(format!(
-            "{}/{}",
-            review.types.api_version, review.types.kind
-        )));
-    }
+    v1_review(&review.types.api_version, &review.types.kind)?;
     review.request.ok_or(ReviewError::NoRequest)
 }
 

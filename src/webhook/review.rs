@@ -177,12 +177,7 @@ struct WireDeleteOptions<'a> {
 /// handler answers what it does not handle).
 pub fn parse_eviction_review(body: &[u8]) -> Result<EvictionRequest<'_>, ReviewError> {
     let w: Wire = serde_json::from_slice(body)?;
-    if w.api_version != "admission.k8s.io/v1" || w.kind != "AdmissionReview" {
-        return Err(ReviewError::Version(format!(
-            "{}/{}",
-            w.api_version, w.kind
-        )));
-    }
+    super::v1_review(&w.api_version, &w.kind)?;
     let r = w.request.ok_or(ReviewError::NoRequest)?;
     let options_dry_run = r
         .object
