@@ -441,7 +441,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         let lowers = ops.iter().any(|o| o["op"] == "replace");
         let r = patch_ops(&api, name, &pp, ops).await;
         let k = key(Some(&ns), "hpa", Some(name));
-        hpa_lowered |= lowers && r.is_ok() && !opts.dry_run;
+        hpa_lowered |= lowers && r.is_ok();
         if not_done(&r) {
             if let Some(t) = hpa_target(h) {
                 held.insert(t, format!("its HPA {name} was not reverted"));

@@ -713,12 +713,7 @@ impl Reconciler {
                 // Deployment would take their PDB). Best effort: the pass
                 // after makes the EvictionAutoScaler anyway, and an existing
                 // one is left to it.
-                let target = created
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(names::TARGET).cloned())
-                    .unwrap_or_else(|| name.clone());
+                let target = plan::target_of(&created).unwrap_or(&name).to_string();
                 if let Err(e) = self
                     .create_eas(
                         &eas,

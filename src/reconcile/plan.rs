@@ -255,7 +255,7 @@ fn same_selector(a: Option<&LabelSelector>, b: Option<&LabelSelector>) -> bool {
     labels(a) == labels(b) && exprs(a) == exprs(b)
 }
 
-fn target_of(p: &PodDisruptionBudget) -> Option<&str> {
+pub(crate) fn target_of(p: &PodDisruptionBudget) -> Option<&str> {
     p.metadata
         .annotations
         .as_ref()

@@ -1331,7 +1331,7 @@ mod tests {
             ]
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .into();
-            controlled_pod(p.name(), p.node().unwrap_or_default(), labels, owner)
+            ready_pod(p.name(), p.node().unwrap_or_default(), labels, Some(owner))
         };
         let mesh = |p: &Arc<SlimPod>| of(p, ("ReplicaSet", "web-5d8f"));
         let mut user = (*blocking_pdb(3)).clone();
@@ -2497,16 +2497,7 @@ mod tests {
     }
 
     /// A Ready pod on `node` with `labels`, which `controller` (kind,
-    /// name) controls.
-    fn controlled_pod(
-        name: &str,
-        node: &str,
-        labels: BTreeMap<String, String>,
-        controller: (&str, &str),
-    ) -> Arc<SlimPod> {
-        ready_pod(name, node, labels, Some(controller))
-    }
-
+    /// name) controls when given.
     fn ready_pod(
         name: &str,
         node: &str,
@@ -2559,11 +2550,11 @@ mod tests {
     #[test]
     fn another_workloads_pod_on_a_draining_node_holds_no_surge() {
         let mut ps = pods(4, "n1");
-        ps.push(controlled_pod(
+        ps.push(ready_pod(
             "agent-x",
             "n2",
             web_labels(None),
-            ("DaemonSet", "agent"),
+            Some(("DaemonSet", "agent")),
         ));
         let objs = NsObjects {
             deployments: vec![dep(4, Some((3, 4)))],
@@ -2581,11 +2572,11 @@ mod tests {
         // A ReplicaSet of another name (one orphaned and adopted, say) may
         // still be web's: its pod counts.
         let mut adopted = ps.clone();
-        adopted.push(controlled_pod(
+        adopted.push(ready_pod(
             "old-5d8f-a",
             "n2",
             web_labels(Some("5d8f")),
-            ("ReplicaSet", "old-5d8f"),
+            Some(("ReplicaSet", "old-5d8f")),
         ));
         let with_adopted = NsObjects {
             pods: adopted,
@@ -2596,11 +2587,11 @@ mod tests {
             Action::Wait(_)
         ));
         // Web's own pod (its ReplicaSet web-5d8f) on n2: displaced.
-        ps.push(controlled_pod(
+        ps.push(ready_pod(
             "web-5d8f-a",
             "n2",
             web_labels(Some("5d8f")),
-            ("ReplicaSet", "web-5d8f"),
+            Some(("ReplicaSet", "web-5d8f")),
         ));
         let objs = NsObjects { pods: ps, ..objs };
         let s = run(&objs, &["n2"], &quiet());
