@@ -2806,6 +2806,29 @@ async fn a_marker_removed_by_hand_is_cleaned_surged_again_and_reported() {
         }
     });
     run.with(State::settle);
+    // That one write failing, then a restart before the next step: nothing
+    // half done (the lone marker still there, nothing said), and the new
+    // leader's step does it all.
+    run.apply(&Op::Fault(Fault::Fail));
+    let view = run.with(|s| s.view());
+    let failed = run.core.pass(view, run.now).await;
+    let f = failed
+        .iter()
+        .find(|o| o.step.deployment == "web")
+        .expect("web stepped");
+    assert!(f.error.is_some() && f.cleaned.is_empty(), "{f:?}");
+    let lone = run.with(|s| {
+        s.deployments
+            .get("web")
+            .and_then(|d| d.metadata.annotations.clone())
+            .unwrap_or_default()
+    });
+    assert!(
+        lone.contains_key(names::SURGE_REPLICAS)
+            && !lone.contains_key(names::ORIGINAL_MIN_REPLICAS),
+        "{lone:?}"
+    );
+    run.apply(&Op::Restart);
     let writes = run.with(|s| s.audits.len());
     let view = run.with(|s| s.view());
     let outcomes = run.core.pass(view, run.now).await;
