@@ -265,9 +265,15 @@ impl SlimPod {
         if &*o.kind != "ReplicaSet" {
             return Some(false);
         }
+        (self.deployment_name()? == deployment).then_some(true)
+    }
+
+    /// The Deployment its ReplicaSet is named after (`<deployment>-<pod-template-hash>`),
+    /// if its controller is a ReplicaSet named that way (see [`Self::of_deployment`]).
+    pub fn deployment_name(&self) -> Option<&str> {
+        let o = self.controller().filter(|o| &*o.kind == "ReplicaSet")?;
         let hash = self.labels().label("pod-template-hash")?;
-        (o.name.strip_suffix(hash).and_then(|n| n.strip_suffix('-')) == Some(deployment))
-            .then_some(true)
+        o.name.strip_suffix(hash).and_then(|n| n.strip_suffix('-'))
     }
 
     /// `podutil.IsPodReady`: the Ready condition is True.

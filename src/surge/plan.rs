@@ -151,7 +151,9 @@ pub struct Snapshot<'a> {
     /// one, by the PDB).
     pub pods: Vec<PodState>,
     /// Pods the PDB selects that belong to something else (another
-    /// Deployment, a StatefulSet): they count in the budget (section 5, last rule).
+    /// Deployment, a StatefulSet): they count in the budget (section 5, last
+    /// rule). Another Deployment whose template the PDB selects counts at
+    /// least at its replicas (its evicted pods are being replaced).
     pub other_pods: i32,
     /// The Deployment's Ready, non-terminating pods (the scale-back gate).
     pub ready_pods: i32,

@@ -42,7 +42,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::core::DynamicObject;
 use serde_json::{json, Value};
 
-use crate::budget::{pdb_selects, IntOrPercent};
+use crate::budget::{pdb_selects, IntOrPercent, Selector};
 use crate::markers::{self, Markers};
 use crate::patch::{annotation_ops, escape, guarded_set, version_guard};
 use crate::pdb::{matching_pdbs, pdbs_over_pods};
@@ -783,8 +783,12 @@ fn plan_step(
     let pdb_spec = pdb.map(|p| p.spec.as_ref().unwrap_or(&default_spec));
     let pdb_selector = pdb.and_then(|p| p.spec.as_ref().and_then(|s| s.selector.as_ref()));
     let dep_selector = dep.spec.as_ref().map(|s| &s.selector);
+    // Compiled once for the pass over every pod; one that does not compile selects nothing.
+    let dep_sel = Selector::compile(dep_selector).ok();
+    let pdb_sel = pdb.and_then(|_| Selector::compile(pdb_selector).ok());
     let mut own = Vec::new();
     let mut other_pods = 0i32;
+    let mut others_live: BTreeMap<&str, i32> = BTreeMap::new();
     let mut ready_pods = 0i32;
     for p in &objs.pods {
         let labels = p.labels();
@@ -792,8 +796,13 @@ fn plan_step(
         // DaemonSet's of the same chart, left on a cordoned node by `drain
         // --ignore-daemonsets`) is not displaced from this Deployment: else
         // the surge would stay as long as that node stays cordoned.
-        let by_dep = pdb_selects(dep_selector, labels) && p.of_deployment(name) != Some(false);
-        let by_pdb = pdb.is_some_and(|_| pdb_selects(pdb_selector, labels));
+        let by_dep = dep_sel
+            .as_ref()
+            .is_some_and(|s| s.selects_for_eviction(labels))
+            && p.of_deployment(name) != Some(false);
+        let by_pdb = pdb_sel
+            .as_ref()
+            .is_some_and(|s| s.selects_for_eviction(labels));
         let completed = p.is_completed();
         if by_dep && (pdb.is_none() || by_pdb) {
             if p.is_ready() && !p.is_terminating() {
@@ -807,6 +816,39 @@ fn plan_step(
             });
         } else if by_pdb && !by_dep && !p.is_terminating() && !completed {
             other_pods = other_pods.saturating_add(1);
+            if let Some(d) = p.deployment_name() {
+                *others_live.entry(d).or_default() += 1;
+            }
+        }
+    }
+    // Another Deployment under the same PDB counts at its scale, not only
+    // at the pods it has now: in a drain its evicted pods are replaced, and
+    // between an eviction and its replacement a count of pods alone finds
+    // the budget shut for good (a false "impossible", seen on CI with two
+    // Deployments under one minAvailable).
+    if let Some(ps) = &pdb_sel {
+        for d in &objs.deployments {
+            let Some(other) = d.metadata.name.as_deref().filter(|n| *n != name) else {
+                continue;
+            };
+            let template = d
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.metadata.as_ref())
+                .and_then(|m| m.labels.as_ref());
+            let covered = |sel: Option<&Selector>| {
+                template.is_some_and(|t| sel.is_some_and(|s| s.selects_for_eviction(t)))
+            };
+            // Pods this Deployment's selector covers are counted as its own.
+            if d.metadata.deletion_timestamp.is_some()
+                || !covered(Some(ps))
+                || covered(dep_sel.as_ref())
+            {
+                continue;
+            }
+            let scale = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let live = others_live.get(other).copied().unwrap_or(0);
+            other_pods = other_pods.saturating_add(scale.saturating_sub(live).max(0));
         }
     }
 
@@ -2600,6 +2642,92 @@ mod tests {
             pods_on_draining(&objs, &["n2".to_string()].into(), "web").0,
             1
         );
+    }
+
+    /// One PDB (tier=web, minAvailable 5) over web (2 replicas, both on the
+    /// drained node) and api (surged to 4, two of its pods evicted and not
+    /// yet replaced): api counts at its 4, so web surging to 3 opens the
+    /// budget (7 pods). Counted by its 2 pods alone it was a false
+    /// "impossible" (5 pods at most), as CI saw mid-drain.
+    #[test]
+    fn another_deployment_under_the_pdb_counts_at_its_scale() {
+        let tier = |app: &str| -> BTreeMap<String, String> {
+            [("app", app), ("tier", "web"), ("pod-template-hash", "h")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let with_tier = |d: Arc<Deployment>, app: &str, replicas: i32| {
+            let mut d = (*d).clone();
+            d.metadata.name = Some(app.into());
+            let spec = d.spec.as_mut().expect("spec");
+            spec.replicas = Some(replicas);
+            spec.selector.match_labels = Some([("app".to_string(), app.to_string())].into());
+            spec.template.metadata = Some(ObjectMeta {
+                labels: Some(tier(app)),
+                ..Default::default()
+            });
+            Arc::new(d)
+        };
+        let mut pdb = (*blocking_pdb(5)).clone();
+        if let Some(spec) = pdb.spec.as_mut() {
+            spec.selector = Some(LabelSelector {
+                match_labels: Some([("tier".to_string(), "web".to_string())].into()),
+                ..Default::default()
+            });
+        }
+        let api = with_tier(dep(4, Some((3, 4))), "api", 4);
+        let mut ps: Vec<_> = (0..2)
+            .map(|i| {
+                ready_pod(
+                    &format!("web-h-{i}"),
+                    "n1",
+                    tier("web"),
+                    Some(("ReplicaSet", "web-h")),
+                )
+            })
+            .collect();
+        let api_pods: Vec<_> = (0..2)
+            .map(|i| {
+                ready_pod(
+                    &format!("api-h-{i}"),
+                    "n2",
+                    tier("api"),
+                    Some(("ReplicaSet", "api-h")),
+                )
+            })
+            .collect();
+        ps.extend(api_pods);
+        let objs = NsObjects {
+            deployments: vec![with_tier(dep(2, None), "web", 2), api.clone()],
+            pods: ps,
+            pdbs: vec![Arc::new(pdb)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &["n1"], &quiet());
+        assert!(
+            matches!(
+                s.action,
+                Action::Surge {
+                    baseline: 2,
+                    target: 3,
+                    ..
+                }
+            ),
+            "{s:?}"
+        );
+        // api being deleted counts by its pods only: 2 + 3 < 6, no room.
+        let mut gone = (*api).clone();
+        gone.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+        );
+        let objs = NsObjects {
+            deployments: vec![objs.deployments[0].clone(), Arc::new(gone)],
+            ..objs
+        };
+        let s = run(&objs, &["n1"], &quiet());
+        assert!(matches!(s.action, Action::Impossible { .. }), "{s:?}");
     }
 
     /// A lone marker (its baseline removed by hand) on a Deployment that
