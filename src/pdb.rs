@@ -279,17 +279,21 @@ pub fn overlapping<'a>(
 }
 
 /// The pods of `ns` that some PDB protects, each with those PDBs (what
-/// [`pod_overlap`] reads). Terminating pods are leaving and left out, and
-/// so are completed ones (a CronJob's kept history): eviction.go's
-/// `canIgnorePDB` deletes them without reading any budget, so two budgets
-/// over them refuse nothing. Pending pods stay: they will run.
+/// [`pod_overlap`] reads). Completed ones (a CronJob's kept history) are
+/// left out: eviction.go's `canIgnorePDB` deletes them without reading any
+/// budget, so two budgets over them refuse nothing. So are terminating pods
+/// that nothing makes again; a controller's stay: a StatefulSet (or a
+/// DaemonSet) makes the pod again only once the old one is gone, and a PDB
+/// of ours made in that gap would be a second budget over the new pod
+/// (then stepped aside, and made again at its next eviction). Pending pods
+/// stay: they will run.
 pub fn protected_pods<'a>(
     compiled: &CompiledPdbs<'a>,
     ns: &str,
     pods: &'a [Arc<crate::cache::SlimPod>],
 ) -> Vec<(&'a crate::cache::SlimPod, Vec<&'a Arc<PodDisruptionBudget>>)> {
     pods.iter()
-        .filter(|p| !p.is_terminating() && !p.is_completed())
+        .filter(|p| !p.is_completed() && (!p.is_terminating() || p.controller().is_some()))
         .map(|p| (p.as_ref(), compiled.selecting(ns, p.labels())))
         .filter(|(_, pdbs)| !pdbs.is_empty())
         .collect()

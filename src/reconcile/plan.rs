@@ -1288,6 +1288,22 @@ mod tests {
         w.pods = Some(vec![Arc::new(SlimPod::from(&wire))]);
         let a = w.plan();
         assert!(a.iter().any(|x| matches!(x, Action::CreatePdb(_))), "{a:?}");
+        // A StatefulSet's terminating pod comes back under its name once
+        // gone: still an overlap, or ours would be a second budget over it.
+        wire.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                kind: "StatefulSet".into(),
+                name: "db".into(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        w.pods = Some(vec![Arc::new(SlimPod::from(&wire))]);
+        let a = w.plan();
+        assert!(
+            !a.iter().any(|x| matches!(x, Action::CreatePdb(_))),
+            "{a:?}"
+        );
         // Pods not known yet (pod cache not ready): nothing is created.
         w.pods = None;
         let a = w.plan();

@@ -38,6 +38,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::DynamicObject;
 use serde_json::{json, Value};
@@ -586,6 +587,114 @@ pub fn pods_on_draining(
 /// Plans one step for the Deployment `name` of namespace `ns` (which may be
 /// gone while autoscalers of ours still target it; `Kind/name` for
 /// autoscalers of ours retargeted to another kind, see [`hpa_carrier`]).
+/// The Deployment's own pods (its selector's, and the PDB's when there is
+/// one), how many of them are Ready, and how many pods of other workloads
+/// the budget counts (`Snapshot::other_pods`). `pdb_selector`: `None`
+/// without a single PDB.
+fn budget_pods(
+    objs: &NsObjects,
+    name: &str,
+    dep_selector: Option<&LabelSelector>,
+    pdb_selector: Option<Option<&LabelSelector>>,
+) -> (Vec<PodState>, i32, i32) {
+    // Compiled once for the pass over every pod; one that does not compile selects nothing.
+    let dep_sel = Selector::compile(dep_selector).ok();
+    let pdb_sel = pdb_selector.and_then(|s| Selector::compile(s).ok());
+    let mut own = Vec::new();
+    let (mut ready_pods, mut other_pods) = (0i32, 0i32);
+    // Live pods of other Deployments, by name: counted among the others,
+    // or among our own when our selector covers them (a canary's).
+    let mut live_other: BTreeMap<&str, i32> = BTreeMap::new();
+    let mut live_in_own: BTreeMap<&str, i32> = BTreeMap::new();
+    for p in &objs.pods {
+        let labels = p.labels();
+        // A pod of another kind of workload the selector also covers (a
+        // DaemonSet's of the same chart, left on a cordoned node by `drain
+        // --ignore-daemonsets`) is not displaced from this Deployment: else
+        // the surge would stay as long as that node stays cordoned.
+        let by_dep = dep_sel
+            .as_ref()
+            .is_some_and(|s| s.selects_for_eviction(labels))
+            && p.of_deployment(name) != Some(false);
+        let by_pdb = pdb_sel
+            .as_ref()
+            .is_some_and(|s| s.selects_for_eviction(labels));
+        let (completed, terminating) = (p.is_completed(), p.is_terminating());
+        let live = !terminating && !completed;
+        let other_deployment = p.deployment_name().filter(|d| *d != name);
+        if by_dep && (pdb_selector.is_none() || by_pdb) {
+            if p.is_ready() && !terminating {
+                ready_pods += 1;
+            }
+            if let Some(d) = other_deployment.filter(|_| live && by_pdb) {
+                *live_in_own.entry(d).or_default() += 1;
+            }
+            own.push(PodState {
+                name: p.name().to_string(),
+                node: p.node().map(str::to_string),
+                terminating,
+                completed,
+            });
+        } else if by_pdb && !by_dep && live {
+            other_pods = other_pods.saturating_add(1);
+            if let Some(d) = other_deployment {
+                *live_other.entry(d).or_default() += 1;
+            }
+        } else if by_pdb && !by_dep && terminating && !completed {
+            // A StatefulSet makes its pod again under the same name only
+            // once the old one is gone (its whole grace period): it is
+            // still counted, or the budget looks shut meanwhile.
+            let stateful = p.controller().is_some_and(|o| &*o.kind == "StatefulSet");
+            if stateful {
+                other_pods = other_pods.saturating_add(1);
+            }
+        }
+    }
+    // Another Deployment under the same PDB counts at its replicas, not
+    // only at the pods it has now: in a drain its evicted pods are
+    // replaced, and between an eviction and its replacement a count of pods
+    // alone finds the budget shut for good (a false "impossible", seen on
+    // CI with two Deployments under one minAvailable). Not when it cannot
+    // make them (ReplicaFailure: a quota) or is being deleted.
+    let Some(ps) = &pdb_sel else {
+        return (own, ready_pods, other_pods);
+    };
+    for d in &objs.deployments {
+        let Some(other) = d.metadata.name.as_deref().filter(|n| *n != name) else {
+            continue;
+        };
+        let template = d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.labels.as_ref());
+        let covered = |sel: Option<&Selector>| {
+            template.is_some_and(|t| sel.is_some_and(|s| s.selects_for_eviction(t)))
+        };
+        if d.metadata.deletion_timestamp.is_some() || !covered(Some(ps)) {
+            continue;
+        }
+        // Its pods our selector covers are in `own`, which the budget's
+        // simulation does not count (it takes our replicas).
+        let in_own = covered(dep_sel.as_ref());
+        let live = if in_own { &live_in_own } else { &live_other };
+        let live = live.get(other).copied().unwrap_or(0);
+        let failing = d
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "ReplicaFailure" && c.status == "True")
+            });
+        let scale = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let expected = if failing { live } else { live.max(scale) };
+        let add = if in_own { expected } else { expected - live };
+        other_pods = other_pods.saturating_add(add.max(0));
+    }
+    (own, ready_pods, other_pods)
+}
+
 pub fn step(
     ns: &str,
     objs: &NsObjects,
@@ -783,74 +892,8 @@ fn plan_step(
     let pdb_spec = pdb.map(|p| p.spec.as_ref().unwrap_or(&default_spec));
     let pdb_selector = pdb.and_then(|p| p.spec.as_ref().and_then(|s| s.selector.as_ref()));
     let dep_selector = dep.spec.as_ref().map(|s| &s.selector);
-    // Compiled once for the pass over every pod; one that does not compile selects nothing.
-    let dep_sel = Selector::compile(dep_selector).ok();
-    let pdb_sel = pdb.and_then(|_| Selector::compile(pdb_selector).ok());
-    let mut own = Vec::new();
-    let mut other_pods = 0i32;
-    let mut others_live: BTreeMap<&str, i32> = BTreeMap::new();
-    let mut ready_pods = 0i32;
-    for p in &objs.pods {
-        let labels = p.labels();
-        // A pod of another kind of workload the selector also covers (a
-        // DaemonSet's of the same chart, left on a cordoned node by `drain
-        // --ignore-daemonsets`) is not displaced from this Deployment: else
-        // the surge would stay as long as that node stays cordoned.
-        let by_dep = dep_sel
-            .as_ref()
-            .is_some_and(|s| s.selects_for_eviction(labels))
-            && p.of_deployment(name) != Some(false);
-        let by_pdb = pdb_sel
-            .as_ref()
-            .is_some_and(|s| s.selects_for_eviction(labels));
-        let completed = p.is_completed();
-        if by_dep && (pdb.is_none() || by_pdb) {
-            if p.is_ready() && !p.is_terminating() {
-                ready_pods += 1;
-            }
-            own.push(PodState {
-                name: p.name().to_string(),
-                node: p.node().map(str::to_string),
-                terminating: p.is_terminating(),
-                completed,
-            });
-        } else if by_pdb && !by_dep && !p.is_terminating() && !completed {
-            other_pods = other_pods.saturating_add(1);
-            if let Some(d) = p.deployment_name() {
-                *others_live.entry(d).or_default() += 1;
-            }
-        }
-    }
-    // Another Deployment under the same PDB counts at its scale, not only
-    // at the pods it has now: in a drain its evicted pods are replaced, and
-    // between an eviction and its replacement a count of pods alone finds
-    // the budget shut for good (a false "impossible", seen on CI with two
-    // Deployments under one minAvailable).
-    if let Some(ps) = &pdb_sel {
-        for d in &objs.deployments {
-            let Some(other) = d.metadata.name.as_deref().filter(|n| *n != name) else {
-                continue;
-            };
-            let template = d
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.metadata.as_ref())
-                .and_then(|m| m.labels.as_ref());
-            let covered = |sel: Option<&Selector>| {
-                template.is_some_and(|t| sel.is_some_and(|s| s.selects_for_eviction(t)))
-            };
-            // Pods this Deployment's selector covers are counted as its own.
-            if d.metadata.deletion_timestamp.is_some()
-                || !covered(Some(ps))
-                || covered(dep_sel.as_ref())
-            {
-                continue;
-            }
-            let scale = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            let live = others_live.get(other).copied().unwrap_or(0);
-            other_pods = other_pods.saturating_add(scale.saturating_sub(live).max(0));
-        }
-    }
+    let (own, ready_pods, other_pods) =
+        budget_pods(objs, name, dep_selector, pdb.map(|_| pdb_selector));
 
     // The applier now: KEDA, else a standalone HPA, else the Deployment.
     let keda = so_s.first();
@@ -2546,7 +2589,30 @@ mod tests {
         labels: BTreeMap<String, String>,
         controller: Option<(&str, &str)>,
     ) -> Arc<SlimPod> {
-        Arc::new(SlimPod::from(PodWire {
+        Arc::new(SlimPod::from(&pod_wire(name, node, labels, controller)))
+    }
+
+    /// [`ready_pod`], being deleted.
+    fn terminating_pod(
+        name: &str,
+        node: &str,
+        labels: BTreeMap<String, String>,
+        controller: Option<(&str, &str)>,
+    ) -> Arc<SlimPod> {
+        let mut w = pod_wire(name, node, labels, controller);
+        w.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Timestamp::UNIX_EPOCH,
+        ));
+        Arc::new(SlimPod::from(&w))
+    }
+
+    fn pod_wire(
+        name: &str,
+        node: &str,
+        labels: BTreeMap<String, String>,
+        controller: Option<(&str, &str)>,
+    ) -> PodWire {
+        PodWire {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
@@ -2573,7 +2639,7 @@ mod tests {
                     status: "True".into(),
                 }],
             },
-        }))
+        }
     }
 
     /// Web's labels, with `pod-template-hash` when given.
@@ -2722,12 +2788,70 @@ mod tests {
         gone.metadata.deletion_timestamp = Some(
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
         );
-        let objs = NsObjects {
+        let deleted = NsObjects {
             deployments: vec![objs.deployments[0].clone(), Arc::new(gone)],
-            ..objs
+            ..objs.clone()
         };
-        let s = run(&objs, &["n1"], &quiet());
+        let s = run(&deleted, &["n1"], &quiet());
         assert!(matches!(s.action, Action::Impossible { .. }), "{s:?}");
+        // So is one that cannot make its pods (a quota: ReplicaFailure).
+        let mut failing = (*api).clone();
+        failing.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+            conditions: Some(vec![k8s_openapi::api::apps::v1::DeploymentCondition {
+                type_: "ReplicaFailure".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let quota = NsObjects {
+            deployments: vec![objs.deployments[0].clone(), Arc::new(failing)],
+            ..objs.clone()
+        };
+        let s = run(&quota, &["n1"], &quiet());
+        assert!(matches!(s.action, Action::Impossible { .. }), "{s:?}");
+        // A StatefulSet's pod under the PDB, terminating: it comes back
+        // under its name once gone, and counts meanwhile (2 + 1 + 3 = 6).
+        let mut with_db = deleted.clone();
+        with_db.pods.push(terminating_pod(
+            "db-0",
+            "n2",
+            tier("db"),
+            Some(("StatefulSet", "db")),
+        ));
+        let s = run(&with_db, &["n1"], &quiet());
+        assert!(matches!(s.action, Action::Surge { target: 3, .. }), "{s:?}");
+        // A canary whose pods web's selector also covers (app=web,
+        // track=canary, 4 replicas, 1 pod so far): its pods are among web's
+        // own, and it still counts at its scale in the budget (2 + 3 + 4).
+        let mut canary = (*with_tier(dep(4, None), "canary", 4)).clone();
+        if let Some(spec) = canary.spec.as_mut() {
+            let mut labels = tier("web");
+            labels.insert("track".into(), "canary".into());
+            spec.selector.match_labels = Some(labels.clone());
+            spec.template.metadata = Some(ObjectMeta {
+                labels: Some(labels),
+                ..Default::default()
+            });
+        }
+        let mut canary_pod = tier("web");
+        canary_pod.insert("track".into(), "canary".into());
+        let mut with_canary = deleted;
+        with_canary.deployments[1] = Arc::new(canary);
+        with_canary.pods = with_canary
+            .pods
+            .iter()
+            .filter(|p| !p.name().starts_with("api"))
+            .cloned()
+            .collect();
+        with_canary.pods.push(ready_pod(
+            "canary-h-0",
+            "n2",
+            canary_pod,
+            Some(("ReplicaSet", "canary-h")),
+        ));
+        let s = run(&with_canary, &["n1"], &quiet());
+        assert!(matches!(s.action, Action::Surge { target: 3, .. }), "{s:?}");
     }
 
     /// A lone marker (its baseline removed by hand) on a Deployment that

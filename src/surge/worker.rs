@@ -367,15 +367,21 @@ impl Worker {
                 ),
             );
         }
+        // "No surge can help" lasts only while the plan says so: a pass in
+        // the moment between an eviction and its replacement may say it of
+        // an active surge, whose later passes wait (no Surge) while the
+        // webhook, reading Degraded, would stop holding for the whole drain.
+        // Its own reason only: the reconciler's (a name conflict, a
+        // selector overlap) stay until the reconciler clears them.
+        if !matches!(s.action, Action::Impossible { .. }) {
+            self.degraded.clear_reason(ns, name, "SurgeImpossible");
+        }
         match &s.action {
             Action::Surge {
                 baseline,
                 target,
                 kind,
             } => {
-                // Its own reason only: the reconciler's (a name conflict,
-                // a selector overlap) stay until the reconciler clears them.
-                self.degraded.clear_reason(ns, name, "SurgeImpossible");
                 tracing::info!(
                     namespace = ns,
                     deployment = name,

@@ -278,6 +278,83 @@ async fn deployment_opt_out_mid_surge_reverts_and_cleans_up() {
     );
 }
 
+/// 3b. The user's PDB is edited mid-surge to a minimum no surge can meet
+///     (Degraded SurgeImpossible), then back. The condition goes while the
+///     surge still holds (the webhook reads it: with it set, evictions are
+///     not held and the 429 says "cannot surge" for the rest of the drain),
+///     and the surge still goes back to exactly the baseline.
+#[tokio::test]
+async fn a_budget_made_impossible_and_back_mid_surge_clears_degraded() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-impback").await;
+    let node = "kwok-node-1";
+    create_pdb(
+        &ns,
+        &user_pdb("imp-user", "imp", Some(IntOrString::Int(3)), None),
+    )
+    .await;
+    create_deployment(&ns, &on_node("imp", 3, node)).await;
+    ready_on(&ns, "imp", 3, node).await;
+    wait_pdb_blocking(&ns, "imp-user", 3).await;
+    let watch = AvailabilityWatcher::start(&ns, "imp");
+    cordon_and_wait_surge(&ns, node, &[("imp", 6)]).await;
+
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let set_min = |min: i32| {
+        let pdbs = pdbs.clone();
+        async move {
+            pdbs.patch(
+                "imp-user",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"minAvailable": min}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("set the PDB's minAvailable to {min}: {e}"));
+        }
+    };
+    let degraded = || {
+        kubectl_ok(&[
+            "get",
+            "evictionautoscalers.eviction-autoscaler.azure.com",
+            "-n",
+            &ns.name,
+            "imp-user",
+            "-o",
+            "yaml",
+        ])
+        .contains("reason: SurgeImpossible")
+    };
+    set_min(10).await;
+    wait_for(
+        "Degraded SurgeImpossible at minAvailable 10",
+        Duration::from_secs(30),
+        || async { degraded().then_some(()) },
+    )
+    .await;
+    set_min(3).await;
+    wait_for(
+        "Degraded SurgeImpossible cleared at minAvailable 3, the node still cordoned",
+        Duration::from_secs(30),
+        || async { (!degraded()).then_some(()) },
+    )
+    .await;
+    let deps: Api<Deployment> = ns.api();
+    let d = deps.get("imp").await.expect("get Deployment imp");
+    assert_eq!(
+        (
+            d.spec.and_then(|s| s.replicas),
+            markers_present(d.metadata.annotations.as_ref())
+        ),
+        (Some(6), Some(true)),
+        "the surge still holds"
+    );
+    uncordon(node);
+
+    assert_settled_at(&ns, "imp", 3, REVERT_TIMEOUT).await;
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+}
+
 /// 4. One user PDB (minAvailable 5) over two Deployments (`a` 3 replicas,
 ///    `b` 2, sharing `tier: web`), every pod on the drained node, maxSurge 1
 ///    each. Sized with one Deployment's replicas the budget can never open
