@@ -281,22 +281,30 @@ pub fn overlapping<'a>(
 /// The pods of `ns` that some PDB protects, each with those PDBs (what
 /// [`pod_overlap`] reads). Completed ones (a CronJob's kept history) are
 /// left out: eviction.go's `canIgnorePDB` deletes them without reading any
-/// budget, so two budgets over them refuse nothing. So are terminating pods
-/// that nothing makes again; a controller's stay: a StatefulSet (or a
-/// DaemonSet) makes the pod again only once the old one is gone, and a PDB
-/// of ours made in that gap would be a second budget over the new pod
-/// (then stepped aside, and made again at its next eviction). Pending pods
-/// stay: they will run.
+/// budget, so two budgets over them refuse nothing. So are terminating
+/// pods, but a StatefulSet's or a DaemonSet's: those make the pod again
+/// only once the old one is gone, and a PDB of ours made in that gap would
+/// be a second budget over the new pod (then stepped aside, and made again
+/// at its next eviction). One stuck terminating (its node gone) keeps ours
+/// away until it is deleted; the PDBSelectorOverlap condition names it.
+/// (A ReplicaSet's replacement is made at once, and overlaps itself.)
+/// Pending pods stay: they will run.
 pub fn protected_pods<'a>(
     compiled: &CompiledPdbs<'a>,
     ns: &str,
     pods: &'a [Arc<crate::cache::SlimPod>],
 ) -> Vec<(&'a crate::cache::SlimPod, Vec<&'a Arc<PodDisruptionBudget>>)> {
     pods.iter()
-        .filter(|p| !p.is_completed() && (!p.is_terminating() || p.controller().is_some()))
+        .filter(|p| !p.is_completed() && (!p.is_terminating() || made_again_by_name(p)))
         .map(|p| (p.as_ref(), compiled.selecting(ns, p.labels())))
         .filter(|(_, pdbs)| !pdbs.is_empty())
         .collect()
+}
+
+/// A pod its controller makes again under the same name once it is gone.
+pub fn made_again_by_name(p: &crate::cache::SlimPod) -> bool {
+    p.controller()
+        .is_some_and(|o| matches!(&*o.kind, "StatefulSet" | "DaemonSet"))
 }
 
 /// A running pod that `dep`'s selector selects and that a PDB protects

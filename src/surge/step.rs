@@ -643,9 +643,9 @@ fn budget_pods(
         } else if by_pdb && !by_dep && terminating && !completed {
             // A StatefulSet makes its pod again under the same name only
             // once the old one is gone (its whole grace period): it is
-            // still counted, or the budget looks shut meanwhile.
-            let stateful = p.controller().is_some_and(|o| &*o.kind == "StatefulSet");
-            if stateful {
+            // still counted, or the budget looks shut meanwhile. (A
+            // DaemonSet's pod is not evicted by a drain; counted alike.)
+            if crate::pdb::made_again_by_name(p) {
                 other_pods = other_pods.saturating_add(1);
             }
         }

@@ -42,6 +42,10 @@ pub struct Worker {
     /// Where Events go (shared with the reconciler; never awaited).
     pub events: Events,
     started: std::sync::Mutex<BTreeMap<(String, String), Instant>>,
+    /// The "no surge can help" reason last said in an Event, per
+    /// Deployment: said once while it stays, not at every pass that
+    /// finds it again after one that did not judge it.
+    said_impossible: std::sync::Mutex<BTreeMap<(String, String), String>>,
     /// The durable signal's timestamps on this replica's clock.
     clock: std::sync::Mutex<SignalClock>,
     /// The election's terms (see [`crate::leader::Election::term`]).
@@ -91,6 +95,7 @@ impl Worker {
             degraded,
             events,
             started: std::sync::Mutex::new(BTreeMap::new()),
+            said_impossible: std::sync::Mutex::new(BTreeMap::new()),
             clock: std::sync::Mutex::default(),
             term,
         }
@@ -268,6 +273,9 @@ impl Worker {
         self.degraded.retain_reason("SurgeImpossible", |ns, dep| {
             looked_at.contains(&(ns.to_string(), dep.to_string()))
         });
+        if let Ok(mut said) = self.said_impossible.lock() {
+            said.retain(|k, _| looked_at.contains(k));
+        }
         let (mut active, mut surge_replicas) = running;
         for o in outcomes {
             let s = &o.step;
@@ -371,10 +379,18 @@ impl Worker {
         // the moment between an eviction and its replacement may say it of
         // an active surge, whose later passes wait (no Surge) while the
         // webhook, reading Degraded, would stop holding for the whole drain.
-        // Its own reason only: the reconciler's (a name conflict, a
-        // selector overlap) stay until the reconciler clears them.
-        if !matches!(s.action, Action::Impossible { .. }) {
+        // Not on a pass that did not judge it (nothing to do while pods are
+        // displaced: the budget lets one go now), or it would come and go
+        // with every eviction. Its own reason only: the reconciler's (a
+        // name conflict, a selector overlap) stay until it clears them.
+        let judged = !matches!(s.action, Action::None) || s.displaced == 0;
+        if judged && !matches!(s.action, Action::Impossible { .. }) {
             self.degraded.clear_reason(ns, name, "SurgeImpossible");
+        }
+        if matches!(s.action, Action::Surge { .. } | Action::Revert { .. }) {
+            if let Ok(mut said) = self.said_impossible.lock() {
+                said.remove(&key);
+            }
         }
         match &s.action {
             Action::Surge {
@@ -420,7 +436,9 @@ impl Worker {
                     );
             }
             Action::Impossible { reason } => {
-                let fresh = self.degraded.get(ns, name).map(|(_, m)| m) != Some(reason.clone());
+                let fresh = self.said_impossible.lock().map_or(true, |mut said| {
+                    said.insert(key.clone(), reason.clone()).as_ref() != Some(reason)
+                });
                 self.degraded.set(ns, name, "SurgeImpossible", reason);
                 if fresh {
                     tracing::warn!(namespace = ns, deployment = name, %reason, "no surge can help");
