@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use crate::cache::{Cache, Reader};
 use crate::events::Events;
+use crate::markers::Markers;
 use crate::metrics::{ControllerLabel, Metrics};
 use crate::reconcile::DegradedReasons;
 use crate::surge::apply::{Core, Key, KubeApi, Outcome};
@@ -46,6 +47,9 @@ pub struct Worker {
     /// Deployment: said once while it stays, not at every pass that
     /// finds it again after one that did not judge it.
     said_impossible: std::sync::Mutex<BTreeMap<(String, String), String>>,
+    /// Starts whose write failed, perhaps only its answer (a timeout): the
+    /// pass that finds their markers in place says the surge started.
+    unconfirmed_starts: std::sync::Mutex<BTreeMap<(String, String), Markers>>,
     /// The durable signal's timestamps on this replica's clock.
     clock: std::sync::Mutex<SignalClock>,
     /// The election's terms (see [`crate::leader::Election::term`]).
@@ -96,6 +100,7 @@ impl Worker {
             events,
             started: std::sync::Mutex::new(BTreeMap::new()),
             said_impossible: std::sync::Mutex::new(BTreeMap::new()),
+            unconfirmed_starts: std::sync::Mutex::new(BTreeMap::new()),
             clock: std::sync::Mutex::default(),
             term,
         }
@@ -276,6 +281,9 @@ impl Worker {
         if let Ok(mut said) = self.said_impossible.lock() {
             said.retain(|k, _| looked_at.contains(k));
         }
+        if let Ok(mut u) = self.unconfirmed_starts.lock() {
+            u.retain(|k, _| looked_at.contains(k));
+        }
         let (mut active, mut surge_replicas) = running;
         for o in outcomes {
             let s = &o.step;
@@ -284,6 +292,25 @@ impl Worker {
                 surge_replicas += i64::from((m.surged_to - m.baseline).max(0));
             }
             self.say_cleaned(o);
+            if let (
+                Some(_),
+                Action::Surge {
+                    baseline,
+                    target,
+                    kind: SurgeKind::Start,
+                },
+            ) = (&o.error, &s.action)
+            {
+                if let Ok(mut u) = self.unconfirmed_starts.lock() {
+                    u.insert(
+                        (s.namespace.clone(), s.deployment.clone()),
+                        Markers {
+                            baseline: *baseline,
+                            surged_to: *target,
+                        },
+                    );
+                }
+            }
             if let Some(e) = &o.error {
                 self.metrics
                     .reconcile_errors
@@ -356,6 +383,32 @@ impl Worker {
         let key = (ns.to_string(), name.to_string());
         let dep_ref = self.event_target(ns, name);
         let pdb = s.pdb.clone().unwrap_or_default();
+        let unconfirmed = self
+            .unconfirmed_starts
+            .lock()
+            .ok()
+            .and_then(|mut u| u.remove(&key));
+        if let Some(m) = start_found(unconfirmed, s.active, &s.action) {
+            if let Ok(mut st) = self.started.lock() {
+                st.insert(key.clone(), Instant::now());
+            }
+            tracing::info!(
+                namespace = ns,
+                deployment = name,
+                baseline = m.baseline,
+                target = m.surged_to,
+                "surge in place: the answer to its write was lost"
+            );
+            self.events.emit(
+                &dep_ref,
+                EventType::Normal,
+                "SurgeStarted",
+                format!(
+                    "surging from {} to {} replicas so that PDB {pdb} lets displaced pods go",
+                    m.baseline, m.surged_to
+                ),
+            );
+        }
         if let Some(m) = s.legacy {
             tracing::info!(
                 namespace = ns,
@@ -480,9 +533,58 @@ impl Worker {
     }
 }
 
+/// The surge found in place after a Start whose write failed: that write
+/// landed and only its answer was lost (a timeout), so the surge's start
+/// was never said. Same baseline, and not this pass's own Start (then the
+/// write did not land, and this pass says it).
+fn start_found(
+    unconfirmed: Option<Markers>,
+    active: Option<Markers>,
+    action: &Action,
+) -> Option<Markers> {
+    let (asked, found) = (unconfirmed?, active?);
+    let starts_now = matches!(
+        action,
+        Action::Surge {
+            kind: SurgeKind::Start,
+            ..
+        }
+    );
+    (found.baseline == asked.baseline && !starts_now).then_some(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_whose_answer_was_lost_is_said_when_found() {
+        let m = |baseline, surged_to| Markers {
+            baseline,
+            surged_to,
+        };
+        let wait = Action::Wait(crate::surge::plan::Wait::Draining { displaced: 3 });
+        let start = Action::Surge {
+            baseline: 3,
+            target: 6,
+            kind: SurgeKind::Start,
+        };
+        // Landed: found at the next pass (topped up since, still said).
+        assert_eq!(
+            start_found(Some(m(3, 6)), Some(m(3, 6)), &wait),
+            Some(m(3, 6))
+        );
+        assert_eq!(
+            start_found(Some(m(3, 6)), Some(m(3, 7)), &wait),
+            Some(m(3, 7))
+        );
+        // Did not land: this pass starts it and says so itself.
+        assert_eq!(start_found(Some(m(3, 6)), None, &start), None);
+        // Not ours (another baseline), nothing asked, or nothing in place.
+        assert_eq!(start_found(Some(m(3, 6)), Some(m(4, 6)), &wait), None);
+        assert_eq!(start_found(None, Some(m(3, 6)), &wait), None);
+        assert_eq!(start_found(Some(m(3, 6)), None, &Action::None), None);
+    }
 
     #[test]
     fn the_idle_pass_after_activity_is_owed_until_it_runs() {
