@@ -480,9 +480,10 @@ fn one_per_pod(
     // Pairs whose selectors share a running pod: per pod, the planned
     // selectors over it (pods × planned checks, not pairs × pods).
     let mut share = BTreeSet::new();
+    // Which pods count: as in `pdb::protected_pods`.
     for pod in pods
         .iter()
-        .filter(|p| !p.is_terminating() && !p.is_completed())
+        .filter(|p| !p.is_completed() && (!p.is_terminating() || pdb::made_again_by_name(p)))
     {
         let over: Vec<usize> = (0..n)
             .filter(|a| {
