@@ -696,6 +696,135 @@ async fn a_pod_another_pdb_protects_never_gets_a_second_pdb() {
     );
 }
 
+/// As above with a StatefulSet's pod (`db-0`, app=web, tier=db) under the
+/// user's PDB: when it is deleted, the StatefulSet makes it again under its
+/// name only once the old one is gone (its grace period; a finalizer holds
+/// it here). No PDB of ours is made in that gap: it would be a second
+/// budget over the new db-0 (every eviction of it refused until ours
+/// stepped aside, and again at its next deletion).
+#[tokio::test]
+async fn a_statefulset_pod_being_made_again_gets_no_second_pdb_meanwhile() {
+    let ns = TestNs::new("e2e-stsgap").await;
+    let deps: Api<Deployment> = ns.api();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    let mut theirs = user_pdb("db", "db", None, Some(IntOrString::Int(1)));
+    if let Some(spec) = theirs.spec.as_mut() {
+        spec.selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([("tier".to_string(), "db".to_string())].into()),
+                match_expressions: None,
+            },
+        );
+    }
+    pdbs.create(&PostParams::default(), &theirs)
+        .await
+        .expect("user PDB");
+    let mut template = deployment("x", 1, None).spec.expect("spec").template;
+    let labels: std::collections::BTreeMap<String, String> = [("app", "web"), ("tier", "db")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if let Some(m) = template.metadata.as_mut() {
+        m.labels = Some(labels.clone());
+    }
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db"},
+        "spec": {"replicas": 1, "serviceName": "db",
+                 "selector": {"matchLabels": labels},
+                 "template": template}
+    }))
+    .expect("StatefulSet");
+    let stss: Api<k8s_openapi::api::apps::v1::StatefulSet> = ns.api();
+    stss.create(&PostParams::default(), &sts)
+        .await
+        .expect("create StatefulSet db");
+    let running = || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get_opt("db-0").await.ok().flatten()?;
+            (p.metadata.deletion_timestamp.is_none()
+                && p.status?.phase.as_deref() == Some("Running"))
+            .then_some(())
+        }
+    };
+    wait_for("db-0 running", Duration::from_secs(60), running).await;
+    deps.create(
+        &PostParams::default(),
+        &labelled("web", &[("app", "web")], &[("app", "web"), ("tier", "fe")]),
+    )
+    .await
+    .expect("create web");
+    wait_for(
+        "Degraded PDBSelectorOverlap on web, naming db-0",
+        Duration::from_secs(60),
+        || async {
+            let out = kubectl(&[
+                "get",
+                "evictionautoscalers",
+                "web",
+                "-n",
+                &ns.name,
+                "-o",
+                "yaml",
+            ]);
+            let y = String::from_utf8_lossy(&out.stdout).to_string();
+            (y.contains("PDBSelectorOverlap") && y.contains("Pod db-0")).then_some(())
+        },
+    )
+    .await;
+    let names = || async {
+        let l = pdbs.list(&Default::default()).await.expect("list").items;
+        let mut n: Vec<String> = l.into_iter().filter_map(|p| p.metadata.name).collect();
+        n.sort();
+        n
+    };
+    let only_theirs = vec!["db".to_string()];
+
+    // Held terminating by a finalizer, as by a long grace period.
+    const HOLD: &str = "e2e.eviction-autoscaler.azure.com/hold";
+    pods.patch(
+        "db-0",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"finalizers": [HOLD]}})),
+    )
+    .await
+    .expect("add the finalizer");
+    pods.delete("db-0", &DeleteParams::default())
+        .await
+        .expect("delete db-0");
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(6) {
+        assert_eq!(
+            names().await,
+            only_theirs,
+            "no PDB of ours while db-0 is terminating"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    pods.patch(
+        "db-0",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("remove the finalizer");
+    wait_for("db-0 made again", Duration::from_secs(60), running).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        names().await,
+        only_theirs,
+        "no second PDB over the new db-0"
+    );
+    assert_eq!(
+        event_count(&ns.name, "PDBSteppedAside"),
+        0,
+        "none of ours was made to step aside:\n{}",
+        event_log(&ns.name)
+    );
+}
+
 /// Two Deployments whose templates do not overlap (`lp`: team=lp; `lw`:
 /// app=lw), each with our PDB, and a bare pod labelled for both (a Job's
 /// `app=lw, team=lp`): two budgets of ours over it. Only the PDB of the
