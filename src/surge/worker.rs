@@ -145,6 +145,10 @@ impl Worker {
                 core = None;
                 passes = FuturesUnordered::new();
                 was_busy = true;
+                // What another leader did meanwhile is not ours to say.
+                if let Ok(mut u) = self.unconfirmed_starts.lock() {
+                    u.clear();
+                }
             } else if self.cache.ready_for(Reader::SurgeWorker) {
                 let c = core
                     .get_or_insert_with(|| {
