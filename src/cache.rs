@@ -276,6 +276,13 @@ impl SlimPod {
         o.name.strip_suffix(hash).and_then(|n| n.strip_suffix('-'))
     }
 
+    /// Its controller makes it again under the same name once it is gone
+    /// (a StatefulSet, a DaemonSet): until then, it is coming back.
+    pub fn made_again_by_name(&self) -> bool {
+        self.controller()
+            .is_some_and(|o| matches!(&*o.kind, "StatefulSet" | "DaemonSet"))
+    }
+
     /// `podutil.IsPodReady`: the Ready condition is True.
     pub fn is_ready(&self) -> bool {
         self.ready
@@ -347,13 +354,27 @@ type PodMap = FastMap<Sym, FastSet<ByName>>;
 pub struct PodStore {
     map: Arc<RwLock<PodMap>>,
     ready: Arc<watch::Sender<bool>>,
+    /// Pods gone that their controller makes again under the same name
+    /// ([`SlimPod::made_again_by_name`]), for [`LEAVING_FOR`] or until
+    /// they are back: see [`PodStore::leaving_in`].
+    gone: Arc<Mutex<GonePods>>,
 }
+
+/// Deleted pods coming back, each with the time it went.
+type GonePods = Vec<(Instant, Arc<SlimPod>)>;
+
+/// How long a StatefulSet's or DaemonSet's deleted pod is taken as coming
+/// back: its controller makes it again once it has seen it gone, in a
+/// second or so. One that does not come back (scaled down) stops counting
+/// then, and the reconciler's resync sees it.
+pub const LEAVING_FOR: Duration = Duration::from_secs(15);
 
 impl Default for PodStore {
     fn default() -> Self {
         PodStore {
             map: Default::default(),
             ready: Arc::new(watch::channel(false).0),
+            gone: Default::default(),
         }
     }
 }
@@ -383,6 +404,30 @@ impl PodStore {
             .values()
             .flat_map(|s| s.iter().map(|p| p.0.clone()))
             .collect()
+    }
+
+    /// Pods of `ns` gone in the last [`LEAVING_FOR`] that their controller
+    /// makes again under the same name, and not back yet: for the
+    /// reconciler's one-PDB-per-pod check, a PDB of ours made before the
+    /// new pod comes would be a second budget over it.
+    pub fn leaving_in(&self, ns: &str) -> Vec<Arc<SlimPod>> {
+        let Ok(mut gone) = self.gone.lock() else {
+            return Vec::new();
+        };
+        gone.retain(|(at, _)| at.elapsed() < LEAVING_FOR);
+        gone.iter()
+            .filter(|(_, p)| &*p.namespace == ns)
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
+
+    /// A pod of that name is here again: no longer leaving.
+    fn came_back(&self, pod: &SlimPod) {
+        if let Ok(mut gone) = self.gone.lock() {
+            if !gone.is_empty() {
+                gone.retain(|(_, p)| p.namespace != pod.namespace || p.name != pod.name);
+            }
+        }
     }
 
     pub fn pods_in(&self, ns: &str) -> Vec<Arc<SlimPod>> {
@@ -439,6 +484,7 @@ impl PodWriter {
     }
 
     pub fn apply_pod(&mut self, pod: SlimPod) {
+        self.store.came_back(&pod);
         match self.buffer.as_mut() {
             Some(b) => insert(b, pod),
             None => insert(&mut self.store.write(), pod),
@@ -448,9 +494,15 @@ impl PodWriter {
     pub fn delete(&mut self, ns: &str, name: &str) {
         let mut map = self.store.write();
         if let Some(set) = map.get_mut(ns) {
-            set.remove(name);
+            let removed = set.take(name);
             if set.is_empty() {
                 map.remove(ns);
+            }
+            if let Some(ByName(p)) = removed.filter(|p| p.0.made_again_by_name()) {
+                if let Ok(mut gone) = self.store.gone.lock() {
+                    gone.retain(|(at, _)| at.elapsed() < LEAVING_FOR);
+                    gone.push((Instant::now(), p));
+                }
             }
         }
     }
@@ -482,6 +534,7 @@ impl PodWriter {
             Event::InitDone => self.init_done(),
             Event::Apply(p) => {
                 let pod = SlimPod::from(p);
+                self.store.came_back(&pod);
                 let mut map = self.store.write();
                 // What `pdb::protected_pods` reads for the reconciler's
                 // overlap check: labels, and whether the pod still counts.
@@ -986,6 +1039,15 @@ impl Cache {
         self.health
             .store_ready(&PodWire::plural(&()))
             .then(|| self.pods.pods_in(ns))
+    }
+
+    /// [`Self::pods_if_ready`] and the pods of `ns` coming back under
+    /// their name ([`PodStore::leaving_in`]): what the reconciler's
+    /// one-PDB-per-pod check reads.
+    pub fn pods_and_leaving_if_ready(&self, ns: &str) -> Option<Vec<Arc<SlimPod>>> {
+        let mut pods = self.pods_if_ready(ns)?;
+        pods.extend(self.pods.leaving_in(ns));
+        Some(pods)
     }
 
     pub fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
@@ -2317,6 +2379,47 @@ mod tests {
         let mut done = wire("ns", "p1", "api");
         done.status.phase = Some("Succeeded".into());
         assert!(marked(&mut w, done), "completed");
+    }
+
+    /// A StatefulSet's pod deleted is coming back under its name: the
+    /// reconciler's overlap check still sees it until it is back (or for
+    /// LEAVING_FOR); a ReplicaSet's is not (its replacement is made at once).
+    #[test]
+    fn a_statefulsets_deleted_pod_is_leaving_until_it_is_back() {
+        let store = PodStore::default();
+        let mut w = store.writer();
+        w.apply(&Event::Init);
+        w.apply(&Event::InitDone);
+        let owned = |name: &str, kind: &str| {
+            let mut p = wire("ns", name, "db");
+            p.metadata.owner_references = Some(vec![OwnerReference {
+                kind: kind.into(),
+                name: "db".into(),
+                controller: Some(true),
+                ..Default::default()
+            }]);
+            p
+        };
+        for (name, kind) in [("db-0", "StatefulSet"), ("web-x", "ReplicaSet")] {
+            w.apply(&Event::Apply(owned(name, kind)));
+            w.apply(&Event::Delete(owned(name, kind)));
+        }
+        let names = |s: &PodStore| -> Vec<String> {
+            s.leaving_in("ns").iter().map(|p| p.name().to_string()).collect()
+        };
+        assert_eq!(names(&store), ["db-0"]);
+        assert!(store.leaving_in("other").is_empty());
+        assert!(store.get("ns", "db-0").is_none(), "not among the pods");
+        w.apply(&Event::Apply(owned("db-0", "StatefulSet")));
+        assert!(names(&store).is_empty(), "back");
+        // Gone for longer than LEAVING_FOR: no longer counted.
+        w.apply(&Event::Delete(owned("db-0", "StatefulSet")));
+        if let Ok(mut g) = store.gone.lock() {
+            for (at, _) in g.iter_mut() {
+                *at -= LEAVING_FOR;
+            }
+        }
+        assert!(names(&store).is_empty(), "expired");
     }
 
     #[tokio::test]

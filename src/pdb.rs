@@ -295,16 +295,10 @@ pub fn protected_pods<'a>(
     pods: &'a [Arc<crate::cache::SlimPod>],
 ) -> Vec<(&'a crate::cache::SlimPod, Vec<&'a Arc<PodDisruptionBudget>>)> {
     pods.iter()
-        .filter(|p| !p.is_completed() && (!p.is_terminating() || made_again_by_name(p)))
+        .filter(|p| !p.is_completed() && (!p.is_terminating() || p.made_again_by_name()))
         .map(|p| (p.as_ref(), compiled.selecting(ns, p.labels())))
         .filter(|(_, pdbs)| !pdbs.is_empty())
         .collect()
-}
-
-/// A pod its controller makes again under the same name once it is gone.
-pub fn made_again_by_name(p: &crate::cache::SlimPod) -> bool {
-    p.controller()
-        .is_some_and(|o| matches!(&*o.kind, "StatefulSet" | "DaemonSet"))
 }
 
 /// A running pod that `dep`'s selector selects and that a PDB protects

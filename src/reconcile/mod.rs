@@ -538,7 +538,9 @@ impl Reconciler {
                 .map(|t| (k8s_openapi::jiff::Timestamp::now() - t.0).get_seconds())
                 .unwrap_or(i64::MAX)
         };
-        let pods = self.cache.pods_if_ready(&name);
+        // With the pods coming back under their name (a StatefulSet's):
+        // ours made before one is back would be a second budget over it.
+        let pods = self.cache.pods_and_leaving_if_ready(&name);
         let snapshot = NamespaceSnapshot {
             name: &name,
             in_scope: sc.enabled,

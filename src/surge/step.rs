@@ -645,7 +645,7 @@ fn budget_pods(
             // once the old one is gone (its whole grace period): it is
             // still counted, or the budget looks shut meanwhile. (A
             // DaemonSet's pod is not evicted by a drain; counted alike.)
-            if crate::pdb::made_again_by_name(p) {
+            if p.made_again_by_name() {
                 other_pods = other_pods.saturating_add(1);
             }
         }
