@@ -2405,7 +2405,10 @@ mod tests {
             w.apply(&Event::Delete(owned(name, kind)));
         }
         let names = |s: &PodStore| -> Vec<String> {
-            s.leaving_in("ns").iter().map(|p| p.name().to_string()).collect()
+            s.leaving_in("ns")
+                .iter()
+                .map(|p| p.name().to_string())
+                .collect()
         };
         assert_eq!(names(&store), ["db-0"]);
         assert!(store.leaving_in("other").is_empty());
