@@ -276,9 +276,10 @@ impl SlimPod {
         o.name.strip_suffix(hash).and_then(|n| n.strip_suffix('-'))
     }
 
-    /// Its controller makes it again under the same name once it is gone
-    /// (a StatefulSet, a DaemonSet): until then, it is coming back.
-    pub fn made_again_by_name(&self) -> bool {
+    /// Its controller makes its replacement only once it is gone: a
+    /// StatefulSet, under the same name; a DaemonSet, on the same node. A
+    /// ReplicaSet makes one as soon as it is terminating.
+    pub fn replaced_once_gone(&self) -> bool {
         self.controller()
             .is_some_and(|o| matches!(&*o.kind, "StatefulSet" | "DaemonSet"))
     }
@@ -354,19 +355,22 @@ type PodMap = FastMap<Sym, FastSet<ByName>>;
 pub struct PodStore {
     map: Arc<RwLock<PodMap>>,
     ready: Arc<watch::Sender<bool>>,
-    /// Pods gone that their controller makes again under the same name
-    /// ([`SlimPod::made_again_by_name`]), for [`LEAVING_FOR`] or until
-    /// they are back: see [`PodStore::leaving_in`].
+    /// Pods gone that their controller replaces only then
+    /// ([`SlimPod::replaced_once_gone`]), for [`LEAVING_FOR`] or until one
+    /// of that name is back: see [`PodStore::pods_and_leaving_in`]. Changed
+    /// and read only under `map`'s lock (taken first), so that a reader
+    /// never sees neither the old pod nor the new one.
     gone: Arc<Mutex<GonePods>>,
 }
 
 /// Deleted pods coming back, each with the time it went.
 type GonePods = Vec<(Instant, Arc<SlimPod>)>;
 
-/// How long a StatefulSet's or DaemonSet's deleted pod is taken as coming
-/// back: its controller makes it again once it has seen it gone, in a
-/// second or so. One that does not come back (scaled down) stops counting
-/// then, and the reconciler's resync sees it.
+/// How long a StatefulSet's or DaemonSet's deleted pod is taken as still
+/// there: its controller replaces it once it has seen it gone, in a second
+/// or so. One not replaced (scaled down) stops counting then, and the
+/// reconciler's resync sees it. (A DaemonSet's replacement has another
+/// name, so its pod always counts that long.)
 pub const LEAVING_FOR: Duration = Duration::from_secs(15);
 
 impl Default for PodStore {
@@ -406,28 +410,29 @@ impl PodStore {
             .collect()
     }
 
-    /// Pods of `ns` gone in the last [`LEAVING_FOR`] that their controller
-    /// makes again under the same name, and not back yet: for the
-    /// reconciler's one-PDB-per-pod check, a PDB of ours made before the
+    /// The pods of `ns`, and those gone in the last [`LEAVING_FOR`] that
+    /// their controller replaces only once gone, not back yet under their
+    /// name: for the one-PDB-per-pod checks, a PDB of ours made before the
     /// new pod comes would be a second budget over it.
-    pub fn leaving_in(&self, ns: &str) -> Vec<Arc<SlimPod>> {
-        let Ok(mut gone) = self.gone.lock() else {
-            return Vec::new();
-        };
-        gone.retain(|(at, _)| at.elapsed() < LEAVING_FOR);
-        gone.iter()
-            .filter(|(_, p)| &*p.namespace == ns)
-            .map(|(_, p)| p.clone())
-            .collect()
+    pub fn pods_and_leaving_in(&self, ns: &str) -> Vec<Arc<SlimPod>> {
+        self.pods_and_leaving_at(ns, Instant::now())
     }
 
-    /// A pod of that name is here again: no longer leaving.
-    fn came_back(&self, pod: &SlimPod) {
+    fn pods_and_leaving_at(&self, ns: &str, now: Instant) -> Vec<Arc<SlimPod>> {
+        let map = self.read();
+        let mut pods: Vec<Arc<SlimPod>> = map
+            .get(ns)
+            .map(|s| s.iter().map(|p| p.0.clone()).collect())
+            .unwrap_or_default();
         if let Ok(mut gone) = self.gone.lock() {
-            if !gone.is_empty() {
-                gone.retain(|(_, p)| p.namespace != pod.namespace || p.name != pod.name);
-            }
+            gone.retain(|(at, _)| now.saturating_duration_since(*at) < LEAVING_FOR);
+            pods.extend(
+                gone.iter()
+                    .filter(|(_, p)| &*p.namespace == ns)
+                    .map(|(_, p)| p.clone()),
+            );
         }
+        pods
     }
 
     pub fn pods_in(&self, ns: &str) -> Vec<Arc<SlimPod>> {
@@ -462,6 +467,16 @@ impl PodStore {
     }
 }
 
+/// A pod of that name is here again: no longer leaving. Called with the
+/// map's lock held, or on a relist's buffer (see `PodStore::gone`).
+fn came_back(gone: &Mutex<GonePods>, pod: &SlimPod) {
+    if let Ok(mut gone) = gone.lock() {
+        if !gone.is_empty() {
+            gone.retain(|(_, p)| p.namespace != pod.namespace || p.name != pod.name);
+        }
+    }
+}
+
 fn insert(map: &mut PodMap, pod: SlimPod) {
     let set = map.entry(pod.namespace.clone()).or_default();
     set.replace(ByName(Arc::new(pod)));
@@ -484,10 +499,16 @@ impl PodWriter {
     }
 
     pub fn apply_pod(&mut self, pod: SlimPod) {
-        self.store.came_back(&pod);
         match self.buffer.as_mut() {
-            Some(b) => insert(b, pod),
-            None => insert(&mut self.store.write(), pod),
+            Some(b) => {
+                came_back(&self.store.gone, &pod);
+                insert(b, pod);
+            }
+            None => {
+                let mut map = self.store.write();
+                came_back(&self.store.gone, &pod);
+                insert(&mut map, pod);
+            }
         }
     }
 
@@ -498,7 +519,8 @@ impl PodWriter {
             if set.is_empty() {
                 map.remove(ns);
             }
-            if let Some(ByName(p)) = removed.filter(|p| p.0.made_again_by_name()) {
+            // Under the map's lock (see `PodStore::gone`).
+            if let Some(ByName(p)) = removed.filter(|p| p.0.replaced_once_gone()) {
                 if let Ok(mut gone) = self.store.gone.lock() {
                     gone.retain(|(at, _)| at.elapsed() < LEAVING_FOR);
                     gone.push((Instant::now(), p));
@@ -527,15 +549,12 @@ impl PodWriter {
     pub fn apply(&mut self, event: &Event<PodWire>) {
         match event {
             Event::Init => self.init(),
-            Event::InitApply(p) => match self.buffer.as_mut() {
-                Some(b) => insert(b, SlimPod::from(p)),
-                None => self.apply_pod(SlimPod::from(p)),
-            },
+            Event::InitApply(p) => self.apply_pod(SlimPod::from(p)),
             Event::InitDone => self.init_done(),
             Event::Apply(p) => {
                 let pod = SlimPod::from(p);
-                self.store.came_back(&pod);
                 let mut map = self.store.write();
+                came_back(&self.store.gone, &pod);
                 // What `pdb::protected_pods` reads for the reconciler's
                 // overlap check: labels, and whether the pod still counts.
                 let relabelled = map
@@ -1041,13 +1060,13 @@ impl Cache {
             .then(|| self.pods.pods_in(ns))
     }
 
-    /// [`Self::pods_if_ready`] and the pods of `ns` coming back under
-    /// their name ([`PodStore::leaving_in`]): what the reconciler's
+    /// [`Self::pods_if_ready`] with the pods of `ns` gone but not yet
+    /// replaced ([`PodStore::pods_and_leaving_in`]): what the reconciler's
     /// one-PDB-per-pod check reads.
     pub fn pods_and_leaving_if_ready(&self, ns: &str) -> Option<Vec<Arc<SlimPod>>> {
-        let mut pods = self.pods_if_ready(ns)?;
-        pods.extend(self.pods.leaving_in(ns));
-        Some(pods)
+        self.health
+            .store_ready(&PodWire::plural(&()))
+            .then(|| self.pods.pods_and_leaving_in(ns))
     }
 
     pub fn pod(&self, ns: &str, name: &str) -> Option<Arc<SlimPod>> {
@@ -2404,25 +2423,29 @@ mod tests {
             w.apply(&Event::Apply(owned(name, kind)));
             w.apply(&Event::Delete(owned(name, kind)));
         }
-        let names = |s: &PodStore| -> Vec<String> {
-            s.leaving_in("ns")
+        let names = |s: &PodStore, now: Instant| -> Vec<String> {
+            s.pods_and_leaving_at("ns", now)
                 .iter()
                 .map(|p| p.name().to_string())
                 .collect()
         };
-        assert_eq!(names(&store), ["db-0"]);
-        assert!(store.leaving_in("other").is_empty());
+        assert_eq!(names(&store, Instant::now()), ["db-0"]);
+        assert!(store.pods_and_leaving_in("other").is_empty());
         assert!(store.get("ns", "db-0").is_none(), "not among the pods");
         w.apply(&Event::Apply(owned("db-0", "StatefulSet")));
-        assert!(names(&store).is_empty(), "back");
+        assert_eq!(names(&store, Instant::now()), ["db-0"], "back, once");
         // Gone for longer than LEAVING_FOR: no longer counted.
         w.apply(&Event::Delete(owned("db-0", "StatefulSet")));
-        if let Ok(mut g) = store.gone.lock() {
-            for (at, _) in g.iter_mut() {
-                *at -= LEAVING_FOR;
-            }
-        }
-        assert!(names(&store).is_empty(), "expired");
+        assert!(
+            names(&store, Instant::now() + LEAVING_FOR).is_empty(),
+            "expired"
+        );
+        // Back through a relist: no longer leaving either.
+        w.apply(&Event::Delete(owned("db-0", "StatefulSet")));
+        w.apply(&Event::Init);
+        w.apply(&Event::InitApply(owned("db-0", "StatefulSet")));
+        w.apply(&Event::InitDone);
+        assert_eq!(names(&store, Instant::now()), ["db-0"], "relisted, once");
     }
 
     #[tokio::test]

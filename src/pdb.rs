@@ -282,20 +282,21 @@ pub fn overlapping<'a>(
 /// [`pod_overlap`] reads). Completed ones (a CronJob's kept history) are
 /// left out: eviction.go's `canIgnorePDB` deletes them without reading any
 /// budget, so two budgets over them refuse nothing. So are terminating
-/// pods, but a StatefulSet's or a DaemonSet's: those make the pod again
-/// only once the old one is gone, and a PDB of ours made in that gap would
-/// be a second budget over the new pod (then stepped aside, and made again
-/// at its next eviction). One stuck terminating (its node gone) keeps ours
-/// away until it is deleted; the PDBSelectorOverlap condition names it.
-/// (A ReplicaSet's replacement is made at once, and overlaps itself.)
-/// Pending pods stay: they will run.
+/// pods, but a StatefulSet's or a DaemonSet's: those are replaced only once
+/// gone, and a PDB of ours made in that gap would be a second budget over
+/// the new pod (then stepped aside, and made again at its next eviction).
+/// The caller passes such pods for a while after they are gone too
+/// (`cache::PodStore::pods_and_leaving_in`). One stuck terminating (its
+/// node gone) keeps ours away until it is deleted; the PDBSelectorOverlap
+/// condition names it. (A ReplicaSet's replacement is made at once, and
+/// overlaps itself.) Pending pods stay: they will run.
 pub fn protected_pods<'a>(
     compiled: &CompiledPdbs<'a>,
     ns: &str,
     pods: &'a [Arc<crate::cache::SlimPod>],
 ) -> Vec<(&'a crate::cache::SlimPod, Vec<&'a Arc<PodDisruptionBudget>>)> {
     pods.iter()
-        .filter(|p| !p.is_completed() && (!p.is_terminating() || p.made_again_by_name()))
+        .filter(|p| !p.is_completed() && (!p.is_terminating() || p.replaced_once_gone()))
         .map(|p| (p.as_ref(), compiled.selecting(ns, p.labels())))
         .filter(|(_, pdbs)| !pdbs.is_empty())
         .collect()

@@ -483,7 +483,7 @@ fn one_per_pod(
     // Which pods count: as in `pdb::protected_pods`.
     for pod in pods
         .iter()
-        .filter(|p| !p.is_completed() && (!p.is_terminating() || p.made_again_by_name()))
+        .filter(|p| !p.is_completed() && (!p.is_terminating() || p.replaced_once_gone()))
     {
         let over: Vec<usize> = (0..n)
             .filter(|a| {

@@ -141,6 +141,8 @@ pub struct Step {
     /// In order; the executor stops at the first failure.
     pub writes: Vec<Write>,
     pub displaced: i32,
+    /// The single PDB over the Deployment allowed a disruption as read.
+    pub budget_open: bool,
     /// The Deployment's pods still on draining nodes (a signal, section 6).
     pub on_draining: i32,
     pub pdb: Option<String>,
@@ -645,7 +647,7 @@ fn budget_pods(
             // once the old one is gone (its whole grace period): it is
             // still counted, or the budget looks shut meanwhile. (A
             // DaemonSet's pod is not evicted by a drain; counted alike.)
-            if p.made_again_by_name() {
+            if p.replaced_once_gone() {
                 other_pods = other_pods.saturating_add(1);
             }
         }
@@ -807,6 +809,7 @@ fn plan_step(
         action: Action::None,
         writes: Vec::new(),
         displaced: 0,
+        budget_open: false,
         on_draining: 0,
         pdb: None,
         active: None,
@@ -1007,6 +1010,7 @@ fn plan_step(
     let action = plan::plan(&snapshot);
     snapshot.replicas = running;
     out.displaced = plan::displaced_count(&snapshot);
+    out.budget_open = snapshot.pdb_disruptions_allowed > 0;
     out.on_draining = snapshot
         .pods
         .iter()

@@ -44,8 +44,8 @@ pub struct Worker {
     pub events: Events,
     started: std::sync::Mutex<BTreeMap<(String, String), Instant>>,
     /// The "no surge can help" reason last said in an Event, per
-    /// Deployment: said once while it stays, not at every pass that
-    /// finds it again after one that did not judge it.
+    /// Deployment: said once while it stays, not again at a pass that finds
+    /// it after one that did not judge it.
     said_impossible: std::sync::Mutex<BTreeMap<(String, String), String>>,
     /// Starts whose write failed, perhaps only its answer (a timeout): the
     /// pass that finds their markers in place says the surge started.
@@ -437,14 +437,13 @@ impl Worker {
         // an active surge, whose later passes wait (no Surge) while the
         // webhook, reading Degraded, would stop holding for the whole drain.
         // Not on a pass that did not judge it (nothing to do while pods are
-        // displaced: the budget lets one go now), or it would come and go
-        // with every eviction. Its own reason only: the reconciler's (a
-        // name conflict, a selector overlap) stay until it clears them.
-        let judged = !matches!(s.action, Action::None) || s.displaced == 0;
-        if judged && !matches!(s.action, Action::Impossible { .. }) {
+        // displaced because the budget lets one go now), or it would come
+        // and go with every eviction. Its own reason only: the
+        // reconciler's (a name conflict, a selector overlap) stay until it
+        // clears them. Once cleared, it is said again if it comes back.
+        let unjudged = matches!(s.action, Action::None) && s.displaced > 0 && s.budget_open;
+        if !unjudged && !matches!(s.action, Action::Impossible { .. }) {
             self.degraded.clear_reason(ns, name, "SurgeImpossible");
-        }
-        if matches!(s.action, Action::Surge { .. } | Action::Revert { .. }) {
             if let Ok(mut said) = self.said_impossible.lock() {
                 said.remove(&key);
             }

@@ -725,7 +725,8 @@ impl Webhooks {
         let deployments = self.cache.deployments.state();
         let in_scope = self.cache.namespace_in_scope(&ns);
         // Synced and not stale (above): the namespace's pods are current.
-        let pods = self.cache.pods.pods_in(&ns);
+        // With those gone but not yet replaced (a StatefulSet's), as the reconciler reads them.
+        let pods = self.cache.pods.pods_and_leaving_in(&ns);
         let plan = |pdbs: &[Arc<PodDisruptionBudget>]| {
             pdb::plan_for_new_deployment(
                 &dep,
