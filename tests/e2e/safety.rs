@@ -597,6 +597,62 @@ async fn overlapping_selectors_never_make_a_second_pdb() {
     );
 }
 
+/// The user's PDB `db` over every pod labelled `tier=db`.
+async fn create_db_pdb(ns: &TestNs, min: Option<IntOrString>, max: Option<IntOrString>) {
+    let mut theirs = user_pdb("db", "db", min, max);
+    if let Some(spec) = theirs.spec.as_mut() {
+        spec.selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([("tier".to_string(), "db".to_string())].into()),
+                match_expressions: None,
+            },
+        );
+    }
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.create(&PostParams::default(), &theirs)
+        .await
+        .expect("user PDB");
+}
+
+/// Creates Deployment `web` (selector app=web, template app=web,tier=fe),
+/// whose selector also covers the pod `db-0` under the user's PDB `db`, and
+/// waits for its Degraded PDBSelectorOverlap naming that pod.
+async fn web_overlapping_db_0(ns: &TestNs) {
+    let deps: Api<Deployment> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &labelled("web", &[("app", "web")], &[("app", "web"), ("tier", "fe")]),
+    )
+    .await
+    .expect("create web");
+    wait_for(
+        "Degraded PDBSelectorOverlap on web, naming db-0",
+        Duration::from_secs(60),
+        || async {
+            let out = kubectl(&[
+                "get",
+                "evictionautoscalers",
+                "web",
+                "-n",
+                &ns.name,
+                "-o",
+                "yaml",
+            ]);
+            let y = String::from_utf8_lossy(&out.stdout).to_string();
+            (y.contains("PDBSelectorOverlap") && y.contains("Pod db-0")).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The names of the namespace's PDBs, sorted.
+async fn pdb_names(pdbs: &Api<PodDisruptionBudget>) -> Vec<String> {
+    let l = pdbs.list(&Default::default()).await.expect("list").items;
+    let mut n: Vec<String> = l.into_iter().filter_map(|p| p.metadata.name).collect();
+    n.sort();
+    n
+}
+
 /// A Deployment whose selector (`app=web`) is broader than its template
 /// also selects pods that are not its own: here a bare pod `app=web,
 /// tier=db` (a StatefulSet's of the same chart would do the same) under the
@@ -606,22 +662,10 @@ async fn overlapping_selectors_never_make_a_second_pdb() {
 #[tokio::test]
 async fn a_pod_another_pdb_protects_never_gets_a_second_pdb() {
     let ns = TestNs::new("e2e-podov").await;
-    let deps: Api<Deployment> = ns.api();
     let pdbs: Api<PodDisruptionBudget> = ns.api();
     let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
     let db: &[(&str, &str)] = &[("app", "web"), ("tier", "db")];
-    let mut theirs = user_pdb("db", "db", Some(IntOrString::Int(1)), None);
-    if let Some(spec) = theirs.spec.as_mut() {
-        spec.selector = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
-                match_labels: Some([("tier".to_string(), "db".to_string())].into()),
-                match_expressions: None,
-            },
-        );
-    }
-    pdbs.create(&PostParams::default(), &theirs)
-        .await
-        .expect("user PDB");
+    create_db_pdb(&ns, Some(IntOrString::Int(1)), None).await;
     pods.create(&PostParams::default(), &bare_pod("db-0", db))
         .await
         .expect("db pod");
@@ -633,39 +677,8 @@ async fn a_pod_another_pdb_protects_never_gets_a_second_pdb() {
         }
     };
     wait_for("db-0 running", Duration::from_secs(60), || running("db-0")).await;
-    deps.create(
-        &PostParams::default(),
-        &labelled("web", &[("app", "web")], &[("app", "web"), ("tier", "fe")]),
-    )
-    .await
-    .expect("create web");
-    let eas_yaml = || {
-        let out = kubectl(&[
-            "get",
-            "evictionautoscalers",
-            "web",
-            "-n",
-            &ns.name,
-            "-o",
-            "yaml",
-        ]);
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
-    wait_for(
-        "Degraded PDBSelectorOverlap on web, naming the pod",
-        Duration::from_secs(60),
-        || async {
-            let y = eas_yaml();
-            (y.contains("PDBSelectorOverlap") && y.contains("Pod db-0")).then_some(())
-        },
-    )
-    .await;
-    let names = || async {
-        let l = pdbs.list(&Default::default()).await.expect("list").items;
-        let mut n: Vec<String> = l.into_iter().filter_map(|p| p.metadata.name).collect();
-        n.sort();
-        n
-    };
+    web_overlapping_db_0(&ns).await;
+    let names = || pdb_names(&pdbs);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         names().await,
@@ -705,21 +718,9 @@ async fn a_pod_another_pdb_protects_never_gets_a_second_pdb() {
 #[tokio::test]
 async fn a_statefulset_pod_being_made_again_gets_no_second_pdb_meanwhile() {
     let ns = TestNs::new("e2e-stsgap").await;
-    let deps: Api<Deployment> = ns.api();
     let pdbs: Api<PodDisruptionBudget> = ns.api();
     let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
-    let mut theirs = user_pdb("db", "db", None, Some(IntOrString::Int(1)));
-    if let Some(spec) = theirs.spec.as_mut() {
-        spec.selector = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
-                match_labels: Some([("tier".to_string(), "db".to_string())].into()),
-                match_expressions: None,
-            },
-        );
-    }
-    pdbs.create(&PostParams::default(), &theirs)
-        .await
-        .expect("user PDB");
+    create_db_pdb(&ns, None, Some(IntOrString::Int(1))).await;
     let mut template = deployment("x", 1, None).spec.expect("spec").template;
     let labels: std::collections::BTreeMap<String, String> = [("app", "web"), ("tier", "db")]
         .iter()
@@ -750,36 +751,8 @@ async fn a_statefulset_pod_being_made_again_gets_no_second_pdb_meanwhile() {
         }
     };
     wait_for("db-0 running", Duration::from_secs(60), running).await;
-    deps.create(
-        &PostParams::default(),
-        &labelled("web", &[("app", "web")], &[("app", "web"), ("tier", "fe")]),
-    )
-    .await
-    .expect("create web");
-    wait_for(
-        "Degraded PDBSelectorOverlap on web, naming db-0",
-        Duration::from_secs(60),
-        || async {
-            let out = kubectl(&[
-                "get",
-                "evictionautoscalers",
-                "web",
-                "-n",
-                &ns.name,
-                "-o",
-                "yaml",
-            ]);
-            let y = String::from_utf8_lossy(&out.stdout).to_string();
-            (y.contains("PDBSelectorOverlap") && y.contains("Pod db-0")).then_some(())
-        },
-    )
-    .await;
-    let names = || async {
-        let l = pdbs.list(&Default::default()).await.expect("list").items;
-        let mut n: Vec<String> = l.into_iter().filter_map(|p| p.metadata.name).collect();
-        n.sort();
-        n
-    };
+    web_overlapping_db_0(&ns).await;
+    let names = || pdb_names(&pdbs);
     let only_theirs = vec!["db".to_string()];
 
     // Held terminating by a finalizer, as by a long grace period; taken
