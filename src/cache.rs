@@ -284,6 +284,11 @@ impl SlimPod {
             .is_some_and(|o| matches!(&*o.kind, "StatefulSet" | "DaemonSet"))
     }
 
+    /// A StatefulSet's: made again under the same name once it is gone.
+    pub fn made_again_by_name(&self) -> bool {
+        self.controller().is_some_and(|o| &*o.kind == "StatefulSet")
+    }
+
     /// `podutil.IsPodReady`: the Ready condition is True.
     pub fn is_ready(&self) -> bool {
         self.ready
@@ -355,9 +360,9 @@ type PodMap = FastMap<Sym, FastSet<ByName>>;
 pub struct PodStore {
     map: Arc<RwLock<PodMap>>,
     ready: Arc<watch::Sender<bool>>,
-    /// Pods gone that their controller replaces only then
-    /// ([`SlimPod::replaced_once_gone`]), for [`LEAVING_FOR`] or until one
-    /// of that name is back: see [`PodStore::pods_and_leaving_in`]. Changed
+    /// Pods gone that their controller makes again under the same name
+    /// ([`SlimPod::made_again_by_name`]), for [`LEAVING_FOR`] or until they
+    /// are back: see [`PodStore::pods_and_leaving_in`]. Changed
     /// and read only under `map`'s lock (taken first), so that a reader
     /// never sees neither the old pod nor the new one.
     gone: Arc<Mutex<GonePods>>,
@@ -366,11 +371,10 @@ pub struct PodStore {
 /// Deleted pods coming back, each with the time it went.
 type GonePods = Vec<(Instant, Arc<SlimPod>)>;
 
-/// How long a StatefulSet's or DaemonSet's deleted pod is taken as still
-/// there: its controller replaces it once it has seen it gone, in a second
-/// or so. One not replaced (scaled down) stops counting then, and the
-/// reconciler's resync sees it. (A DaemonSet's replacement has another
-/// name, so its pod always counts that long.)
+/// How long a StatefulSet's deleted pod is taken as still there: its
+/// controller makes it again once it has seen it gone, in a second or so.
+/// One not made again (scaled down) stops counting then, and the
+/// reconciler's resync sees it.
 pub const LEAVING_FOR: Duration = Duration::from_secs(15);
 
 impl Default for PodStore {
@@ -410,12 +414,28 @@ impl PodStore {
             .collect()
     }
 
-    /// The pods of `ns`, and those gone in the last [`LEAVING_FOR`] that
-    /// their controller replaces only once gone, not back yet under their
-    /// name: for the one-PDB-per-pod checks, a PDB of ours made before the
-    /// new pod comes would be a second budget over it.
+    /// The pods of `ns`, and the StatefulSet pods gone in the last
+    /// [`LEAVING_FOR`] and not back yet: for the one-PDB-per-pod checks, a
+    /// PDB of ours made before the new pod comes would be a second budget
+    /// over it.
     pub fn pods_and_leaving_in(&self, ns: &str) -> Vec<Arc<SlimPod>> {
         self.pods_and_leaving_at(ns, Instant::now())
+    }
+
+    /// Every cached pod, and the StatefulSet pods gone and not back yet
+    /// (see [`Self::pods_and_leaving_in`]): what the surge worker sizes a
+    /// budget with, where such a pod counts until it is made again.
+    pub fn state_and_leaving(&self) -> Vec<Arc<SlimPod>> {
+        let map = self.read();
+        let mut pods: Vec<Arc<SlimPod>> = map
+            .values()
+            .flat_map(|s| s.iter().map(|p| p.0.clone()))
+            .collect();
+        if let Ok(mut gone) = self.gone.lock() {
+            gone.retain(|(at, _)| at.elapsed() < LEAVING_FOR);
+            pods.extend(gone.iter().map(|(_, p)| p.clone()));
+        }
+        pods
     }
 
     fn pods_and_leaving_at(&self, ns: &str, now: Instant) -> Vec<Arc<SlimPod>> {
@@ -520,7 +540,7 @@ impl PodWriter {
                 map.remove(ns);
             }
             // Under the map's lock (see `PodStore::gone`).
-            if let Some(ByName(p)) = removed.filter(|p| p.0.replaced_once_gone()) {
+            if let Some(ByName(p)) = removed.filter(|p| p.0.made_again_by_name()) {
                 if let Ok(mut gone) = self.store.gone.lock() {
                     gone.retain(|(at, _)| at.elapsed() < LEAVING_FOR);
                     gone.push((Instant::now(), p));
@@ -2401,8 +2421,9 @@ mod tests {
     }
 
     /// A StatefulSet's pod deleted is coming back under its name: the
-    /// reconciler's overlap check still sees it until it is back (or for
-    /// LEAVING_FOR); a ReplicaSet's is not (its replacement is made at once).
+    /// overlap checks and the surge's budget still see it until it is back
+    /// (or for LEAVING_FOR); a ReplicaSet's or a DaemonSet's is not (made
+    /// again under another name).
     #[test]
     fn a_statefulsets_deleted_pod_is_leaving_until_it_is_back() {
         let store = PodStore::default();
@@ -2419,7 +2440,11 @@ mod tests {
             }]);
             p
         };
-        for (name, kind) in [("db-0", "StatefulSet"), ("web-x", "ReplicaSet")] {
+        for (name, kind) in [
+            ("db-0", "StatefulSet"),
+            ("web-x", "ReplicaSet"),
+            ("agent-x", "DaemonSet"),
+        ] {
             w.apply(&Event::Apply(owned(name, kind)));
             w.apply(&Event::Delete(owned(name, kind)));
         }
@@ -2430,6 +2455,7 @@ mod tests {
                 .collect()
         };
         assert_eq!(names(&store, Instant::now()), ["db-0"]);
+        assert_eq!(store.state_and_leaving().len(), 1);
         assert!(store.pods_and_leaving_in("other").is_empty());
         assert!(store.get("ns", "db-0").is_none(), "not among the pods");
         w.apply(&Event::Apply(owned("db-0", "StatefulSet")));

@@ -645,8 +645,9 @@ fn budget_pods(
         } else if by_pdb && !by_dep && terminating && !completed {
             // A StatefulSet makes its pod again under the same name only
             // once the old one is gone (its whole grace period): it is
-            // still counted, or the budget looks shut meanwhile. (A
-            // DaemonSet's pod is not evicted by a drain; counted alike.)
+            // still counted, or the budget looks shut meanwhile; so is one
+            // gone and not yet back (the view has it, `state_and_leaving`).
+            // (A DaemonSet's pod is not evicted by a drain; counted alike.)
             if p.replaced_once_gone() {
                 other_pods = other_pods.saturating_add(1);
             }

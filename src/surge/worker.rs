@@ -267,7 +267,9 @@ impl Worker {
         let signalled = !self.signals.recent(window, now).is_empty();
         let busy = v.may_need_a_step(signalled, window);
         if busy {
-            v.pods = c.pods.state();
+            // With a StatefulSet's pods gone and not yet made again: under
+            // a PDB beside the Deployment's, they still count in its budget.
+            v.pods = c.pods.state_and_leaving();
         }
         (v, busy)
     }
