@@ -278,6 +278,123 @@ async fn deployment_opt_out_mid_surge_reverts_and_cleans_up() {
     );
 }
 
+/// 4b. One user PDB (minAvailable 4) over a Deployment (`a`, 2 replicas,
+///     maxSurge 1) and a StatefulSet (`db`, 2), every pod on the drained
+///     node. An evicted db pod stays terminating a while (a finalizer here,
+///     its grace period in life) and is made again only once gone. Counted
+///     meanwhile, `a` surged to 3 keeps the budget able to open (3 + 2 > 4);
+///     uncounted, the budget looked shut for good at a's largest surge
+///     (3 + 1 = 4): a false "impossible", which also ends the webhook's hold.
+#[tokio::test]
+async fn a_statefulset_pod_terminating_under_the_same_pdb_makes_no_false_impossible() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-stspdb").await;
+    let node = "kwok-node-0";
+    create_tier_web_pdb(&ns, 4).await;
+    let a = rolling_max_surge(deployment("a", 2, Some(node)), IntOrString::Int(1));
+    create_deployment(&ns, &template_label(a, "tier", "web")).await;
+    let db_spec = template_label(deployment("db", 2, Some(node)), "tier", "web")
+        .spec
+        .expect("spec");
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db"},
+        "spec": {"replicas": 2, "serviceName": "db",
+                 "selector": db_spec.selector,
+                 "template": db_spec.template}
+    }))
+    .expect("StatefulSet");
+    let stss: Api<k8s_openapi::api::apps::v1::StatefulSet> = ns.api();
+    stss.create(&PostParams::default(), &sts)
+        .await
+        .expect("create StatefulSet db");
+    ready_on(&ns, "a", 2, node).await;
+    ready_on(&ns, "db", 2, node).await;
+    wait_pdb_blocking(&ns, "tier-web", 4).await;
+
+    // Each db pod held terminating once evicted; the hold taken off however
+    // the test ends (else the namespace is never deleted).
+    const HOLD: &str = "e2e.eviction-autoscaler.azure.com/hold";
+    struct Unhold(String);
+    impl Drop for Unhold {
+        fn drop(&mut self) {
+            for pod in ["db-0", "db-1"] {
+                let _ = kubectl(&[
+                    "patch",
+                    "pod",
+                    pod,
+                    "-n",
+                    &self.0,
+                    "--type=merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ]);
+            }
+        }
+    }
+    let _unhold = Unhold(ns.name.clone());
+    let pods: Api<Pod> = ns.api();
+    let set_hold = |name: &'static str, on: bool| {
+        let pods = pods.clone();
+        async move {
+            let f = if on { json!([HOLD]) } else { json!(null) };
+            pods.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"finalizers": f}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("finalizer of {name}: {e}"));
+        }
+    };
+    set_hold("db-0", true).await;
+    set_hold("db-1", true).await;
+
+    let drain = drain_node(node, "tier=web", &["--timeout=120s"]);
+    // Released 4 s after it is seen terminating: a few passes of the worker.
+    let release = async {
+        let mut seen: BTreeMap<&str, std::time::Instant> = BTreeMap::new();
+        let mut done: Vec<&str> = Vec::new();
+        let started = std::time::Instant::now();
+        while done.len() < 2 && started.elapsed() < Duration::from_secs(120) {
+            for name in ["db-0", "db-1"] {
+                if done.contains(&name) {
+                    continue;
+                }
+                let terminating = pods
+                    .get_opt(name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+                match seen.get(name) {
+                    None if terminating => {
+                        seen.insert(name, std::time::Instant::now());
+                    }
+                    Some(t) if t.elapsed() > Duration::from_secs(4) && terminating => {
+                        set_hold(name, false).await;
+                        done.push(name);
+                    }
+                    _ => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        done.len()
+    };
+    let (d, released) = tokio::join!(drain, release);
+    uncordon(node);
+    let events = event_log(&ns.name);
+    assert!(d.ok, "drain failed:\n{}\nEvents:\n{events}", d.output);
+    assert_eq!(released, 2, "both db pods were held terminating:\n{events}");
+    assert_eq!(
+        event_total(&ns.name, "SurgeImpossible"),
+        0,
+        "no false \"impossible\":\n{events}"
+    );
+    assert_settled_at(&ns, "a", 2, REVERT_TIMEOUT).await;
+}
+
 /// 3b. The user's PDB is edited mid-surge to a minimum no surge can meet
 ///     (Degraded SurgeImpossible), then back. The condition goes while the
 ///     surge still holds (the webhook reads it: with it set, evictions are
