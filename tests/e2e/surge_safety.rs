@@ -280,7 +280,8 @@ async fn deployment_opt_out_mid_surge_reverts_and_cleans_up() {
 
 /// 4b. One user PDB (minAvailable 4) over a Deployment (`a`, 2 replicas,
 ///     maxSurge 1) and a StatefulSet (`db`, 2), every pod on the drained
-///     node. An evicted db pod stays terminating a while (a finalizer here,
+///     node; db's pods drained (a's stay, displaced by the cordon). An
+///     evicted db pod stays terminating a while (a finalizer here,
 ///     its grace period in life) and is made again only once gone. Counted
 ///     meanwhile, `a` surged to 3 keeps the budget able to open (3 + 2 > 4);
 ///     uncounted, the budget looked shut for good at a's largest surge
@@ -350,7 +351,9 @@ async fn a_statefulset_pod_terminating_under_the_same_pdb_makes_no_false_impossi
     set_hold("db-0", true).await;
     set_hold("db-1", true).await;
 
-    let drain = drain_node(node, "tier=web", &["--timeout=120s"]);
+    // Only db's pods are evicted: `a`'s stay displaced on the cordoned node
+    // the whole time, so a's step sizes its surge while each db pod is held.
+    let drain = drain_node(node, "app=db", &["--timeout=120s"]);
     // Released 4 s after it is seen terminating: a few passes of the worker.
     let release = async {
         let mut seen: BTreeMap<&str, std::time::Instant> = BTreeMap::new();
