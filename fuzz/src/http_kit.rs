@@ -54,9 +54,14 @@ fn connector(ca_pem: &str, alpn: &[u8]) -> TlsConnector {
 /// Starts the server on 127.0.0.1 with a fresh certificate, these limits and
 /// this request timeout; stops when the returned value is dropped.
 pub async fn start(limits: Limits, timeout: Duration) -> Running {
+    // One directory per server: two tests started in the same clock tick
+    // (the clock's resolution is coarse on some machines) wrote one key
+    // file at once, and one of them failed.
+    static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "ea-http-{}-{}",
+        "ea-http-{}-{}-{}",
         std::process::id(),
+        STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
