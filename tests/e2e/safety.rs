@@ -758,22 +758,10 @@ async fn a_statefulset_pod_being_made_again_gets_no_second_pdb_meanwhile() {
     // Held terminating by a finalizer, as by a long grace period; taken
     // off however the test ends (else the namespace is never deleted).
     const HOLD: &str = "e2e.eviction-autoscaler.azure.com/hold";
-    struct Unhold(String);
-    impl Drop for Unhold {
-        fn drop(&mut self) {
-            let _ = kubectl(&[
-                "patch",
-                "pod",
-                "db-0",
-                "-n",
-                &self.0,
-                "--type=merge",
-                "-p",
-                r#"{"metadata":{"finalizers":null}}"#,
-            ]);
-        }
-    }
-    let _unhold = Unhold(ns.name.clone());
+    let _unhold = Unhold {
+        namespace: ns.name.clone(),
+        pods: &["db-0"],
+    };
     pods.patch(
         "db-0",
         &PatchParams::default(),

@@ -1883,3 +1883,28 @@ pub fn labelled(name: &str, selector: &[(&str, &str)], template: &[(&str, &str)]
     }
     d
 }
+
+/// Takes the finalizers off these pods when dropped, however a test ends: a
+/// pod a test holds terminating with one would keep its namespace from
+/// being deleted, for good.
+pub struct Unhold {
+    pub namespace: String,
+    pub pods: &'static [&'static str],
+}
+
+impl Drop for Unhold {
+    fn drop(&mut self) {
+        for pod in self.pods {
+            let _ = kubectl(&[
+                "patch",
+                "pod",
+                pod,
+                "-n",
+                &self.namespace,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+        }
+    }
+}

@@ -316,24 +316,10 @@ async fn a_statefulset_pod_terminating_under_the_same_pdb_makes_no_false_impossi
     // Each db pod held terminating once evicted; the hold taken off however
     // the test ends (else the namespace is never deleted).
     const HOLD: &str = "e2e.eviction-autoscaler.azure.com/hold";
-    struct Unhold(String);
-    impl Drop for Unhold {
-        fn drop(&mut self) {
-            for pod in ["db-0", "db-1"] {
-                let _ = kubectl(&[
-                    "patch",
-                    "pod",
-                    pod,
-                    "-n",
-                    &self.0,
-                    "--type=merge",
-                    "-p",
-                    r#"{"metadata":{"finalizers":null}}"#,
-                ]);
-            }
-        }
-    }
-    let _unhold = Unhold(ns.name.clone());
+    let _unhold = Unhold {
+        namespace: ns.name.clone(),
+        pods: &["db-0", "db-1"],
+    };
     let pods: Api<Pod> = ns.api();
     let set_hold = |name: &'static str, on: bool| {
         let pods = pods.clone();
