@@ -419,38 +419,33 @@ impl PodStore {
     /// PDB of ours made before the new pod comes would be a second budget
     /// over it.
     pub fn pods_and_leaving_in(&self, ns: &str) -> Vec<Arc<SlimPod>> {
-        self.pods_and_leaving_at(ns, Instant::now())
+        self.with_leaving(Some(ns), Instant::now())
     }
 
     /// Every cached pod, and the StatefulSet pods gone and not back yet
     /// (see [`Self::pods_and_leaving_in`]): what the surge worker sizes a
     /// budget with, where such a pod counts until it is made again.
     pub fn state_and_leaving(&self) -> Vec<Arc<SlimPod>> {
-        let map = self.read();
-        let mut pods: Vec<Arc<SlimPod>> = map
-            .values()
-            .flat_map(|s| s.iter().map(|p| p.0.clone()))
-            .collect();
-        if let Ok(mut gone) = self.gone.lock() {
-            gone.retain(|(at, _)| at.elapsed() < LEAVING_FOR);
-            pods.extend(gone.iter().map(|(_, p)| p.clone()));
-        }
-        pods
+        self.with_leaving(None, Instant::now())
     }
 
-    fn pods_and_leaving_at(&self, ns: &str, now: Instant) -> Vec<Arc<SlimPod>> {
+    /// The pods of `ns` (of every namespace for None) and its gone ones,
+    /// both read under the map's lock (see `PodStore::gone`).
+    fn with_leaving(&self, ns: Option<&str>, now: Instant) -> Vec<Arc<SlimPod>> {
         let map = self.read();
-        let mut pods: Vec<Arc<SlimPod>> = map
-            .get(ns)
-            .map(|s| s.iter().map(|p| p.0.clone()).collect())
-            .unwrap_or_default();
+        let of = |p: &SlimPod| ns.is_none_or(|ns| &*p.namespace == ns);
+        let mut pods: Vec<Arc<SlimPod>> = match ns {
+            Some(ns) => map
+                .get(ns)
+                .into_iter()
+                .flatten()
+                .map(|p| p.0.clone())
+                .collect(),
+            None => map.values().flatten().map(|p| p.0.clone()).collect(),
+        };
         if let Ok(mut gone) = self.gone.lock() {
-            gone.retain(|(at, _)| now.saturating_duration_since(*at) < LEAVING_FOR);
-            pods.extend(
-                gone.iter()
-                    .filter(|(_, p)| &*p.namespace == ns)
-                    .map(|(_, p)| p.clone()),
-            );
+            forget_gone(&mut gone, now);
+            pods.extend(gone.iter().filter(|(_, p)| of(p)).map(|(_, p)| p.clone()));
         }
         pods
     }
@@ -485,6 +480,11 @@ impl PodStore {
             dirty: None,
         }
     }
+}
+
+/// Drops the gone pods older than [`LEAVING_FOR`].
+fn forget_gone(gone: &mut GonePods, now: Instant) {
+    gone.retain(|(at, _)| now.saturating_duration_since(*at) < LEAVING_FOR);
 }
 
 /// A pod of that name is here again: no longer leaving. Called with the
@@ -542,8 +542,9 @@ impl PodWriter {
             // Under the map's lock (see `PodStore::gone`).
             if let Some(ByName(p)) = removed.filter(|p| p.0.made_again_by_name()) {
                 if let Ok(mut gone) = self.store.gone.lock() {
-                    gone.retain(|(at, _)| at.elapsed() < LEAVING_FOR);
-                    gone.push((Instant::now(), p));
+                    let now = Instant::now();
+                    forget_gone(&mut gone, now);
+                    gone.push((now, p));
                 }
             }
         }
@@ -2449,7 +2450,7 @@ mod tests {
             w.apply(&Event::Delete(owned(name, kind)));
         }
         let names = |s: &PodStore, now: Instant| -> Vec<String> {
-            s.pods_and_leaving_at("ns", now)
+            s.with_leaving(Some("ns"), now)
                 .iter()
                 .map(|p| p.name().to_string())
                 .collect()
