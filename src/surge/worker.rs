@@ -409,10 +409,7 @@ impl Worker {
                 &dep_ref,
                 EventType::Normal,
                 "SurgeStarted",
-                format!(
-                    "surging from {} to {} replicas so that PDB {pdb} lets displaced pods go",
-                    m.baseline, m.surged_to
-                ),
+                started_note(m.baseline, m.surged_to, &pdb),
             );
         }
         if let Some(m) = s.legacy {
@@ -470,7 +467,7 @@ impl Worker {
                         if let Ok(mut st) = self.started.lock() {
                             st.insert(key, Instant::now());
                         }
-                        Some(("SurgeStarted", format!("surging from {baseline} to {target} replicas so that PDB {pdb} lets displaced pods go")))
+                        Some(("SurgeStarted", started_note(*baseline, *target, &pdb)))
                     }
                     SurgeKind::Resume => None,
                 };
@@ -536,6 +533,11 @@ impl Worker {
                 );
         }
     }
+}
+
+/// The SurgeStarted Event's note.
+fn started_note(baseline: i32, target: i32, pdb: &str) -> String {
+    format!("surging from {baseline} to {target} replicas so that PDB {pdb} lets displaced pods go")
 }
 
 /// The surge found in place after a Start whose write failed: that write
