@@ -373,8 +373,8 @@ type GonePods = Vec<(Instant, Arc<SlimPod>)>;
 
 /// How long a StatefulSet's deleted pod is taken as still there: its
 /// controller makes it again once it has seen it gone, in a second or so.
-/// One not made again (scaled down) stops counting then, and the
-/// reconciler's resync sees it.
+/// One not made again (scaled down) stops counting then, and its
+/// namespace is marked for the reconciler.
 pub const LEAVING_FOR: Duration = Duration::from_secs(15);
 
 impl Default for PodStore {
@@ -532,7 +532,9 @@ impl PodWriter {
         }
     }
 
-    pub fn delete(&mut self, ns: &str, name: &str) {
+    /// Removes the pod; true when it is kept as leaving (see
+    /// `PodStore::gone`).
+    pub fn delete(&mut self, ns: &str, name: &str) -> bool {
         let mut map = self.store.write();
         if let Some(set) = map.get_mut(ns) {
             let removed = set.take(name);
@@ -545,9 +547,11 @@ impl PodWriter {
                     let now = Instant::now();
                     forget_gone(&mut gone, now);
                     gone.push((now, p));
+                    return true;
                 }
             }
         }
+        false
     }
 
     pub fn init_done(&mut self) {
@@ -595,9 +599,15 @@ impl PodWriter {
             }
             Event::Delete(p) => {
                 let ns = p.metadata.namespace.as_deref().unwrap_or_default();
-                self.delete(ns, p.metadata.name.as_deref().unwrap_or_default());
+                let leaving = self.delete(ns, p.metadata.name.as_deref().unwrap_or_default());
                 if let Some(d) = &self.dirty {
                     d.mark(ns);
+                    // One not made again (scaled down) stops counting then:
+                    // plan its namespace again without waiting for a resync
+                    // (our PDB may have waited for it).
+                    if leaving {
+                        d.mark_after(ns, LEAVING_FOR + Duration::from_millis(100));
+                    }
                 }
             }
         }
@@ -2473,6 +2483,38 @@ mod tests {
         w.apply(&Event::InitApply(owned("db-0", "StatefulSet")));
         w.apply(&Event::InitDone);
         assert_eq!(names(&store, Instant::now()), ["db-0"], "relisted, once");
+    }
+
+    /// A StatefulSet pod that is not made again (scaled down) stops
+    /// counting after LEAVING_FOR: its namespace is marked then, so the
+    /// reconciler does not wait for its resync to make the PDB it held back.
+    #[tokio::test(start_paused = true)]
+    async fn a_leaving_pod_marks_its_namespace_again_once_it_stops_counting() {
+        let store = PodStore::default();
+        let dirty = Arc::new(Dirty::default());
+        let mut w = store.writer().marking(dirty.clone());
+        w.apply(&Event::Init);
+        w.apply(&Event::InitDone);
+        let mut sts = wire("ns", "db-1", "db");
+        sts.metadata.owner_references = Some(vec![OwnerReference {
+            kind: "StatefulSet".into(),
+            name: "db".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        w.apply(&Event::Apply(sts.clone()));
+        let _ = dirty.take();
+        w.apply(&Event::Delete(sts));
+        assert!(dirty.take().covers("ns"), "marked as it goes");
+        tokio::time::sleep(LEAVING_FOR - Duration::from_secs(1)).await;
+        assert!(dirty.take().is_empty(), "nothing while it still counts");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(dirty.take().covers("ns"), "marked once it stops counting");
+        // A ReplicaSet's pod is not leaving: no mark later.
+        w.apply(&Event::Delete(wire("ns", "web-x", "web")));
+        let _ = dirty.take();
+        tokio::time::sleep(LEAVING_FOR * 2).await;
+        assert!(dirty.take().is_empty());
     }
 
     #[tokio::test]

@@ -78,6 +78,23 @@ impl Dirty {
         }
     }
 
+    /// Marks `ns` once `delay` has passed: for a change no watch event will
+    /// announce (a deleted StatefulSet pod stops counting as leaving after
+    /// `cache::LEAVING_FOR`). Outside a tokio runtime (unit tests) it does
+    /// nothing; the reconciler's resync still covers it.
+    pub fn mark_after(self: &std::sync::Arc<Self>, ns: &str, delay: std::time::Duration) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let dirty = std::sync::Arc::downgrade(self);
+            let ns = ns.to_string();
+            rt.spawn(async move {
+                tokio::time::sleep(delay).await;
+                if let Some(d) = dirty.upgrade() {
+                    d.mark(&ns);
+                }
+            });
+        }
+    }
+
     /// Changes whenever something is marked.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.wake.subscribe()
@@ -115,5 +132,17 @@ mod tests {
         rx.borrow_and_update();
         d.mark("a");
         assert!(!rx.has_changed().unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_mark_comes_after_its_delay() {
+        let d = std::sync::Arc::new(Dirty::default());
+        let _ = d.take();
+        d.mark_after("a", std::time::Duration::from_secs(15));
+        tokio::time::sleep(std::time::Duration::from_secs(14)).await;
+        assert!(d.take().is_empty(), "not before its delay");
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let m = d.take();
+        assert!(!m.all && m.covers("a"));
     }
 }

@@ -801,6 +801,33 @@ async fn a_statefulset_pod_being_made_again_gets_no_second_pdb_meanwhile() {
         "none of ours was made to step aside:\n{}",
         event_log(&ns.name)
     );
+
+    // Scaled down: db-0 goes and is not made again. It counts as leaving
+    // for LEAVING_FOR (15 s), then its namespace is planned again and web
+    // gets its PDB, without waiting for the reconciler's resync (every
+    // 30 s: up to 45 s after the pod went).
+    stss.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"replicas": 0}})),
+    )
+    .await
+    .expect("scale db to 0");
+    wait_for("db-0 gone", Duration::from_secs(60), || async {
+        pods.get_opt("db-0")
+            .await
+            .ok()
+            .and_then(|p| p.is_none().then_some(()))
+    })
+    .await;
+    let gone = Instant::now();
+    wait_for(
+        "web's PDB within 30 s of db-0 going",
+        Duration::from_secs(30),
+        || async { (names().await == vec!["db".to_string(), "web".to_string()]).then_some(()) },
+    )
+    .await;
+    eprintln!("web's PDB came {:?} after db-0 went", gone.elapsed());
 }
 
 /// Two Deployments whose templates do not overlap (`lp`: team=lp; `lw`:
