@@ -338,13 +338,29 @@ pub fn recount_pending(
     if !pod.is_ready() {
         return None;
     }
+    // With `maxUnavailable`, or a percentage, the budget's desiredHealthy
+    // falls with the scale-down: the status's old one would hold evictions
+    // that the recount allows (and a scale-down then costs the budget
+    // nothing, or next to nothing, for an eviction to race).
+    let spec = pdb.spec.as_ref()?;
+    if spec.max_unavailable.is_some() || !matches!(spec.min_available, Some(IntOrString::Int(_))) {
+        return None;
+    }
     let dep = view.owning_deployment(pod)?;
     let wanted = dep.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let dep_status = dep.status.as_ref();
+    let unseen = dep_status.and_then(|s| s.observed_generation).unwrap_or(0)
+        < dep.metadata.generation.unwrap_or(0);
+    // A paused Deployment keeps a rollout's extra pods until it is resumed
+    // (its controller only scales it): they are not leaving, and holding
+    // every eviction of it for them would last as long as the pause. Only a
+    // change its controller has not seen yet may be a scale-down under way.
+    if dep.spec.as_ref().and_then(|s| s.paused) == Some(true) && !unseen {
+        return None;
+    }
     let in_flux = status.current_healthy > wanted
         || dep_status.and_then(|s| s.replicas).unwrap_or(0) > wanted
-        || dep_status.and_then(|s| s.observed_generation).unwrap_or(0)
-            < dep.metadata.generation.unwrap_or(0);
+        || unseen;
     if !in_flux {
         return None;
     }
@@ -860,6 +876,7 @@ pub(crate) mod tests {
                     match_labels: Some(labels()),
                     ..Default::default()
                 }),
+                min_available: Some(IntOrString::Int(desired)),
                 ..Default::default()
             }),
             status: Some(PodDisruptionBudgetStatus {
@@ -1449,6 +1466,41 @@ pub(crate) mod tests {
                     let at = Timestamp::from_second(1_000_000 - 121).unwrap();
                     f.pdbs[0].status.as_mut().unwrap().disrupted_pods =
                         Some([("other".to_string(), Time(at))].into());
+                },
+                Err(BudgetAllows),
+            ),
+            (
+                "paused mid-rollout: its extra pods stay until it is resumed",
+                |f| {
+                    for v in f.deployment_of.values_mut() {
+                        v.spec.as_mut().unwrap().paused = Some(true);
+                    }
+                },
+                Err(BudgetAllows),
+            ),
+            (
+                "paused, and scaled down in a change its controller has not seen",
+                |f| {
+                    for v in f.deployment_of.values_mut() {
+                        v.spec.as_mut().unwrap().paused = Some(true);
+                        v.metadata.generation = Some(9);
+                    }
+                },
+                Ok((3, 3, 4)),
+            ),
+            (
+                "maxUnavailable: the scale-down lowers desiredHealthy too",
+                |f| {
+                    f.pdbs[0].spec.as_mut().unwrap().min_available = None;
+                    f.pdbs[0].spec.as_mut().unwrap().max_unavailable = Some(IntOrString::Int(1));
+                },
+                Err(BudgetAllows),
+            ),
+            (
+                "a percentage minAvailable: its desiredHealthy falls with the scale",
+                |f| {
+                    f.pdbs[0].spec.as_mut().unwrap().min_available =
+                        Some(IntOrString::String("75%".into()));
                 },
                 Err(BudgetAllows),
             ),
