@@ -184,6 +184,10 @@ struct Surgeable<'a> {
     annotations: Option<&'a BTreeMap<String, String>>,
     /// As read: guards the writes that rest on an absence.
     resource_version: Option<&'a str>,
+    /// As read: every write is tested against it, so that an object
+    /// deleted and made again under the name (`kubectl replace --force`)
+    /// before the cache saw it is never given another's markers or value.
+    uid: Option<&'a str>,
     /// Who set the value last (managedFields, surge::writer).
     writer: ReplicasWriter,
 }
@@ -205,7 +209,18 @@ impl Surgeable<'_> {
             && m.baseline != m.surged_to
     }
     fn write(&self, ops: Vec<Value>) -> Option<Write> {
-        (!ops.is_empty()).then(|| Write {
+        if ops.is_empty() {
+            return None;
+        }
+        let ops = match self.uid {
+            Some(uid) => {
+                std::iter::once(json!({"op": "test", "path": "/metadata/uid", "value": uid}))
+                    .chain(ops)
+                    .collect()
+            }
+            None => ops,
+        };
+        Some(Write {
             target: self.key.clone(),
             ops,
         })
@@ -442,6 +457,7 @@ fn of_deployment<'a>(ns: &str, d: &'a Deployment) -> Surgeable<'a> {
         ceiling: None,
         annotations: d.metadata.annotations.as_ref(),
         resource_version: d.metadata.resource_version.as_deref(),
+        uid: d.metadata.uid.as_deref(),
         writer: deployment_writer(d),
     }
 }
@@ -484,6 +500,7 @@ fn of_hpa<'a>(ns: &str, h: &'a HorizontalPodAutoscaler) -> Surgeable<'a> {
             h.metadata.annotations.as_ref()
         },
         resource_version: h.metadata.resource_version.as_deref(),
+        uid: h.metadata.uid.as_deref(),
         writer: writer(&h.metadata, Field::MinReplicas),
     }
 }
@@ -505,6 +522,7 @@ fn of_scaled_object<'a>(ns: &str, so: &'a DynamicObject) -> Surgeable<'a> {
         ),
         annotations: so.metadata.annotations.as_ref(),
         resource_version: so.metadata.resource_version.as_deref(),
+        uid: so.metadata.uid.as_deref(),
         writer: writer(&so.metadata, Field::MinReplicaCount),
     }
 }
@@ -2537,6 +2555,46 @@ mod tests {
             op_value(&s.writes[0], "test", "/spec/replicas"),
             Some(json!(3))
         );
+    }
+
+    /// Every write tests the uid read: a Deployment deleted and made again
+    /// under its name (`kubectl replace --force`) before the cache saw it
+    /// is never given the old one's markers or value.
+    #[test]
+    fn every_write_tests_the_uid_read() {
+        let mut d = (*dep(4, Some((3, 4)))).clone();
+        d.metadata.uid = Some("old".into());
+        let objs = NsObjects {
+            deployments: vec![Arc::new(d.clone())],
+            pods: pods(4, "n1"),
+            pdbs: vec![blocking_pdb(3)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &[], &quiet());
+        assert!(matches!(s.action, Action::Revert { .. }), "{:?}", s.action);
+        assert!(!s.writes.is_empty());
+        for w in &s.writes {
+            assert_eq!(
+                w.ops[0],
+                json!({"op": "test", "path": "/metadata/uid", "value": "old"})
+            );
+        }
+        let apply = |doc: &Deployment| {
+            let mut v = serde_json::to_value(doc).unwrap_or_default();
+            let p: json_patch::Patch =
+                serde_json::from_value(Value::Array(s.writes[0].ops.clone())).expect("patch");
+            json_patch::patch(&mut v, &p).map(|_| v)
+        };
+        assert_eq!(
+            apply(&d).expect("the object read")["spec"]["replicas"],
+            json!(3)
+        );
+        // Made again with the same replicas and markers (a manifest exported
+        // mid-surge): not the object read, the write fails.
+        let mut again = d.clone();
+        again.metadata.uid = Some("new".into());
+        assert!(apply(&again).is_err());
     }
 
     #[test]
