@@ -135,6 +135,9 @@ fn main() -> ExitCode {
                     for x in &r.reverted {
                         out!("reverted surge{how}: {x}");
                     }
+                    for x in &r.released_pdbs {
+                        out!("released to its user{how} (our owner reference dropped): {x}");
+                    }
                     for x in r.deleted_pdbs.iter().chain(&r.deleted_eas) {
                         out!("deleted{how}: {x}");
                     }

@@ -86,6 +86,9 @@ pub struct Report {
     pub reverted: Vec<String>,
     pub deleted_pdbs: Vec<String>,
     pub deleted_eas: Vec<String>,
+    /// PDBs taken over by their user (`ownedBy` removed) whose controller
+    /// reference to their Deployment was ours and was dropped.
+    pub released_pdbs: Vec<String>,
     /// Objects whose write failed or was held back (`key: why`). Uninstall
     /// goes on past them, so one object never leaves the others' surges in
     /// place; the command exits non-zero and can be run again.
@@ -321,6 +324,30 @@ where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     api.patch(name, pp, &json_patch(ops)?).await.map(|_| ())
+}
+
+/// The patch that drops our controller reference from `p`, a PDB without
+/// `ownedBy` that we made (an EvictionAutoScaler of its name recorded its
+/// UID: see `reconcile::plan`), guarded by its UID and its references as
+/// read. None when it is not one of those or carries no such reference.
+pub fn release_ops(
+    p: &PodDisruptionBudget,
+    records: &[Arc<EvictionAutoScaler>],
+) -> Option<Vec<Value>> {
+    if owned_by_us(&p.metadata) {
+        return None;
+    }
+    let target = crate::reconcile::plan::once_ours(p, records)?;
+    let current = p.metadata.owner_references.as_deref()?;
+    let keep = crate::reconcile::plan::released_references(current, target)?;
+    let mut ops =
+        vec![json!({"op": "test", "path": "/metadata/uid", "value": p.metadata.uid.as_deref()?})];
+    ops.extend(guarded_set(
+        "/metadata/ownerReferences",
+        Some(json!(current)),
+        json!(keep),
+    ));
+    Some(ops)
 }
 
 /// The PDBs and EvictionAutoScalers uninstall deletes: ours only.
@@ -637,7 +664,28 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     };
 
     let pdbs: Api<PodDisruptionBudget> = Api::all(client.clone());
-    for p in ours(pdbs.list(&ListParams::default()).await?.items) {
+    let (pdb_list, theirs): (Vec<PodDisruptionBudget>, Vec<PodDisruptionBudget>) = pdbs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .partition(|p| owned_by_us(&p.metadata));
+    // A PDB its user took over (`ownedBy` removed) while no controller ran
+    // to release it keeps our controller reference to its Deployment:
+    // dropped now, before the records that prove it was ours go (else it
+    // would be garbage-collected with its Deployment, for good).
+    for p in &theirs {
+        let Some(ops) = release_ops(p, &records) else {
+            continue;
+        };
+        let ns = p.metadata.namespace.clone().unwrap_or_default();
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        let k = key(Some(&ns), "pdb", Some(name));
+        let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+        let r = patch_ops(&api, name, &pp, ops).await;
+        record(&mut report.released_pdbs, &mut report.failed, k, r);
+    }
+    for p in pdb_list {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
         let name = p.metadata.name.as_deref().unwrap_or_default();
@@ -964,6 +1012,77 @@ mod tests {
             ..Default::default()
         });
         Arc::new(e)
+    }
+
+    /// A PDB we made whose user removed `ownedBy` loses our controller
+    /// reference (and only it); one we never made, or still ours, is not
+    /// written here.
+    #[test]
+    fn a_pdb_taken_over_is_released_only_when_a_record_proves_it_ours() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let reference = |kind: &str, name: &str, controller: bool| OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("{name}-uid"),
+            controller: Some(controller),
+            block_owner_deletion: Some(true),
+        };
+        let pdb = |owned: bool, refs: Vec<OwnerReference>| PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("a".into()),
+                uid: Some("pdb-uid".into()),
+                owner_references: Some(refs),
+                annotations: owned.then(|| {
+                    [(
+                        names::OWNED_BY.to_string(),
+                        names::OWNED_BY_VALUE.to_string(),
+                    )]
+                    .into()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let record = |uid: &str| {
+            let mut e = (*record_of("a", "web", 3)).clone();
+            e.status.get_or_insert_with(Default::default).pdb_uid = Some(uid.into());
+            Arc::new(e)
+        };
+        let other = reference("ConfigMap", "cfg", false);
+        let taken = pdb(
+            false,
+            vec![reference("Deployment", "web", true), other.clone()],
+        );
+        let ops = release_ops(&taken, &[record("pdb-uid")]).expect("released");
+        assert_eq!(
+            ops[0],
+            json!({"op": "test", "path": "/metadata/uid", "value": "pdb-uid"})
+        );
+        assert!(
+            ops.contains(
+                &json!({"op": "replace", "path": "/metadata/ownerReferences", "value": [other]})
+            ),
+            "{ops:?}"
+        );
+        let mut doc = serde_json::to_value(&taken).expect("json");
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("patch");
+        json_patch::patch(&mut doc, &patch).expect("applies to the PDB read");
+        assert_eq!(
+            doc["metadata"]["ownerReferences"].as_array().map(Vec::len),
+            Some(1)
+        );
+        // No record of its UID: a PDB we never made (a user's, Helm's).
+        assert!(release_ops(&taken, &[record("another-uid")]).is_none());
+        assert!(release_ops(&taken, &[]).is_none());
+        // Still ours: deleted, not released.
+        let ours = pdb(true, vec![reference("Deployment", "web", true)]);
+        assert!(release_ops(&ours, &[record("pdb-uid")]).is_none());
+        // Released already, or its controller is not our Deployment.
+        assert!(release_ops(&pdb(false, vec![other]), &[record("pdb-uid")]).is_none());
+        let helm = pdb(false, vec![reference("Deployment", "api", true)]);
+        assert!(release_ops(&helm, &[record("pdb-uid")]).is_none());
     }
 
     /// A surge of the Go project (a lone marker at the replicas, the

@@ -398,7 +398,10 @@ pub fn released_references(
 
 /// Did we create this PDB, and for which Deployment? The EvictionAutoScaler
 /// of its name recorded its UID while it carried `ownedBy` (see the header).
-fn once_ours<'a>(p: &PodDisruptionBudget, eas: &'a [Arc<EvictionAutoScaler>]) -> Option<&'a str> {
+pub fn once_ours<'a>(
+    p: &PodDisruptionBudget,
+    eas: &'a [Arc<EvictionAutoScaler>],
+) -> Option<&'a str> {
     let (name, uid) = (p.metadata.name.as_deref()?, p.metadata.uid.as_deref()?);
     eas.iter()
         .filter(|e| e.metadata.name.as_deref() == Some(name))
@@ -849,8 +852,7 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
         // apiserver then refuses every eviction of that pod.
         let beside_theirs = || {
             protected.iter().any(|(_, over)| {
-                over.iter().any(|q| Arc::ptr_eq(q, p))
-                    && over.iter().any(|q| !owned_by_us(&q.metadata))
+                over.iter().any(|q| Arc::ptr_eq(q, p)) && over.iter().any(|q| !Arc::ptr_eq(q, p))
             })
         };
         let why = if (s.pdb_age_secs)(p) >= s.orphan_grace_secs {
@@ -1968,8 +1970,33 @@ mod tests {
                 ..
             }]
         ));
-        // Within the grace, over a running pod a user's PDB selects too
-        // (two budgets: every eviction of it refused): it goes at once.
+        // Within the grace, over a running pod another PDB selects too
+        // (two budgets: every eviction of it refused): it goes at once,
+        // beside one of ours as beside a user's.
+        w.age = 10;
+        w.pods = Some(vec![running_pod("ghost-1", &[("app", "ghost")])]);
+        let mut mine = owned_pdb(&dep("ghost", 3), 3);
+        mine.metadata.name = Some("ghost-too".into());
+        mine.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                kind: "Deployment".into(),
+                name: "web".into(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        w.pdbs.push(Arc::new(mine));
+        let a = w.plan();
+        assert!(
+            a.iter().any(|x| matches!(x, Action::DeletePdb {
+                pdb,
+                why: "its Deployment never appeared, and another PDB selects its pods",
+                ..
+            } if pdb == "ghost")),
+            "{a:?}"
+        );
+        w.pdbs.pop();
+        w.pods = None;
         w.age = 10;
         w.pods = Some(vec![running_pod("ghost-1", &[("app", "ghost")])]);
         assert!(w.plan().is_empty(), "no other budget over its pod");

@@ -910,6 +910,20 @@ fn plan_step(
         _ => None,
     };
     out.pdb = pdb.and_then(|p| p.metadata.name.clone());
+    // Displaced pods are those a PDB selects (section 5): with no PDB over
+    // the Deployment's pods (the user's deleted, or ours gone with the
+    // namespace's scope or the opt-out), nothing is displaced, so a node
+    // left cordoned holds no surge and keeps no signal fresh: it goes back
+    // once the cooldown has passed.
+    let no_budget = BTreeSet::new();
+    let draining = if pdbs.is_empty() {
+        &no_budget
+    } else {
+        draining
+    };
+    if pdbs.is_empty() {
+        denied.clear();
+    }
     let default_spec = PodDisruptionBudgetSpec::default();
     let pdb_spec = pdb.map(|p| p.spec.as_ref().unwrap_or(&default_spec));
     let pdb_selector = pdb.and_then(|p| p.spec.as_ref().and_then(|s| s.selector.as_ref()));
@@ -1244,13 +1258,21 @@ fn plan_step(
                 hpa_is_kedas(h) && kedas_hpa_lags(i64::from(o.value()), i64::from(so.value()))
             })
         });
-        let stood = out.autoscaler_min.is_none_or(|min| {
-            !written
-                && !keda_lags
-                && facts
-                    .autoscaler_min
-                    .is_some_and(|(v, d)| v == min && d >= SETTLE)
-        });
+        // With KEDA and an HPA at once neither scales: nothing would lift
+        // the Deployment back, and nothing need stand first. Its scale-back
+        // goes before the autoscalers' writes, which may be refused for as
+        // long as the conflict lasts (KEDA's admission webhook refuses every
+        // update of a ScaledObject whose workload another HPA targets): the
+        // executor stops at the first failed write.
+        let conflict = matches!(applier, Applier::Conflict);
+        let stood = conflict
+            || out.autoscaler_min.is_none_or(|min| {
+                !written
+                    && !keda_lags
+                    && facts
+                        .autoscaler_min
+                        .is_some_and(|(v, d)| v == min && d >= SETTLE)
+            });
         if stood {
             // Not below the autoscaler's own minimum once none of ours is
             // raised (someone's, adopted): it would lift the Deployment
@@ -1263,7 +1285,13 @@ fn plan_step(
                 }
                 _ => 0,
             };
-            writes.extend(o.revert(m, restore.max(floor)));
+            let w = o.revert(m, restore.max(floor));
+            if conflict {
+                let at = out.cleaned.len().min(writes.len());
+                writes.splice(at..at, w);
+            } else {
+                writes.extend(w);
+            }
             out.reverted = true;
         } else {
             out.active = out.active.or(Some(m));
@@ -1598,6 +1626,48 @@ mod tests {
         assert_eq!(op_value(w, "replace", "/spec/replicas"), Some(json!(3)));
     }
 
+    /// Displaced pods are those a PDB selects: with the PDB gone, a node
+    /// left cordoned (quarantined, a stuck autoscaler's taint) holds no
+    /// surge and keeps no signal fresh; with it, the surge waits.
+    #[test]
+    fn a_node_left_cordoned_holds_no_surge_without_a_pdb() {
+        let mut objs = NsObjects {
+            deployments: vec![dep(6, Some((3, 6)))],
+            pods: pods(6, "n1"),
+            pdbs: vec![blocking_pdb(3)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let held = run(&objs, &["n1"], &quiet());
+        assert!(
+            matches!(
+                held.action,
+                Action::Wait(plan::Wait::Draining { displaced: 6 })
+            ),
+            "{:?}",
+            held.action
+        );
+        assert_eq!(
+            held.on_draining, 6,
+            "the cordoned node keeps the signal fresh"
+        );
+        objs.pdbs.clear();
+        let mut facts = quiet();
+        facts.denied = ["web-0".to_string()].into();
+        let s = run(&objs, &["n1"], &facts);
+        assert_eq!(s.action, Action::Revert { baseline: 3 });
+        assert_eq!((s.displaced, s.on_draining), (0, 0));
+        // Within the cooldown it still waits for it.
+        let recent = Facts {
+            since_signal: Some(Duration::from_secs(5)),
+            ..facts
+        };
+        assert!(matches!(
+            run(&objs, &["n1"], &recent).action,
+            Action::Wait(plan::Wait::Cooldown { .. })
+        ));
+    }
+
     /// Our surged number written by someone else through the Deployment
     /// (changed away and back between two of our reads) is theirs: adopted,
     /// not reverted. Written by us, or by an earlier build of ours (no
@@ -1674,21 +1744,37 @@ mod tests {
         assert!(matches!(draining.action, Action::Impossible { .. }));
         assert!(draining.writes.is_empty(), "markers kept while displaced");
         assert!(draining.active.is_some());
+        // The drain over: neither autoscaler scales, so the Deployment goes
+        // back at once, and first: KEDA's webhook refuses the ScaledObject's
+        // write while the conflict lasts, which must not hold the Deployment.
         let over = run(&objs, &[], &quiet());
-        assert_eq!(targets(&over), vec![(ObjKind::ScaledObject, "web".into())]);
+        assert_eq!(
+            targets(&over),
+            vec![
+                (ObjKind::Deployment, "web".into()),
+                (ObjKind::ScaledObject, "web".into())
+            ]
+        );
+        assert_eq!(
+            op_value(&over.writes[0], "replace", "/spec/replicas"),
+            Some(json!(2))
+        );
         assert!(over.reverted);
-        // The Deployment once the minimum (the higher of the two) has stood.
+        // The ScaledObject's write refused: the Deployment back at 2 alone,
+        // the ScaledObject's revert still planned, nothing else.
+        let refused = NsObjects {
+            deployments: vec![dep(2, None)],
+            ..objs.clone()
+        };
+        let next = run(&refused, &[], &quiet());
+        assert_eq!(targets(&next), vec![(ObjKind::ScaledObject, "web".into())]);
+        // Both written: nothing left of ours.
         let reverted = NsObjects {
             scaled_objects: vec![scaled_object(2, None)],
-            ..objs
+            ..refused
         };
-        let facts = Facts {
-            autoscaler_min: Some((2, SETTLE)),
-            ..quiet()
-        };
-        let over = run(&reverted, &[], &facts);
-        assert_eq!(targets(&over), vec![(ObjKind::Deployment, "web".into())]);
-        assert!(over.reverted && over.active.is_none());
+        let done = run(&reverted, &[], &quiet());
+        assert!(done.writes.is_empty() && done.active.is_none(), "{done:?}");
     }
 
     #[test]

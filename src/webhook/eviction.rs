@@ -675,6 +675,11 @@ pub enum SurgeState {
 /// Reads the surge markers on a Deployment (`evictionSurgeReplicas` holds
 /// the surged count, `original-min-replicas` the baseline).
 pub fn surge_state_from_markers(dep: &Deployment) -> SurgeState {
+    // Being deleted: the worker plans no surge for it, so none is coming
+    // (a hold would only delay the apiserver's own 429).
+    if dep.metadata.deletion_timestamp.is_some() {
+        return SurgeState::Impossible("the Deployment is being deleted".into());
+    }
     match Markers::from_annotations(dep.metadata.annotations.as_ref()) {
         Some(m) if m.surged_to <= m.baseline => SurgeState::Kept {
             replicas: m.surged_to,
@@ -1149,6 +1154,13 @@ pub(crate) mod tests {
             surge_state_from_markers(&d),
             SurgeState::Active { from: 3, to: 6 }
         );
+        // Being deleted: no surge is coming, so no hold either.
+        let mut going = d.clone();
+        going.metadata.deletion_timestamp = Some(Time(Default::default()));
+        assert!(matches!(
+            surge_state_from_markers(&going),
+            SurgeState::Impossible(why) if why.contains("being deleted")
+        ));
         // Adopted: someone's 4 is the baseline and the surged number.
         d.metadata.annotations = Some(
             [

@@ -794,7 +794,7 @@ async fn dry_run_drain_changes_nothing() {
 /// KEDA's CRD installed and watched by the server (run alone on a fresh
 /// cluster, a test must not drain before the product has noticed KEDA); a
 /// namespace with ScaledObject `so` (minimum `min`); its ScaledObjects.
-async fn keda_namespace(
+pub(crate) async fn keda_namespace(
     prefix: &str,
     so: &str,
     min: i64,

@@ -1396,3 +1396,156 @@ async fn a_daemonset_pod_left_on_a_drained_node_does_not_hold_the_surge() {
         "still cordoned"
     );
 }
+
+/// KEDA's admission webhook as it answers while a standalone HPA targets
+/// the ScaledObject's workload: every update of a ScaledObject in `ns` is
+/// refused with 403 (kedacore/keda `verifyHpas`: "already managed by the
+/// hpa"). Played by a ValidatingAdmissionPolicy bound to `ns` only;
+/// removed when dropped, however the test ends.
+struct KedaRefuses {
+    name: String,
+}
+
+impl KedaRefuses {
+    async fn apply(ns: &TestNs, so_api: &Api<kube::core::DynamicObject>, so: &str) -> KedaRefuses {
+        let name = format!("e2e-keda-refuses-{}", ns.name);
+        let manifest = json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+             "metadata": {"name": name},
+             "spec": {"failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["keda.sh"], "apiVersions": ["*"],
+                    "operations": ["UPDATE"], "resources": ["scaledobjects"]}]},
+                "validations": [{"expression": "false", "reason": "Forbidden",
+                    "message": "the workload is already managed by the hpa"}]}},
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+             "metadata": {"name": name},
+             "spec": {"policyName": name, "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}}}}}
+        ]});
+        let path = std::env::temp_dir().join(format!("{name}.json"));
+        std::fs::write(&path, manifest.to_string()).expect("write policy");
+        kubectl_ok(&["apply", "-f", &path_str(&path)]);
+        let refused = KedaRefuses { name };
+        let probe = json!({"metadata": {"annotations": {"e2e-probe": "1"}}});
+        wait_for(
+            "updates of the ScaledObject refused",
+            Duration::from_secs(30),
+            || async {
+                let dry = PatchParams {
+                    dry_run: true,
+                    ..Default::default()
+                };
+                match so_api.patch(so, &dry, &Patch::Merge(&probe)).await {
+                    Err(kube::Error::Api(e)) if e.code == 403 => Some(()),
+                    _ => None,
+                }
+            },
+        )
+        .await;
+        refused
+    }
+}
+
+impl Drop for KedaRefuses {
+    fn drop(&mut self) {
+        let _ = kubectl(&[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            &self.name,
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+/// A KEDA surge in place when a standalone HPA comes: a conflict, in which
+/// neither scales, and KEDA's webhook refuses every write of the
+/// ScaledObject. The drain over, the Deployment goes back to its baseline
+/// all the same (its write no longer waits behind the ScaledObject's,
+/// refused at every pass); the ScaledObject's minimum goes back once the
+/// conflict is gone.
+#[tokio::test]
+async fn a_keda_surge_whose_scaled_object_is_refused_in_a_conflict_still_lowers_the_deployment() {
+    let _nodes = nodes_lock().await;
+    let (ns, so_api) = crate::surge::keda_namespace("e2e-kedaconf", "kc", 3).await;
+    let node = "kwok-node-2";
+    create_deployment(&ns, &on_node("kc", 3, node)).await;
+    ready_on(&ns, "kc", 3, node).await;
+    wait_pdb_blocking(&ns, "kc", 3).await;
+    cordon_and_wait_surge(&ns, node, &[("kc", 6)]).await;
+    let so_min = || async {
+        let so = so_api.get("kc").await.ok()?;
+        let marked = so
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(SURGE_MARKER));
+        Some((so.data["spec"]["minReplicaCount"].as_i64()?, marked))
+    };
+    wait_for(
+        "the ScaledObject's minimum raised",
+        REVERT_TIMEOUT,
+        || async { (so_min().await == Some((6, true))).then_some(()) },
+    )
+    .await;
+
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    hpas.create(&PostParams::default(), &hpa("kc-hpa", "kc", 3))
+        .await
+        .expect("create HPA");
+    let refuses = KedaRefuses::apply(&ns, &so_api, "kc").await;
+    uncordon(node);
+    assert_settled_at(&ns, "kc", 3, REVERT_TIMEOUT).await;
+    assert_eq!(
+        so_min().await,
+        Some((6, true)),
+        "the ScaledObject's writes are refused: its surge stays recorded"
+    );
+
+    // The conflict gone: the ScaledObject back to its minimum, the
+    // Deployment stays at its baseline.
+    hpas.delete("kc-hpa", &DeleteParams::default())
+        .await
+        .expect("delete HPA");
+    drop(refuses);
+    wait_so_restored(&so_api, "kc", 3).await;
+    assert_settled_at(&ns, "kc", 3, REVERT_TIMEOUT).await;
+}
+
+/// Displaced pods are those a PDB selects (behaviour.md section 5): a
+/// surge whose PDB is gone while its node stays cordoned (a quarantine, an
+/// autoscaler's taint left behind) goes back to its baseline once the
+/// cooldown has passed, without waiting for the node. `own` has opted out
+/// of our PDB, so deleting the user's leaves none.
+#[tokio::test]
+async fn a_surge_whose_pdb_went_goes_back_while_its_node_stays_cordoned() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-nopdb").await;
+    let node = "kwok-node-1";
+    create_pdb(
+        &ns,
+        &user_pdb("own-user", "own", Some(IntOrString::Int(3)), None),
+    )
+    .await;
+    create_deployment(&ns, &annotate(on_node("own", 3, node), PDB_CREATE, "false")).await;
+    ready_on(&ns, "own", 3, node).await;
+    wait_pdb_blocking(&ns, "own-user", 3).await;
+    cordon_and_wait_surge(&ns, node, &[("own", 6)]).await;
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    pdbs.delete("own-user", &DeleteParams::default())
+        .await
+        .expect("delete the user's PDB");
+    // The node stays cordoned, its three pods on it.
+    assert_settled_at(&ns, "own", 3, REVERT_TIMEOUT).await;
+    let nodes: Api<Node> = Api::all(ns.client.clone());
+    let n = nodes.get(node).await.expect("the node");
+    assert_eq!(
+        n.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "still cordoned"
+    );
+    assert!(
+        owned_pdbs(&ns).await.is_empty(),
+        "no PDB of ours (opted out)"
+    );
+    uncordon(node);
+}

@@ -429,6 +429,31 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
             .is_some_and(|s| s.current_healthy == 2 && s.disruptions_allowed == 0)
     })
     .await;
+    // A second Deployment whose PDB its user takes over (ownedBy removed)
+    // while no controller runs to release it: uninstall drops our owner
+    // reference, so the PDB does not go with its Deployment.
+    deps.create(&PostParams::default(), &deployment("kept", 1, None))
+        .await
+        .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let kept_uid = wait_for(
+        "kept's PDB and its record",
+        Duration::from_secs(30),
+        || async {
+            let uid = pdbs.get_opt("kept").await.ok()??.metadata.uid?;
+            let recorded = kubectl_ok(&[
+                "get",
+                "evictionautoscalers",
+                "kept",
+                "-n",
+                &ns.name,
+                "-o",
+                "jsonpath={.status.pdbUID}",
+            ]);
+            (recorded.trim() == uid).then_some(uid)
+        },
+    )
+    .await;
     kubectl_ok(&["cordon", "kwok-node-1"]);
     wait_for("surge", Duration::from_secs(20), || async {
         let d = deps.get("un").await.ok()?;
@@ -441,6 +466,7 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
     })
     .await;
     stop_server();
+    kubectl_ok(&["annotate", "pdb", "kept", "-n", &ns.name, "ownedBy-"]);
     let out = uninstall();
     assert!(
         out.status.success(),
@@ -452,6 +478,32 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
         text.contains(&format!("{}/deployment/un", ns.name)),
         "{text}"
     );
+    assert!(
+        text.contains(&format!(
+            "released to its user (our owner reference dropped): {}/pdb/kept",
+            ns.name
+        )),
+        "{text}"
+    );
+    let kept = pdbs.get("kept").await.expect("the PDB taken over stays");
+    assert_eq!(kept.metadata.uid.as_deref(), Some(kept_uid.as_str()));
+    assert!(
+        kept.metadata
+            .owner_references
+            .unwrap_or_default()
+            .is_empty(),
+        "no owner reference of ours left"
+    );
+    // Its Deployment deleted: the PDB stays, the user's now.
+    deps.delete("kept", &Default::default()).await.unwrap();
+    wait_for(
+        "kept's Deployment gone",
+        Duration::from_secs(30),
+        || async { deps.get_opt("kept").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(pdb_exists(&ns, "kept").await, "not garbage-collected");
     let d = deps.get("un").await.unwrap();
     assert_eq!(
         d.spec.and_then(|s| s.replicas),
