@@ -915,13 +915,12 @@ fn plan_step(
     // namespace's scope or the opt-out), nothing is displaced, so a node
     // left cordoned holds no surge and keeps no signal fresh: it goes back
     // once the cooldown has passed.
+    // The nodes of its pods are left out too: the next pass would take a
+    // node found draining that held them as a signal.
+    let unbudgeted = pdbs.is_empty();
     let no_budget = BTreeSet::new();
-    let draining = if pdbs.is_empty() {
-        &no_budget
-    } else {
-        draining
-    };
-    if pdbs.is_empty() {
+    let draining = if unbudgeted { &no_budget } else { draining };
+    if unbudgeted {
         denied.clear();
     }
     let default_spec = PodDisruptionBudgetSpec::default();
@@ -1052,12 +1051,14 @@ fn plan_step(
         .count()
         .try_into()
         .unwrap_or(i32::MAX);
-    out.nodes = snapshot
-        .pods
-        .iter()
-        .filter(|p| !p.terminating && !p.completed)
-        .filter_map(|p| p.node.clone())
-        .collect();
+    if !unbudgeted {
+        out.nodes = snapshot
+            .pods
+            .iter()
+            .filter(|p| !p.terminating && !p.completed)
+            .filter_map(|p| p.node.clone())
+            .collect();
+    }
     out.active = snapshot.markers;
     // A Deployment the autoscaler lifted to our raised minimum (also one
     // whose adoption of a lower value failed) is recorded as ours from its
@@ -1651,12 +1652,15 @@ mod tests {
             held.on_draining, 6,
             "the cordoned node keeps the signal fresh"
         );
+        assert_eq!(held.nodes, ["n1".to_string()].into());
         objs.pdbs.clear();
         let mut facts = quiet();
         facts.denied = ["web-0".to_string()].into();
         let s = run(&objs, &["n1"], &facts);
         assert_eq!(s.action, Action::Revert { baseline: 3 });
         assert_eq!((s.displaced, s.on_draining), (0, 0));
+        // Nor does the next pass take the cordoned node as a signal for it.
+        assert!(s.nodes.is_empty(), "{:?}", s.nodes);
         // Within the cooldown it still waits for it.
         let recent = Facts {
             since_signal: Some(Duration::from_secs(5)),

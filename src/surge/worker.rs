@@ -293,6 +293,9 @@ impl Worker {
         let (mut active, mut surge_replicas) = running;
         for o in outcomes {
             let s = &o.step;
+            // Every decision, for `RUST_LOG=eviction_autoscaler::surge=debug`.
+            tracing::debug!(namespace = %s.namespace, deployment = %s.deployment, action = ?s.action,
+                displaced = s.displaced, on_draining = s.on_draining, pdb = ?s.pdb, "surge step");
             if let Some(m) = s.active {
                 active += 1;
                 surge_replicas += i64::from((m.surged_to - m.baseline).max(0));
