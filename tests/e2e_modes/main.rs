@@ -441,7 +441,7 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
         Duration::from_secs(30),
         || async {
             let uid = pdbs.get_opt("kept").await.ok()??.metadata.uid?;
-            let recorded = kubectl_ok(&[
+            let out = kubectl(&[
                 "get",
                 "evictionautoscalers",
                 "kept",
@@ -450,6 +450,7 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
                 "-o",
                 "jsonpath={.status.pdbUID}",
             ]);
+            let recorded = String::from_utf8_lossy(&out.stdout).to_string();
             (recorded.trim() == uid).then_some(uid)
         },
     )
