@@ -524,21 +524,40 @@ impl Worker {
                     .observe(t.elapsed().as_secs_f64());
             }
             tracing::info!(namespace = ns, deployment = name, "surge reverted");
-            self.events
-                .emit(
-                    &dep_ref,
-                    EventType::Normal,
-                    "SurgeReverted",
-                    match s.action {
-                        Action::Revert { baseline } => format!("drain over and cooldown passed: restored {baseline} replicas"),
-                        _ => "drain over and cooldown passed: restored the values recorded before the surge".to_string(),
-                    },
-                );
+            self.events.emit(
+                &dep_ref,
+                EventType::Normal,
+                "SurgeReverted",
+                reverted_note(&s.action, s.writes.iter().map(|w| w.target.kind)),
+            );
         }
     }
 }
 
 /// The SurgeStarted Event's note.
+/// The SurgeReverted note: what went back to what. Under an autoscaler
+/// the number restored is its minimum, not the Deployment's replicas.
+fn reverted_note(
+    action: &Action,
+    written: impl IntoIterator<Item = crate::surge::step::ObjKind>,
+) -> String {
+    use crate::surge::step::ObjKind;
+    let applier = written.into_iter().find(|k| *k != ObjKind::Deployment);
+    match (action, applier) {
+        (Action::Revert { baseline }, Some(ObjKind::Hpa)) => {
+            format!("drain over and cooldown passed: restored the HPA's minReplicas to {baseline}")
+        }
+        (Action::Revert { baseline }, Some(ObjKind::ScaledObject)) => format!(
+            "drain over and cooldown passed: restored the ScaledObject's minReplicaCount to {baseline}"
+        ),
+        (Action::Revert { baseline }, _) => {
+            format!("drain over and cooldown passed: restored {baseline} replicas")
+        }
+        _ => "drain over and cooldown passed: restored the values recorded before the surge"
+            .to_string(),
+    }
+}
+
 fn started_note(baseline: i32, target: i32, pdb: &str) -> String {
     format!("surging from {baseline} to {target} replicas so that PDB {pdb} lets displaced pods go")
 }
@@ -566,6 +585,18 @@ fn start_found(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reverted_note_names_what_went_back() {
+        use crate::surge::step::ObjKind::*;
+        let back = Action::Revert { baseline: 2 };
+        assert!(reverted_note(&back, [Deployment]).ends_with("restored 2 replicas"));
+        assert!(reverted_note(&back, [Hpa]).ends_with("the HPA's minReplicas to 2"));
+        assert!(reverted_note(&back, [Deployment, ScaledObject])
+            .ends_with("the ScaledObject's minReplicaCount to 2"));
+        let waited = Action::Wait(crate::surge::plan::Wait::Draining { displaced: 1 });
+        assert!(reverted_note(&waited, [Deployment]).ends_with("recorded before the surge"));
+    }
 
     #[test]
     fn a_start_whose_answer_was_lost_is_said_when_found() {
