@@ -626,10 +626,12 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         let is_legacy = legacy.is_some();
         let t = (ns.clone(), name.clone());
         // KEDA's minimum is what its HPA is left at. With KEDA and an HPA at
-        // once neither scales: no floor.
+        // once neither scales on metrics, but each HPA still lifts the
+        // Deployment to its minimum: the higher one.
         let floor = match (floors.get(&t), keda_minimum.get(&t)) {
+            (Some(a), Some(b)) => i32::try_from(*a.max(b)).unwrap_or(i32::MAX),
             (Some(f), None) | (None, Some(f)) => i32::try_from(*f).unwrap_or(i32::MAX),
-            _ => 0,
+            (None, None) => 0,
         };
         let ops = if let Some(ops) = deployment_revert_ops(d, floor) {
             ops

@@ -381,6 +381,20 @@ fn releases(s: &NamespaceSnapshot) -> Vec<Action> {
         .collect()
 }
 
+/// A PDB of ours made at admission whose Deployment never appeared (no
+/// owner reference yet, and no Deployment of its target's name).
+fn admission_orphan(p: &PodDisruptionBudget, deployments: &[Arc<Deployment>]) -> bool {
+    let target = target_of(p).unwrap_or_default();
+    owned_by_us(&p.metadata)
+        && p.metadata
+            .owner_references
+            .as_ref()
+            .is_none_or(|o| o.is_empty())
+        && !deployments
+            .iter()
+            .any(|d| d.metadata.name.as_deref() == Some(target))
+}
+
 /// The references a release leaves on a PDB: all of `current` but our
 /// controller reference to `deployment`. None when that is not there
 /// (nothing to write).
@@ -669,10 +683,20 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
                         && owned_by_us(&p.metadata)
                         && target_of(p).is_some_and(|t| t > dep_name.as_str())
                 });
+                // An admission-time PDB of ours whose Deployment never
+                // appeared goes in this pass when it sits beside this
+                // Deployment's own (below): stepping aside for it would
+                // leave neither. (Without one of its own, none is made
+                // beside it: it waits for that PDB to go.)
+                let orphans = s
+                    .pdbs
+                    .iter()
+                    .filter(|p| has_own && admission_orphan(p, s.deployments));
                 let ignored: Vec<&Arc<PodDisruptionBudget>> = matching
                     .iter()
                     .copied()
                     .chain(yields_to_us)
+                    .chain(orphans)
                     .chain(edited.iter().copied())
                     .collect();
                 pdb::pod_overlap(dep, &protected, &ignored)
@@ -833,20 +857,7 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
     );
 
     // Admission-time PDBs whose Deployment never appeared.
-    for p in s.pdbs.iter().filter(|p| owned_by_us(&p.metadata)) {
-        let target = target_of(p).unwrap_or_default();
-        let dep_exists = s
-            .deployments
-            .iter()
-            .any(|d| d.metadata.name.as_deref() == Some(target));
-        let has_owner = p
-            .metadata
-            .owner_references
-            .as_ref()
-            .is_some_and(|o| !o.is_empty());
-        if dep_exists || has_owner {
-            continue;
-        }
+    for p in s.pdbs.iter().filter(|p| admission_orphan(p, s.deployments)) {
         // Within the grace it may select another workload's pods, and a
         // budget of someone else's over one of them makes two: the
         // apiserver then refuses every eviction of that pod.
@@ -2016,6 +2027,47 @@ mod tests {
         .expect("a pod");
         w.pods = Some(vec![Arc::new(SlimPod::from(&done))]);
         assert!(w.plan().is_empty());
+    }
+
+    /// An admission-time orphan of ours (`aaa`, no Deployment) over a pod
+    /// of `web` through the pod's own labels, beside web's own PDB: the
+    /// orphan goes in this pass, web's PDB does not step aside for it (that
+    /// would leave the pod with no budget until the next pass).
+    #[test]
+    fn our_pdb_does_not_step_aside_for_an_orphan_that_goes() {
+        let mut w = World::new();
+        let web = w.deps[0].clone();
+        let mut mine = (*ours(&web, 3)).clone();
+        mine.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                kind: "Deployment".into(),
+                name: "web".into(),
+                uid: web.metadata.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        // Over `app=web, job=x`: not web's template, but its pod's labels.
+        let mut orphan = owned_pdb(&dep("aaa", 3), 3);
+        orphan.metadata.uid = Some("orphan-uid".into());
+        if let Some(sel) = orphan.spec.as_mut().and_then(|s| s.selector.as_mut()) {
+            sel.match_labels = Some(
+                [("app", "web"), ("job", "x")]
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .into(),
+            );
+            sel.match_expressions = None;
+        }
+        w.pdbs = vec![Arc::new(mine), Arc::new(orphan)];
+        w.pods = Some(vec![running_pod("web-1", &[("app", "web"), ("job", "x")])]);
+        w.age = 10;
+        let a = w.plan();
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::DeletePdb { pdb, .. } if pdb == "aaa")),
+            "the orphan goes: {a:?}"
+        );
+        assert!(stepped_aside(&a).is_empty(), "web's stays: {a:?}");
     }
 
     fn eas_with_pdb_uid(name: &str, uid: Option<&str>) -> Arc<EvictionAutoScaler> {

@@ -724,7 +724,17 @@ impl State {
                 so_min(so).max(1),
                 self.user.get(&(ObjKind::ScaledObject, "web".into())),
             ),
-            _ => return None,
+            // KEDA and an HPA at once: neither scales on metrics, but the
+            // HPA controller still lifts the Deployment to each HPA's
+            // minimum (the bounds come before the ambiguous selector).
+            (Some(h), Some(so)) => {
+                let min = hpa_min(h).max(so_min(so).max(1));
+                let users = [ObjKind::Hpa, ObjKind::ScaledObject]
+                    .map(|k| self.user.get(&(k, "web".into())).copied());
+                let user_min = users.into_iter().flatten().max().unwrap_or(min);
+                return Some((min, user_min.max(1)));
+            }
+            (None, None) => return None,
         };
         Some((min, user_min.copied().unwrap_or(min).max(1)))
     }

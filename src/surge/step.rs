@@ -1096,8 +1096,17 @@ fn plan_step(
     // Deployment at our minimum on metrics (docs/how-it-works.md). So its
     // own value is recorded first and the lift made by us, unless the
     // minimum goes back in this step (a surge writes the Deployment itself).
+    // With KEDA and an HPA at once, the HPA controller still lifts it to
+    // the higher minimum (KEDA's HPA at the ScaledObject's raised one).
+    let conflict_raised = || {
+        all.iter()
+            .filter(|o| o.key.kind != ObjKind::Deployment)
+            .filter_map(|o| o.markers())
+            .max_by_key(|m| m.surged_to)
+            .filter(|_| matches!(applier, Applier::Conflict))
+    };
     let lifted = lifted.or_else(|| {
-        let r = raised.filter(|_| autoscaled)?;
+        let r = raised.filter(|_| autoscaled).or_else(conflict_raised)?;
         let v = dep_s.value();
         (dep_state.is_none()
             && dep_pending.is_none()
@@ -1259,40 +1268,35 @@ fn plan_step(
                 hpa_is_kedas(h) && kedas_hpa_lags(i64::from(o.value()), i64::from(so.value()))
             })
         });
-        // With KEDA and an HPA at once neither scales: nothing would lift
-        // the Deployment back, and nothing need stand first. Its scale-back
-        // goes before the autoscalers' writes, which may be refused for as
-        // long as the conflict lasts (KEDA's admission webhook refuses every
-        // update of a ScaledObject whose workload another HPA targets): the
-        // executor stops at the first failed write.
-        let conflict = matches!(applier, Applier::Conflict);
-        let stood = conflict
-            || out.autoscaler_min.is_none_or(|min| {
-                !written
-                    && !keda_lags
-                    && facts
-                        .autoscaler_min
-                        .is_some_and(|(v, d)| v == min && d >= SETTLE)
-            });
+        let stood = out.autoscaler_min.is_none_or(|min| {
+            !written
+                && !keda_lags
+                && facts
+                    .autoscaler_min
+                    .is_some_and(|(v, d)| v == min && d >= SETTLE)
+        });
         if stood {
             // Not below the autoscaler's own minimum once none of ours is
             // raised (someone's, adopted): it would lift the Deployment
             // straight back, a pod deleted and made again for nothing. Not
-            // from 0 (an autoscaler leaves a Deployment at 0 alone), nor with
-            // KEDA and an HPA at once (neither scales then).
+            // from 0 (an autoscaler leaves a Deployment at 0 alone). With
+            // KEDA and an HPA at once neither scales on metrics, but each
+            // HPA still lifts the Deployment to its minimum (the HPA
+            // controller checks the bounds before the selector it finds
+            // ambiguous): KEDA's HPA counts too.
             let floor = match raised {
+                _ if matches!(applier, Applier::Conflict) && m.baseline > 0 => hpa_s
+                    .iter()
+                    .map(|h| h.value())
+                    .max()
+                    .unwrap_or(0)
+                    .min(m.surged_to),
                 None if autoscaled && m.baseline > 0 => {
                     out.autoscaler_min.unwrap_or(0).min(m.surged_to)
                 }
                 _ => 0,
             };
-            let w = o.revert(m, restore.max(floor));
-            if conflict {
-                let at = out.cleaned.len().min(writes.len());
-                writes.splice(at..at, w);
-            } else {
-                writes.extend(w);
-            }
+            writes.extend(o.revert(m, restore.max(floor)));
             out.reverted = true;
         } else {
             out.active = out.active.or(Some(m));
@@ -1748,37 +1752,52 @@ mod tests {
         assert!(matches!(draining.action, Action::Impossible { .. }));
         assert!(draining.writes.is_empty(), "markers kept while displaced");
         assert!(draining.active.is_some());
-        // The drain over: neither autoscaler scales, so the Deployment goes
-        // back at once, and first: KEDA's webhook refuses the ScaledObject's
-        // write while the conflict lasts, which must not hold the Deployment.
+        // The drain over: the ScaledObject first (KEDA's webhook may refuse
+        // it while the conflict lasts: then everything waits, as KEDA's
+        // HPA, at the raised minimum, would lift the Deployment back).
         let over = run(&objs, &[], &quiet());
-        assert_eq!(
-            targets(&over),
-            vec![
-                (ObjKind::Deployment, "web".into()),
-                (ObjKind::ScaledObject, "web".into())
-            ]
-        );
+        assert_eq!(targets(&over), vec![(ObjKind::ScaledObject, "web".into())]);
+        assert!(over.reverted);
+        // The Deployment once the minimum (the higher of the two) has stood.
+        let reverted = NsObjects {
+            scaled_objects: vec![scaled_object(2, None)],
+            ..objs.clone()
+        };
+        let facts = Facts {
+            autoscaler_min: Some((2, SETTLE)),
+            ..quiet()
+        };
+        let over = run(&reverted, &[], &facts);
+        assert_eq!(targets(&over), vec![(ObjKind::Deployment, "web".into())]);
         assert_eq!(
             op_value(&over.writes[0], "replace", "/spec/replicas"),
             Some(json!(2))
         );
-        assert!(over.reverted);
-        // The ScaledObject's write refused: the Deployment back at 2 alone,
-        // the ScaledObject's revert still planned, nothing else.
-        let refused = NsObjects {
-            deployments: vec![dep(2, None)],
-            ..objs.clone()
+        assert!(over.reverted && over.active.is_none());
+        // Not below an HPA's own minimum (someone's 3 on the standalone
+        // one): each still lifts the Deployment to its minimum in a
+        // conflict, KEDA's too (at the ScaledObject's 2 here).
+        let mut theirs = (*hpa()).clone();
+        if let Some(spec) = theirs.spec.as_mut() {
+            spec.min_replicas = Some(3);
+        }
+        let floored = NsObjects {
+            hpas: vec![
+                Arc::new(theirs),
+                Arc::new(crate::surge::view::kedas_hpa("ns", "web", 2, 9)),
+            ],
+            ..reverted
         };
-        let next = run(&refused, &[], &quiet());
-        assert_eq!(targets(&next), vec![(ObjKind::ScaledObject, "web".into())]);
-        // Both written: nothing left of ours.
-        let reverted = NsObjects {
-            scaled_objects: vec![scaled_object(2, None)],
-            ..refused
+        let facts = Facts {
+            autoscaler_min: Some((3, SETTLE)),
+            ..quiet()
         };
-        let done = run(&reverted, &[], &quiet());
-        assert!(done.writes.is_empty() && done.active.is_none(), "{done:?}");
+        let over = run(&floored, &[], &facts);
+        assert_eq!(
+            op_value(&over.writes[0], "replace", "/spec/replicas"),
+            Some(json!(3)),
+            "{over:?}"
+        );
     }
 
     #[test]

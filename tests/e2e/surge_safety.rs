@@ -1458,15 +1458,17 @@ impl Drop for KedaRefuses {
 }
 
 /// A KEDA surge in place when a standalone HPA comes: a conflict, in which
-/// neither scales, and KEDA's webhook refuses every write of the
-/// ScaledObject. The drain over, the Deployment goes back to its baseline
-/// all the same (its write no longer waits behind the ScaledObject's,
-/// refused at every pass); the ScaledObject's minimum goes back once the
-/// conflict is gone.
+/// neither HPA scales on metrics but each still lifts the Deployment to its
+/// minimum (KEDA's at the ScaledObject's raised one), and KEDA's webhook
+/// refuses every write of the ScaledObject. While it lasts the surge stays
+/// whole, markers and all: lowering the Deployment would only have KEDA's
+/// HPA lift it again, with no markers left to bring it back. Once the
+/// conflict ends, everything goes back to its baseline.
 #[tokio::test]
-async fn a_keda_surge_whose_scaled_object_is_refused_in_a_conflict_still_lowers_the_deployment() {
+async fn a_keda_surge_held_by_a_conflict_goes_back_once_it_ends() {
     let _nodes = nodes_lock().await;
     let (ns, so_api) = crate::surge::keda_namespace("e2e-kedaconf", "kc", 3).await;
+    let keda = KedaOperator::start(&ns, "kc");
     let node = "kwok-node-2";
     create_deployment(&ns, &on_node("kc", 3, node)).await;
     ready_on(&ns, "kc", 3, node).await;
@@ -1487,28 +1489,40 @@ async fn a_keda_surge_whose_scaled_object_is_refused_in_a_conflict_still_lowers_
         || async { (so_min().await == Some((6, true))).then_some(()) },
     )
     .await;
-
     let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    wait_hpa_min(&hpas, "keda-hpa-kc", 6, None, REVERT_TIMEOUT).await;
+
     hpas.create(&PostParams::default(), &hpa("kc-hpa", "kc", 3))
         .await
         .expect("create HPA");
     let refuses = KedaRefuses::apply(&ns, &so_api, "kc").await;
     uncordon(node);
-    assert_settled_at(&ns, "kc", 3, REVERT_TIMEOUT).await;
-    assert_eq!(
-        so_min().await,
-        Some((6, true)),
-        "the ScaledObject's writes are refused: its surge stays recorded"
-    );
+    // Past the cooldown (5 s) and SETTLE (3 s) several times over: the
+    // Deployment is never lowered (KEDA's HPA would lift it straight back).
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < until {
+        assert_eq!(
+            deployment_state(&ns, "kc").await,
+            (6, Some(true)),
+            "the surge stays whole while the conflict lasts"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(so_min().await, Some((6, true)), "refused: still recorded");
 
-    // The conflict gone: the ScaledObject back to its minimum, the
-    // Deployment stays at its baseline.
+    // The conflict gone: the ScaledObject back to its minimum, KEDA's HPA
+    // follows, then the Deployment back to its baseline.
     hpas.delete("kc-hpa", &DeleteParams::default())
         .await
         .expect("delete HPA");
     drop(refuses);
     wait_so_restored(&so_api, "kc", 3).await;
     assert_settled_at(&ns, "kc", 3, REVERT_TIMEOUT).await;
+    let (_, foreign) = keda.finish().await;
+    assert!(
+        foreign.is_empty(),
+        "KEDA's HPA written by someone else: {foreign:?}"
+    );
 }
 
 /// Displaced pods are those a PDB selects (behaviour.md section 5): a
