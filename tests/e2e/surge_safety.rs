@@ -900,18 +900,28 @@ impl ExtraNode {
             .unwrap_or_else(|e| panic!("create node {name}: {e}"));
         let guard = ExtraNode(name);
         wait_for(
-            &format!("node {name} Ready"),
+            &format!("node {name} Ready, without the node lifecycle controller's taints"),
             Duration::from_secs(60),
             || {
                 let nodes = nodes.clone();
                 async move {
                     let n = nodes.get(name).await.ok()?;
+                    // A new node carries `not-ready:NoSchedule` until that
+                    // controller sees it Ready: the pods, only preferring
+                    // it, would be scheduled elsewhere meanwhile (seen once).
+                    let tainted =
+                        n.spec
+                            .as_ref()
+                            .and_then(|s| s.taints.as_ref())
+                            .is_some_and(|t| {
+                                t.iter().any(|t| t.key.starts_with("node.kubernetes.io/"))
+                            });
                     let ready = n
                         .status?
                         .conditions?
                         .iter()
                         .any(|c| c.type_ == "Ready" && c.status == "True");
-                    ready.then_some(())
+                    (ready && !tainted).then_some(())
                 }
             },
         )
