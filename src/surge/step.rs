@@ -571,8 +571,9 @@ fn rolling_out(d: &Deployment) -> bool {
 
 /// For a Deployment not stepped this pass (backing off, or in another
 /// pass): how many of its running pods are on draining nodes, and the nodes
-/// its running pods are on. By its selector alone (no PDB read): enough to
-/// keep its signal fresh.
+/// its running pods are on. By its selector (the PDB only read for whether
+/// there is one): enough to keep its signal fresh. None without a PDB over
+/// its pods: nothing is displaced then (see `plan_step`).
 pub fn pods_on_draining(
     objs: &NsObjects,
     draining: &BTreeSet<String>,
@@ -585,6 +586,11 @@ pub fn pods_on_draining(
     else {
         return (0, BTreeSet::new());
     };
+    if matching_pdbs(dep, &objs.pdbs).is_empty()
+        && pdbs_over_pods(dep, &objs.pdbs, &objs.pods).is_empty()
+    {
+        return (0, BTreeSet::new());
+    }
     let selector = dep.spec.as_ref().map(|s| &s.selector);
     let mut on = 0i32;
     let mut nodes = BTreeSet::new();
@@ -1644,6 +1650,8 @@ mod tests {
             ..Default::default()
         };
         let held = run(&objs, &["n1"], &quiet());
+        let draining = ["n1".to_string()].into();
+        assert_eq!(pods_on_draining(&objs, &draining, "web").0, 6);
         assert!(
             matches!(
                 held.action,
@@ -1663,8 +1671,14 @@ mod tests {
         let s = run(&objs, &["n1"], &facts);
         assert_eq!(s.action, Action::Revert { baseline: 3 });
         assert_eq!((s.displaced, s.on_draining), (0, 0));
-        // Nor does the next pass take the cordoned node as a signal for it.
+        // Nor does the next pass take the cordoned node as a signal for it,
+        // nor a pass that skips it (backing off after a failed write).
         assert!(s.nodes.is_empty(), "{:?}", s.nodes);
+        let draining = ["n1".to_string()].into();
+        assert_eq!(
+            pods_on_draining(&objs, &draining, "web"),
+            (0, BTreeSet::new())
+        );
         // Within the cooldown it still waits for it.
         let recent = Facts {
             since_signal: Some(Duration::from_secs(5)),
