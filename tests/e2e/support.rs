@@ -712,16 +712,39 @@ impl DenyUpdates {
         operation: &str,
         expression: &str,
     ) -> DenyUpdates {
+        Self::policy(ns, group, resource, operation, expression, None)
+    }
+
+    /// Every update of `resource` refused with 403 Forbidden, as a webhook
+    /// built on controller-runtime answers a denial (KEDA's refuses every
+    /// update of a ScaledObject whose workload another HPA targets). A
+    /// policy's own denial is a 422 otherwise.
+    pub fn forbid_updates(ns: &TestNs, group: &str, resource: &str) -> DenyUpdates {
+        Self::policy(ns, group, resource, "UPDATE", "false", Some("Forbidden"))
+    }
+
+    fn policy(
+        ns: &TestNs,
+        group: &str,
+        resource: &str,
+        operation: &str,
+        expression: &str,
+        reason: Option<&str>,
+    ) -> DenyUpdates {
         let name = format!("e2e-deny-{resource}-{}", ns.name);
+        let mut validation = serde_json::json!({"expression": expression,
+            "message": format!("e2e: {resource} {operation} refused")});
+        if let Some(r) = reason {
+            validation["reason"] = serde_json::json!(r);
+        }
         let manifest = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
             {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
              "metadata": {"name": name},
              "spec": {"failurePolicy": "Fail",
                       "matchConstraints": {"resourceRules": [{"apiGroups": [group],
-                          "apiVersions": ["v1", "v2"], "operations": [operation],
+                          "apiVersions": ["*"], "operations": [operation],
                           "resources": [resource]}]},
-                      "validations": [{"expression": expression,
-                                       "message": format!("e2e: {resource} {operation} refused")}]}},
+                      "validations": [validation]}},
             {"apiVersion": "admissionregistration.k8s.io/v1",
              "kind": "ValidatingAdmissionPolicyBinding",
              "metadata": {"name": name},

@@ -1407,66 +1407,6 @@ async fn a_daemonset_pod_left_on_a_drained_node_does_not_hold_the_surge() {
     );
 }
 
-/// KEDA's admission webhook as it answers while a standalone HPA targets
-/// the ScaledObject's workload: every update of a ScaledObject in `ns` is
-/// refused with 403 (kedacore/keda `verifyHpas`: "already managed by the
-/// hpa"). Played by a ValidatingAdmissionPolicy bound to `ns` only;
-/// removed when dropped, however the test ends.
-struct KedaRefuses {
-    name: String,
-}
-
-impl KedaRefuses {
-    async fn apply(ns: &TestNs, so_api: &Api<kube::core::DynamicObject>, so: &str) -> KedaRefuses {
-        let name = format!("e2e-keda-refuses-{}", ns.name);
-        let manifest = json!({"apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-             "metadata": {"name": name},
-             "spec": {"failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{"apiGroups": ["keda.sh"], "apiVersions": ["*"],
-                    "operations": ["UPDATE"], "resources": ["scaledobjects"]}]},
-                "validations": [{"expression": "false", "reason": "Forbidden",
-                    "message": "the workload is already managed by the hpa"}]}},
-            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-             "metadata": {"name": name},
-             "spec": {"policyName": name, "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}}}}}
-        ]});
-        let path = std::env::temp_dir().join(format!("{name}.json"));
-        std::fs::write(&path, manifest.to_string()).expect("write policy");
-        kubectl_ok(&["apply", "-f", &path_str(&path)]);
-        let refused = KedaRefuses { name };
-        let probe = json!({"metadata": {"annotations": {"e2e-probe": "1"}}});
-        wait_for(
-            "updates of the ScaledObject refused",
-            Duration::from_secs(30),
-            || async {
-                let dry = PatchParams {
-                    dry_run: true,
-                    ..Default::default()
-                };
-                match so_api.patch(so, &dry, &Patch::Merge(&probe)).await {
-                    Err(kube::Error::Api(e)) if e.code == 403 => Some(()),
-                    _ => None,
-                }
-            },
-        )
-        .await;
-        refused
-    }
-}
-
-impl Drop for KedaRefuses {
-    fn drop(&mut self) {
-        let _ = kubectl(&[
-            "delete",
-            "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            &self.name,
-            "--ignore-not-found",
-        ]);
-    }
-}
-
 /// A KEDA surge in place when a standalone HPA comes: a conflict, in which
 /// neither HPA scales on metrics but each still lifts the Deployment to its
 /// minimum (KEDA's at the ScaledObject's raised one), and KEDA's webhook
@@ -1505,7 +1445,9 @@ async fn a_keda_surge_held_by_a_conflict_goes_back_once_it_ends() {
     hpas.create(&PostParams::default(), &hpa("kc-hpa", "kc", 3))
         .await
         .expect("create HPA");
-    let refuses = KedaRefuses::apply(&ns, &so_api, "kc").await;
+    // KEDA's webhook, as it answers in that conflict.
+    let refuses = DenyUpdates::forbid_updates(&ns, "keda.sh", "scaledobjects");
+    refuses.wait_refusing("scaledobjects.keda.sh/kc").await;
     uncordon(node);
     // Past the cooldown (5 s) and SETTLE (3 s) several times over: the
     // Deployment is never lowered (KEDA's HPA would lift it straight back).
@@ -1525,7 +1467,7 @@ async fn a_keda_surge_held_by_a_conflict_goes_back_once_it_ends() {
     hpas.delete("kc-hpa", &DeleteParams::default())
         .await
         .expect("delete HPA");
-    drop(refuses);
+    refuses.lift("scaledobjects.keda.sh/kc").await;
     wait_so_restored(&so_api, "kc", 3).await;
     assert_settled_at(&ns, "kc", 3, REVERT_TIMEOUT).await;
     let (_, foreign) = keda.finish().await;
