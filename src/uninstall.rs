@@ -339,15 +339,7 @@ pub fn release_ops(
     }
     let target = crate::reconcile::plan::once_ours(p, records)?;
     let current = p.metadata.owner_references.as_deref()?;
-    let keep = crate::reconcile::plan::released_references(current, target)?;
-    let mut ops =
-        vec![json!({"op": "test", "path": "/metadata/uid", "value": p.metadata.uid.as_deref()?})];
-    ops.extend(guarded_set(
-        "/metadata/ownerReferences",
-        Some(json!(current)),
-        json!(keep),
-    ));
-    Some(ops)
+    crate::reconcile::plan::release_ops(p.metadata.uid.as_deref(), current, target)
 }
 
 /// The PDBs and EvictionAutoScalers uninstall deletes: ours only.

@@ -806,21 +806,15 @@ impl Reconciler {
                     .get(&kube::runtime::reflector::ObjectRef::new(&pdb).within(ns))
                     .and_then(|p| p.metadata.owner_references.clone());
                 // The other references as they are now, not as the plan read
-                // them: one added since stays (the test below fails the
-                // patch if they change again before it lands).
-                let Some(keep) =
-                    plan::released_references(current.as_deref().unwrap_or_default(), &deployment)
-                else {
+                // them: one added since stays. Only the PDB the plan read (its
+                // UID): one re-created under its name keeps its references.
+                let Some(ops) = plan::release_ops(
+                    uid.as_deref(),
+                    current.as_deref().unwrap_or_default(),
+                    &deployment,
+                ) else {
                     return Ok(());
                 };
-                // Only the PDB the plan read: one re-created under its name
-                // meanwhile was never ours and keeps its references.
-                let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": uid})];
-                ops.extend(guarded_set(
-                    "/metadata/ownerReferences",
-                    current.map(|c| json!(c)),
-                    json!(keep),
-                ));
                 pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
                 tracing::info!(namespace = ns, %pdb, "PDB handed to its user: owner reference dropped");
             }

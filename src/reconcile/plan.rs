@@ -410,6 +410,26 @@ pub fn released_references(
     (keep.len() < current.len()).then_some(keep)
 }
 
+/// The patch that drops our controller reference to `deployment` from the
+/// PDB of `uid` whose references are `current`: guarded by its UID (one
+/// made again under its name was never ours) and by the references as
+/// read (one added since fails it, and stays). None when that reference is
+/// not there. The reconciler's hand-over and uninstall's both write it.
+pub fn release_ops(
+    uid: Option<&str>,
+    current: &[OwnerReference],
+    deployment: &str,
+) -> Option<Vec<serde_json::Value>> {
+    let keep = released_references(current, deployment)?;
+    let mut ops = vec![serde_json::json!({"op": "test", "path": "/metadata/uid", "value": uid})];
+    ops.extend(crate::patch::guarded_set(
+        "/metadata/ownerReferences",
+        Some(serde_json::json!(current)),
+        serde_json::json!(keep),
+    ));
+    Some(ops)
+}
+
 /// Did we create this PDB, and for which Deployment? The EvictionAutoScaler
 /// of its name recorded its UID while it carried `ownedBy` (see the header).
 pub fn once_ours<'a>(

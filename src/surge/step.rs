@@ -569,6 +569,19 @@ fn rolling_out(d: &Deployment) -> bool {
         || st.updated_replicas.unwrap_or(0) < st.replicas.unwrap_or(0)
 }
 
+/// The PDBs over a Deployment's pods: matched by its template, else by the
+/// pods' own labels (a mesh's injected ones): a 429 under a PDB only the
+/// pods' labels meet must still bring a surge, and its revert the budget
+/// check.
+fn budget_pdbs<'a>(dep: &Deployment, objs: &'a NsObjects) -> Vec<&'a Arc<PodDisruptionBudget>> {
+    let pdbs = matching_pdbs(dep, &objs.pdbs);
+    if pdbs.is_empty() {
+        pdbs_over_pods(dep, &objs.pdbs, &objs.pods)
+    } else {
+        pdbs
+    }
+}
+
 /// For a Deployment not stepped this pass (backing off, or in another
 /// pass): how many of its running pods are on draining nodes, and the nodes
 /// its running pods are on. By its selector (the PDB only read for whether
@@ -586,9 +599,7 @@ pub fn pods_on_draining(
     else {
         return (0, BTreeSet::new());
     };
-    if matching_pdbs(dep, &objs.pdbs).is_empty()
-        && pdbs_over_pods(dep, &objs.pdbs, &objs.pods).is_empty()
-    {
+    if budget_pdbs(dep, objs).is_empty() {
         return (0, BTreeSet::new());
     }
     let selector = dep.spec.as_ref().map(|s| &s.selector);
@@ -904,13 +915,7 @@ fn plan_step(
     };
 
     // The budget: exactly one PDB over the Deployment's pods, or none to size for.
-    // Matched by the template, else by the pods' own labels (a mesh's
-    // injected ones): a 429 under a PDB only the pods' labels meet must
-    // still bring a surge, and its revert the budget check.
-    let mut pdbs = matching_pdbs(dep, &objs.pdbs);
-    if pdbs.is_empty() {
-        pdbs = pdbs_over_pods(dep, &objs.pdbs, &objs.pods);
-    }
+    let pdbs = budget_pdbs(dep, objs);
     let pdb: Option<&Arc<PodDisruptionBudget>> = match pdbs[..] {
         [p] => Some(p),
         _ => None,
@@ -987,17 +992,21 @@ fn plan_step(
     // adopted as someone's value and the surge's replicas kept for good.
     // Only when the HPA controller wrote the value: with both, neither
     // scales any more, so another writer (`kubectl scale`) set its own.
+    let conflict = matches!(applier, Applier::Conflict);
+    let minimums = || {
+        all.iter()
+            .filter(|o| o.key.kind != ObjKind::Deployment)
+            .filter_map(|o| o.markers())
+    };
+    // With both, the HPA controller lifts the Deployment to the higher
+    // minimum (KEDA's HPA at the ScaledObject's raised one).
+    let highest_raised = minimums().max_by_key(|m| m.surged_to).filter(|_| conflict);
     let raised = if autoscaled {
         snapshot.markers
-    } else if matches!(applier, Applier::Conflict) && dep_s.writer == ReplicasWriter::Autoscaler {
-        let minimums = || {
-            all.iter()
-                .filter(|o| o.key.kind != ObjKind::Deployment)
-                .filter_map(|o| o.markers())
-        };
+    } else if conflict && dep_s.writer == ReplicasWriter::Autoscaler {
         minimums()
             .find(|m| dep_s.raw == Some(m.surged_to))
-            .or_else(|| minimums().max_by_key(|m| m.surged_to))
+            .or(highest_raised)
     } else {
         None
     };
@@ -1102,17 +1111,8 @@ fn plan_step(
     // Deployment at our minimum on metrics (docs/how-it-works.md). So its
     // own value is recorded first and the lift made by us, unless the
     // minimum goes back in this step (a surge writes the Deployment itself).
-    // With KEDA and an HPA at once, the HPA controller still lifts it to
-    // the higher minimum (KEDA's HPA at the ScaledObject's raised one).
-    let conflict_raised = || {
-        all.iter()
-            .filter(|o| o.key.kind != ObjKind::Deployment)
-            .filter_map(|o| o.markers())
-            .max_by_key(|m| m.surged_to)
-            .filter(|_| matches!(applier, Applier::Conflict))
-    };
     let lifted = lifted.or_else(|| {
-        let r = raised.filter(|_| autoscaled).or_else(conflict_raised)?;
+        let r = raised.filter(|_| autoscaled).or(highest_raised)?;
         let v = dep_s.value();
         (dep_state.is_none()
             && dep_pending.is_none()
@@ -1291,7 +1291,7 @@ fn plan_step(
             // controller checks the bounds before the selector it finds
             // ambiguous): KEDA's HPA counts too.
             let floor = match raised {
-                _ if matches!(applier, Applier::Conflict) && m.baseline > 0 => hpa_s
+                _ if conflict && m.baseline > 0 => hpa_s
                     .iter()
                     .map(|h| h.value())
                     .max()

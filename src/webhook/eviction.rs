@@ -304,6 +304,15 @@ fn decide_inner(
     })
 }
 
+/// Whether the budget's `desiredHealthy` stays what it is when its
+/// workloads scale down: only for a whole-number `minAvailable` (what we
+/// create). With `maxUnavailable` or a percentage it falls with the scale.
+fn desired_stays_on_scale_down(
+    spec: &k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec,
+) -> bool {
+    spec.max_unavailable.is_none() && matches!(spec.min_available, Some(IntOrString::Int(_)))
+}
+
 /// DeletionTimeout of the disruption controller: a `status.disruptedPods`
 /// entry stops counting the pod as leaving after this long.
 const DISRUPTED_POD_TIMEOUT: SignedDuration = SignedDuration::from_secs(120);
@@ -338,12 +347,11 @@ pub fn recount_pending(
     if !pod.is_ready() {
         return None;
     }
-    // With `maxUnavailable`, or a percentage, the budget's desiredHealthy
-    // falls with the scale-down: the status's old one would hold evictions
-    // that the recount allows (and a scale-down then costs the budget
-    // nothing, or next to nothing, for an eviction to race).
+    // Otherwise the status's old desiredHealthy would hold evictions that
+    // the recount allows (and a scale-down then costs the budget nothing,
+    // or next to nothing, for an eviction to race).
     let spec = pdb.spec.as_ref()?;
-    if spec.max_unavailable.is_some() || !matches!(spec.min_available, Some(IntOrString::Int(_))) {
+    if !desired_stays_on_scale_down(spec) {
         return None;
     }
     let dep = view.owning_deployment(pod)?;
@@ -460,13 +468,12 @@ pub fn status_catch_up(view: &impl EvictionView, ns: &str, pdb: &str) -> Option<
     if !crate::cache::owned_by_us(&pdb.metadata) {
         return None;
     }
-    // The count is written against the status's own `desiredHealthy`, which
-    // stays right only for a whole-number `minAvailable` (what we create).
-    // With `maxUnavailable` or a percentage it falls with the scale-down,
-    // so the old value would say fewer disruptions than the controller's
-    // recount: the apiserver would refuse evictions it allows.
+    // The count is written against the status's own `desiredHealthy`; were
+    // it to fall with the scale-down, the old value would say fewer
+    // disruptions than the controller's recount: the apiserver would refuse
+    // evictions it allows.
     let spec = pdb.spec.as_ref()?;
-    if spec.max_unavailable.is_some() || !matches!(spec.min_available, Some(IntOrString::Int(_))) {
+    if !desired_stays_on_scale_down(spec) {
         return None;
     }
     let status = pdb.status.as_ref()?;
