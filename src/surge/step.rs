@@ -1682,12 +1682,33 @@ mod tests {
         // Within the cooldown it still waits for it.
         let recent = Facts {
             since_signal: Some(Duration::from_secs(5)),
-            ..facts
+            ..facts.clone()
         };
         assert!(matches!(
             run(&objs, &["n1"], &recent).action,
             Action::Wait(plan::Wait::Cooldown { .. })
         ));
+        // Restarted (or a new leader) at that step, no signal in memory:
+        // its markers count as a signal at the lead's start, so it waits a
+        // cooldown from there, then goes back all the same.
+        let restarted = Facts {
+            since_signal: None,
+            lead_for: Duration::from_secs(2),
+            ..facts.clone()
+        };
+        assert!(matches!(
+            run(&objs, &["n1"], &restarted).action,
+            Action::Wait(plan::Wait::Cooldown { .. })
+        ));
+        let later = Facts {
+            since_signal: None,
+            lead_for: Duration::from_secs(61),
+            ..facts
+        };
+        assert_eq!(
+            run(&objs, &["n1"], &later).action,
+            Action::Revert { baseline: 3 }
+        );
     }
 
     /// Our surged number written by someone else through the Deployment
