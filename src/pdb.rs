@@ -196,6 +196,18 @@ pub fn owned_pdb(dep: &Deployment, min_available: i32) -> PodDisruptionBudget {
     }
 }
 
+/// The minimum a PDB made at admission keeps: a KEDA ScaledObject's
+/// minimum when one targets the Deployment (made before it, its HPA may not
+/// exist yet), else what [`min_available_for`] says; the reconciler's
+/// `floor_for` reads them in the same order.
+pub fn admission_floor(
+    dep: &Deployment,
+    keda_min: Option<i32>,
+    hpas: &[Arc<HorizontalPodAutoscaler>],
+) -> i32 {
+    keda_min.unwrap_or_else(|| min_available_for(dep, hpa_for(dep, hpas).map(|h| h.as_ref())))
+}
+
 /// What to do for a Deployment at admission time.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreatePlan {
@@ -209,7 +221,7 @@ pub fn plan_for_new_deployment(
     in_scope: bool,
     pdbs: &[Arc<PodDisruptionBudget>],
     deployments: &[Arc<Deployment>],
-    hpas: &[Arc<HorizontalPodAutoscaler>],
+    min_available: i32,
     pods: &[Arc<crate::cache::SlimPod>],
 ) -> CreatePlan {
     if !pdb_create {
@@ -246,8 +258,7 @@ pub fn plan_for_new_deployment(
     {
         return CreatePlan::Skip("its selector covers pods another PDB protects");
     }
-    let min = min_available_for(dep, hpa_for(dep, hpas).map(|h| h.as_ref()));
-    CreatePlan::Create(Box::new(owned_pdb(dep, min)))
+    CreatePlan::Create(Box::new(owned_pdb(dep, min_available)))
 }
 
 /// A PDB that already protects pods a PDB made for `dep` would select too:
@@ -449,18 +460,18 @@ pub(crate) mod tests {
         let none: Vec<Arc<PodDisruptionBudget>> = vec![];
         let no_hpa: Vec<Arc<HorizontalPodAutoscaler>> = vec![];
         assert_eq!(
-            plan_for_new_deployment(&d, false, true, &none, &[], &no_hpa, &[]),
+            plan_for_new_deployment(&d, false, true, &none, &[], 3, &[]),
             CreatePlan::Skip("PDB_CREATE is off")
         );
         assert_eq!(
-            plan_for_new_deployment(&d, true, false, &none, &[], &no_hpa, &[]),
+            plan_for_new_deployment(&d, true, false, &none, &[], 3, &[]),
             CreatePlan::Skip("namespace not in scope")
         );
         let mut opted = d.clone();
         opted.metadata.annotations =
             Some([(names::PDB_CREATE.to_string(), "false".to_string())].into());
         assert_eq!(
-            plan_for_new_deployment(&opted, true, true, &none, &[], &no_hpa, &[]),
+            plan_for_new_deployment(&opted, true, true, &none, &[], 3, &[]),
             CreatePlan::Skip("deployment opted out")
         );
         // Found by fuzz/mutate_handler: a Deployment the apiserver will
@@ -478,23 +489,33 @@ pub(crate) mod tests {
                 spec.selector = selector;
             }
             assert_eq!(
-                plan_for_new_deployment(&invalid, true, true, &none, &[], &no_hpa, &[]),
+                plan_for_new_deployment(&invalid, true, true, &none, &[], 3, &[]),
                 CreatePlan::Skip("selector does not select the pod template")
             );
         }
         let existing = vec![Arc::new(owned_pdb(&d, 1))];
         assert_eq!(
-            plan_for_new_deployment(&d, true, true, &existing, &[], &no_hpa, &[]),
+            plan_for_new_deployment(&d, true, true, &existing, &[], 3, &[]),
             CreatePlan::Skip("a PDB already selects its pods")
         );
-        match plan_for_new_deployment(&d, true, true, &none, &[], &no_hpa, &[]) {
+        match plan_for_new_deployment(&d, true, true, &none, &[], 3, &[]) {
             CreatePlan::Create(p) => {
                 assert_eq!(p.spec.unwrap().min_available, Some(IntOrString::Int(3)))
             }
             other => panic!("{other:?}"),
         }
         let hpas = vec![Arc::new(hpa("web", 2))];
-        match plan_for_new_deployment(&d, true, true, &none, &[], &hpas, &[]) {
+        assert_eq!(admission_floor(&d, None, &no_hpa), 3, "replicas");
+        assert_eq!(admission_floor(&d, None, &hpas), 2, "the HPA's minimum");
+        // A ScaledObject made before the Deployment: KEDA's HPA may not
+        // exist yet, and KEDA's minimum is the floor either way.
+        assert_eq!(admission_floor(&d, Some(5), &no_hpa), 5, "KEDA's minimum");
+        assert_eq!(
+            admission_floor(&d, Some(5), &hpas),
+            5,
+            "KEDA's before the HPA's"
+        );
+        match plan_for_new_deployment(&d, true, true, &none, &[], 2, &[]) {
             CreatePlan::Create(p) => {
                 assert_eq!(p.spec.unwrap().min_available, Some(IntOrString::Int(2)))
             }
@@ -523,9 +544,8 @@ pub(crate) mod tests {
             Arc::new(shop.clone()),
             Arc::new(other.clone()),
         ];
-        let no_hpa: Vec<Arc<HorizontalPodAutoscaler>> = vec![];
         assert_eq!(
-            plan_for_new_deployment(&shop, true, true, &api_pdb, &deps, &no_hpa, &[]),
+            plan_for_new_deployment(&shop, true, true, &api_pdb, &deps, 1, &[]),
             CreatePlan::Skip("its selector covers pods another PDB protects")
         );
         let compiled = CompiledPdbs::new(&api_pdb);
@@ -537,12 +557,12 @@ pub(crate) mod tests {
         // api's own PDB is not an overlap for api; `other` selects nothing of api's.
         assert!(overlapping(&api, &deps, &compiled).is_none());
         assert!(matches!(
-            plan_for_new_deployment(&other, true, true, &api_pdb, &deps, &no_hpa, &[]),
+            plan_for_new_deployment(&other, true, true, &api_pdb, &deps, 1, &[]),
             CreatePlan::Create(_)
         ));
         // Without a PDB over api's pods, shop gets one (api then finds it).
         assert!(matches!(
-            plan_for_new_deployment(&shop, true, true, &[], &deps, &no_hpa, &[]),
+            plan_for_new_deployment(&shop, true, true, &[], &deps, 1, &[]),
             CreatePlan::Create(_)
         ));
     }

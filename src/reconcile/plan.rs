@@ -1365,7 +1365,7 @@ mod tests {
         // The admission webhook checks the same.
         let pods = vec![running_pod("db-0", &[("app", "web"), ("tier", "db")])];
         assert!(matches!(
-            pdb::plan_for_new_deployment(&web, true, true, &[db_pdb], &[], &[], &pods),
+            pdb::plan_for_new_deployment(&web, true, true, &[db_pdb], &[], 1, &pods),
             pdb::CreatePlan::Skip(_)
         ));
     }

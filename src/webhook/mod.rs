@@ -721,7 +721,11 @@ impl Webhooks {
             // writes. The reconciler decides once it has the namespace.
             return skip("namespace_not_cached", None);
         }
-        let hpas = self.cache.hpas.state();
+        let name = dep.metadata.name.as_deref().unwrap_or_default();
+        let keda_min = crate::reconcile::keda_minimums(&self.cache, &ns)
+            .get(name)
+            .copied();
+        let floor = pdb::admission_floor(&dep, keda_min, &self.cache.hpas.state());
         let deployments = self.cache.deployments.state();
         let in_scope = self.cache.namespace_in_scope(&ns);
         // Synced and not stale (above): the namespace's pods are current.
@@ -734,7 +738,7 @@ impl Webhooks {
                 in_scope,
                 pdbs,
                 &deployments,
-                &hpas,
+                floor,
                 &pods,
             )
         };

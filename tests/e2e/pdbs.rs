@@ -177,6 +177,51 @@ async fn min_available_follows_a_keda_scaled_object() {
     wait_min(&ns, "kd", 2).await;
 }
 
+/// A ScaledObject made before its Deployment (one `kubectl apply` of both):
+/// the PDB made at admission keeps KEDA's minimum from the start, before
+/// KEDA's HPA exists (there is no KEDA operator here, so it never does).
+#[tokio::test]
+async fn a_pdb_made_at_admission_keeps_a_scaled_objects_minimum() {
+    let ns = TestNs::new("e2e-keda-adm").await;
+    install_keda_crd();
+    wait_keda_watched(WebhookInfo::get()).await;
+    let so = so_api(&ns);
+    so.create(&PostParams::default(), &scaled_object("kd", 2))
+        .await
+        .unwrap();
+    // Watch events come in order: once the reconciler sizes `probe`'s PDB
+    // from the ScaledObject made after `kd`'s, the cache holds `kd`'s.
+    so.create(&PostParams::default(), &scaled_object("probe", 1))
+        .await
+        .unwrap();
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("probe", 3, None))
+        .await
+        .unwrap();
+    wait_min(&ns, "probe", 1).await;
+    let made = deps
+        .create(&PostParams::default(), &deployment("kd", 4, None))
+        .await
+        .unwrap();
+    let annotations = made.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("eviction-autoscaler.azure.com/pdb")
+            .map(String::as_str),
+        Some("kd"),
+        "the PDB was made at admission"
+    );
+    let pdb = pdb_opt(&ns, "kd").await.expect("PDB kd");
+    assert_eq!(
+        (
+            pdb.spec.and_then(|s| s.min_available),
+            pdb.metadata.generation
+        ),
+        (Some(IntOrString::Int(2)), Some(1)),
+        "made with KEDA's minimum, not resized after"
+    );
+}
+
 /// Scenario 4: pdb-create "false" opts out; removing it opts back in.
 #[tokio::test]
 async fn deployment_opt_out_annotation() {
