@@ -1128,6 +1128,27 @@ fn plan_step(
             surged_to: r.surged_to,
         })
     });
+    // A surged Deployment the HPA controller took down to a number still
+    // above its baseline: an HPA made or edited mid-surge clamping it to
+    // its maxReplicas (or scaling on metrics). The autoscaler's bound, not
+    // someone's value: recorded as our surge at that number, so it goes
+    // back to its baseline after the drain. Adopted, the clamp would be
+    // kept for good (no HPA without metrics takes it down). Not in a
+    // KEDA + HPA conflict, whose lifts are read above.
+    let lifted = lifted.or_else(|| {
+        let (m, _) = dep_state?;
+        let v = dep_s.raw?;
+        (dep_s.writer == ReplicasWriter::Autoscaler
+            && !conflict
+            && dep_pending.is_none()
+            && m.plausible()
+            && m.baseline < v
+            && v < m.surged_to)
+            .then_some(Markers {
+                baseline: m.baseline,
+                surged_to: v,
+            })
+    });
     if let Some(l) = lifted {
         writes.extend(dep_s.surge(l.baseline, l.surged_to));
         out.lifting = Some(l);
@@ -2226,6 +2247,82 @@ mod tests {
                 "{manager} {sub:?}: {s:?}"
             );
         }
+    }
+
+    /// A surged Deployment (3 -> 6) under an HPA made mid-surge with
+    /// maxReplicas 4: the HPA controller takes it to 4 through `scale`.
+    /// Recorded as our surge at 4 (not adopted as someone's value), so the
+    /// drain's end lowers it to its baseline 3. The same number written by
+    /// someone through the Deployment is theirs, and one at or below the
+    /// baseline is left as the autoscaler set it.
+    #[test]
+    fn a_surge_an_hpa_clamped_to_its_maximum_is_recorded_and_goes_back() {
+        use crate::surge::writer::{replicas_entry, AUTOSCALER_MANAGER};
+        let world = |replicas: i32, markers: (i32, i32), manager: &str, sub: Option<&str>| {
+            let mut d = (*dep(replicas, Some(markers))).clone();
+            d.metadata.managed_fields = Some(vec![replicas_entry(manager, sub)]);
+            let mut h = (*hpa()).clone();
+            if let Some(spec) = h.spec.as_mut() {
+                spec.max_replicas = 4;
+            }
+            NsObjects {
+                deployments: vec![Arc::new(d)],
+                hpas: vec![Arc::new(h)],
+                pods: pods(replicas as usize, "n1"),
+                pdbs: vec![blocking_pdb(2)],
+                in_scope: true,
+                ..Default::default()
+            }
+        };
+        let cooling = Facts {
+            since_signal: Some(Duration::from_secs(5)),
+            ..quiet()
+        };
+        let clamped = world(4, (3, 6), AUTOSCALER_MANAGER, Some("scale"));
+        for facts in [&cooling, &quiet()] {
+            let s = run(&clamped, &[], facts);
+            assert_eq!(
+                s.lifting,
+                Some(Markers {
+                    baseline: 3,
+                    surged_to: 4
+                }),
+                "{s:?}"
+            );
+            assert_eq!(
+                targets(&s),
+                vec![(ObjKind::Deployment, "web".into())],
+                "{s:?}"
+            );
+            let w = &s.writes[0];
+            assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(4)));
+            assert!(s.adopting.is_empty(), "not someone's value: {s:?}");
+        }
+        // Recorded: once the drain is over and the HPA's minimum (2, never
+        // raised) has stood, the Deployment goes back to 3.
+        let recorded = world(4, (3, 4), AUTOSCALER_MANAGER, Some("scale"));
+        let stood = Facts {
+            autoscaler_min: Some((2, SETTLE)),
+            ..quiet()
+        };
+        let s = run(&recorded, &[], &stood);
+        let w = s
+            .writes
+            .iter()
+            .find(|w| w.target.kind == ObjKind::Deployment)
+            .unwrap_or_else(|| panic!("the Deployment goes back: {s:?}"));
+        assert_eq!(op_value(w, "replace", "/spec/replicas"), Some(json!(3)));
+        // Someone's 4 through the Deployment: adopted, kept.
+        let s = run(&world(4, (3, 6), "kubectl-patch", None), &[], &cooling);
+        assert!(s.lifting.is_none(), "{s:?}");
+        assert_eq!(s.adopting.len(), 1, "{s:?}");
+        // The autoscaler's 3 (at the baseline): nothing of ours to take back.
+        let s = run(
+            &world(3, (3, 6), AUTOSCALER_MANAGER, Some("scale")),
+            &[],
+            &cooling,
+        );
+        assert!(s.lifting.is_none(), "{s:?}");
     }
 
     #[test]

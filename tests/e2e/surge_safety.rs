@@ -593,6 +593,40 @@ async fn hpa_added_mid_surge_reverts_to_the_baseline() {
     assert!(min >= 3, "Ready pods went down to {min}");
 }
 
+/// The same with an HPA whose maximum (4) is below the surge (6): the HPA
+///    controller takes the Deployment down to 4 through `scale` at once,
+///    with no metrics. That is the autoscaler's clamp, not a user's value:
+///    after the drain the Deployment still goes back to its baseline 3
+///    (within [2, 4], where the HPA leaves it), not kept at 4 for good.
+#[tokio::test]
+async fn hpa_added_mid_surge_below_the_surge_reverts_to_the_baseline() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-hpaclamp").await;
+    let node = "kwok-node-2";
+    let watch = surged_on(&ns, "hc", node).await;
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    let mut h = hpa("hc", "hc", 2);
+    if let Some(s) = h.spec.as_mut() {
+        s.max_replicas = 4;
+    }
+    hpas.create(&PostParams::default(), &h)
+        .await
+        .expect("create HPA");
+    wait_deployment(&ns, "hc", 4, true, Duration::from_secs(30)).await;
+    wait_min(&ns, "hc", 2).await;
+    uncordon(node);
+
+    assert_settled_at(&ns, "hc", 3, REVERT_TIMEOUT).await;
+    let h = hpas.get("hc").await.expect("HPA");
+    assert_eq!(
+        h.spec.as_ref().and_then(|s| s.min_replicas),
+        Some(2),
+        "HPA minReplicas as the user set it"
+    );
+    let min = watch.finish().await;
+    assert!(min >= 3, "Ready pods went down to {min}");
+}
+
 /// A surge write that fails halfway. Under an HPA the surge writes the
 /// Deployment first, then the HPA's minimum; here an admission policy
 /// refuses every update of the HPA through the whole drain, so only the
