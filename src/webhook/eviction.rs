@@ -366,6 +366,15 @@ pub fn recount_pending(
     if dep.spec.as_ref().and_then(|s| s.paused) == Some(true) && !unseen {
         return None;
     }
+    // A rollout's pods of old revisions (fewer updated than it has) are
+    // removed only as new ones become available: evicting beside that is
+    // the race the apiserver has without us, and the status is not behind
+    // a scale-down of ours. Holding would turn its allow into a wait.
+    let rolling =
+        dep_status.is_some_and(|s| s.updated_replicas.unwrap_or(0) < s.replicas.unwrap_or(0));
+    if rolling && !unseen {
+        return None;
+    }
     let in_flux = status.current_healthy > wanted
         || dep_status.and_then(|s| s.replicas).unwrap_or(0) > wanted
         || unseen;
@@ -1402,6 +1411,17 @@ pub(crate) mod tests {
         assert_eq!(status_catch_up(&f, "ns", "web"), None);
     }
 
+    /// A Deployment status its controller wrote for the spec it has.
+    fn rollout_status(replicas: i32, updated: i32) -> k8s_openapi::api::apps::v1::DeploymentStatus {
+        k8s_openapi::api::apps::v1::DeploymentStatus {
+            replicas: Some(replicas),
+            updated_replicas: Some(updated),
+            ready_replicas: Some(replicas),
+            observed_generation: Some(1),
+            ..Default::default()
+        }
+    }
+
     fn recount(d: Decision) -> Option<(i32, i32, i32)> {
         match d {
             Decision::Recount(r) => Some((r.settled_healthy, r.desired_healthy, r.current_healthy)),
@@ -1503,6 +1523,34 @@ pub(crate) mod tests {
                     for v in f.deployment_of.values_mut() {
                         v.spec.as_mut().unwrap().paused = Some(true);
                         v.metadata.generation = Some(9);
+                    }
+                },
+                Ok((3, 3, 4)),
+            ),
+            (
+                "mid-rollout (2 of 4 pods updated): the rollout's race, as without us",
+                |f| {
+                    for v in f.deployment_of.values_mut() {
+                        v.status = Some(rollout_status(4, 2));
+                    }
+                },
+                Err(BudgetAllows),
+            ),
+            (
+                "mid-rollout, and scaled down in a change its controller has not seen",
+                |f| {
+                    for v in f.deployment_of.values_mut() {
+                        v.status = Some(rollout_status(4, 2));
+                        v.metadata.generation = Some(9);
+                    }
+                },
+                Ok((3, 3, 4)),
+            ),
+            (
+                "every pod updated: a scale-down (a surge reverted), recounted first",
+                |f| {
+                    for v in f.deployment_of.values_mut() {
+                        v.status = Some(rollout_status(4, 4));
                     }
                 },
                 Ok((3, 3, 4)),
@@ -1843,6 +1891,7 @@ pub(crate) mod tests {
         d.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
             observed_generation: Some(1),
             replicas: Some(3),
+            updated_replicas: Some(3),
             ..Default::default()
         });
         for v in f.deployment_of.values_mut() {
