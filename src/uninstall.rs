@@ -668,6 +668,9 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     // to release it keeps our controller reference to its Deployment:
     // dropped now, before the records that prove it was ours go (else it
     // would be garbage-collected with its Deployment, for good).
+    // Releases that failed: the record of the same name is their proof,
+    // kept for the next run (deleted, nothing would ever release them).
+    let mut unreleased: BTreeSet<(String, String)> = BTreeSet::new();
     for p in &theirs {
         let Some(ops) = release_ops(p, &records) else {
             continue;
@@ -677,6 +680,9 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         let k = key(Some(&ns), "pdb", Some(name));
         let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
         let r = patch_ops(&api, name, &pp, ops).await;
+        if r.is_err() {
+            unreleased.insert((ns.clone(), name.to_string()));
+        }
         record(&mut report.released_pdbs, &mut report.failed, k, r);
     }
     for p in pdb_list {
@@ -703,6 +709,12 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         let k = key(Some(&ns), "evictionautoscaler", Some(name));
         if keeps_record(e) {
             report.failed.push(kept(&k));
+            continue;
+        }
+        if unreleased.contains(&(ns.clone(), name.to_string())) {
+            report.failed.push(format!(
+                "{k}: kept: it proves that PodDisruptionBudget {name}, which its user took over, was ours, and dropping our owner reference from it failed; run uninstall again"
+            ));
             continue;
         }
         let r = delete_ours(&api, name, e.metadata.uid.as_deref(), opts.dry_run).await;

@@ -468,6 +468,26 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
     .await;
     stop_server();
     kubectl_ok(&["annotate", "pdb", "kept", "-n", &ns.name, "ownedBy-"]);
+    // First with every update of a PDB refused: the release fails, and the
+    // record that proves the PDB was ours is kept for the next run.
+    let deny = DenyUpdates::apply(&ns, "policy", "poddisruptionbudgets", "false");
+    deny.wait_refusing("pdb/kept").await;
+    let out = uninstall();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a failed release fails the run: {text}"
+    );
+    assert!(
+        text.contains(&format!("{}/evictionautoscaler/kept: kept", ns.name)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{}/deployment/un", ns.name)),
+        "the surge went back in the first run: {text}"
+    );
+    deny.lift("pdb/kept").await;
     let out = uninstall();
     assert!(
         out.status.success(),
@@ -475,10 +495,6 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(&format!("{}/deployment/un", ns.name)),
-        "{text}"
-    );
     assert!(
         text.contains(&format!(
             "released to its user (our owner reference dropped): {}/pdb/kept",
