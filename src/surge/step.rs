@@ -1270,9 +1270,15 @@ fn plan_step(
             // The gate guards a scale-down; removing markers from a value
             // someone else set lowers nothing.
             let lowers = o.raw == Some(m.surged_to) && restore < m.surged_to;
-            if !lowers {
+            if !lowers && out.autoscaler_min.is_none() {
                 writes.extend(o.revert(m, restore));
                 out.reverted = true;
+            } else if !lowers {
+                // Only the markers go, but under an autoscaler not in the
+                // step that reverts its minimum, nor before that minimum has
+                // stood: until then it may lift the Deployment to our old
+                // minimum, and with no markers left nothing would lower it.
+                lower = Some((o, m, restore));
             } else if plan::safe_to_scale_back(&snapshot, m.surged_to, restore) {
                 lower = Some((o, m, restore));
             } else {
@@ -2323,6 +2329,65 @@ mod tests {
             &cooling,
         );
         assert!(s.lifting.is_none(), "{s:?}");
+    }
+
+    /// The drain over, the HPA's minimum raised by us (3 -> 6) goes back
+    /// while its Deployment stands at someone's 4 with our markers. Those
+    /// markers go only once the HPA's minimum has stood at 3: in the same
+    /// step, a failed HPA write (or a sync of the HPA controller before it
+    /// lands) would lift the Deployment to 6 with nothing left to lower it.
+    #[test]
+    fn a_deployments_markers_go_only_once_its_autoscalers_minimum_has_stood() {
+        use crate::surge::writer::replicas_entry;
+        let world = |h: Arc<HorizontalPodAutoscaler>| {
+            let mut d = (*dep(4, Some((3, 6)))).clone();
+            d.metadata.managed_fields = Some(vec![replicas_entry("kubectl-patch", None)]);
+            NsObjects {
+                deployments: vec![Arc::new(d)],
+                hpas: vec![h],
+                pods: pods(4, "n1"),
+                pdbs: vec![blocking_pdb(3)],
+                in_scope: true,
+                ..Default::default()
+            }
+        };
+        let s = run(&world(raised_hpa(3, 6)), &[], &quiet());
+        assert_eq!(s.action, Action::Revert { baseline: 3 }, "{s:?}");
+        assert_eq!(targets(&s), vec![(ObjKind::Hpa, "web-hpa".into())], "{s:?}");
+        let mut back = (*hpa()).clone();
+        if let Some(spec) = back.spec.as_mut() {
+            spec.min_replicas = Some(3);
+        }
+        let back = world(Arc::new(back));
+        for secs in [0, 1] {
+            let settling = Facts {
+                autoscaler_min: Some((3, Duration::from_secs(secs))),
+                ..quiet()
+            };
+            let s = run(&back, &[], &settling);
+            assert!(s.writes.is_empty(), "{secs} s: {s:?}");
+            assert_eq!(
+                s.active,
+                Some(Markers {
+                    baseline: 3,
+                    surged_to: 6
+                })
+            );
+        }
+        let stood = Facts {
+            autoscaler_min: Some((3, SETTLE)),
+            ..quiet()
+        };
+        let s = run(&back, &[], &stood);
+        assert_eq!(
+            targets(&s),
+            vec![(ObjKind::Deployment, "web".into())],
+            "{s:?}"
+        );
+        let w = &s.writes[0];
+        assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(4)));
+        assert_eq!(op_value(w, "replace", "/spec/replicas"), None, "{w:?}");
+        assert!(s.reverted);
     }
 
     #[test]
