@@ -85,9 +85,14 @@ pub fn deployment_revert_ops(
     // value written again by someone (a manifest exported mid-surge and
     // re-applied): the value is theirs, as the surge worker takes it (a
     // surge taken over from the Go project, whose client wrote it, is ours).
-    let theirs = !m.plausible()
-        || crate::surge::step::deployment_writer(dep)
-            == crate::surge::writer::ReplicasWriter::Someone;
+    let writer = crate::surge::step::deployment_writer(dep);
+    let theirs = !m.plausible() || writer == crate::surge::writer::ReplicasWriter::Someone;
+    // The HPA controller took our surge down to its maxReplicas (an HPA
+    // made mid-surge): still ours above the baseline, as the surge worker
+    // records it.
+    let clamped = m.plausible()
+        && writer == crate::surge::writer::ReplicasWriter::Autoscaler
+        && current.is_some_and(|c| m.baseline < c && c < m.surged_to);
     // Not from 0: an autoscaler leaves a Deployment at 0 alone.
     let floor = if m.baseline > 0 {
         floor.min(m.surged_to)
@@ -98,7 +103,8 @@ pub fn deployment_revert_ops(
     let mut ops = Vec::new();
     // Only our own value is undone; a value someone else set stays, and so
     // does one adopted mid-surge (markers n to n: someone's, even a 0).
-    if !theirs && current == Some(m.surged_to) && m.surged_to != m.baseline && to != m.surged_to {
+    let ours = !theirs && current == Some(m.surged_to) && m.surged_to != m.baseline;
+    if (ours && to != m.surged_to) || (clamped && current.is_some_and(|c| to < c)) {
         ops.extend(guarded_set(
             "/spec/replicas",
             current.map(|c| json!(c)),

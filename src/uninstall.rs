@@ -986,6 +986,25 @@ mod tests {
         )]);
         let ops = deployment_revert_ops(&d, 0).expect("ops");
         assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
+        // Taken down to 4 by the HPA controller (its maxReplicas): the rest
+        // of our surge, back to 3; at 3 or below, the autoscaler's value.
+        for (n, want) in [(4, Some(3)), (3, None), (2, None)] {
+            let mut d = dep("a", "web", n, marked("5", Some("3")));
+            d.metadata.managed_fields = Some(vec![crate::surge::writer::replicas_entry(
+                crate::surge::writer::AUTOSCALER_MANAGER,
+                Some("scale"),
+            )]);
+            let ops = deployment_revert_ops(&d, 0).expect("ops");
+            let to = ops
+                .iter()
+                .find(|o| o["op"] == "replace" && o["path"] == "/spec/replicas")
+                .map(|o| o["value"].clone());
+            assert_eq!(to, want.map(|w| json!(w)), "{n}: {ops:?}");
+            assert!(
+                ops.contains(&json!({"op": "test", "path": "/spec/replicas", "value": n}))
+                    || want.is_none()
+            );
+        }
     }
 
     /// An autoscaler's minimum raised mid-surge (someone's, adopted): the
