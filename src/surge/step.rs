@@ -530,7 +530,10 @@ fn of_scaled_object<'a>(ns: &str, so: &'a DynamicObject) -> Surgeable<'a> {
 /// The durable signal: the newest blocked eviction any replica recorded
 /// for the Deployment `name` (`lastEviction`): its age and pod. One of
 /// another EvictionAutoScaler counts too, within `window`, when the denied
-/// pod is this Deployment's (one PDB over several Deployments).
+/// pod is this Deployment's, or when the PDB it is named after selects this
+/// Deployment's pods: one PDB over several Deployments keeps one record,
+/// which a block of another's pod overwrites (and that budget's blocks are
+/// this surge's business too).
 fn durable_signal(
     objs: &NsObjects,
     name: &str,
@@ -538,6 +541,23 @@ fn durable_signal(
     window: Duration,
 ) -> Option<(Duration, String)> {
     let now = wall_now?;
+    let labels = objs
+        .deployment(name)
+        .map(|d| crate::pdb::template_labels(d));
+    let covers = |e: &crate::crd::EvictionAutoScaler| {
+        let Some(labels) = labels.as_ref() else {
+            return false;
+        };
+        objs.pdbs
+            .iter()
+            .filter(|p| p.metadata.name == e.metadata.name)
+            .any(|p| {
+                crate::budget::pdb_selects(
+                    p.spec.as_ref().and_then(|s| s.selector.as_ref()),
+                    labels,
+                )
+            })
+    };
     objs.eas
         .iter()
         .filter_map(|e| {
@@ -546,7 +566,8 @@ fn durable_signal(
             let secs = (now - t.0).get_seconds().max(0);
             let age = Duration::from_secs(secs.unsigned_abs());
             let ours = e.spec.target_name.eq_ignore_ascii_case(name)
-                || (age <= window && objs.selecting_denied_pod(e).iter().any(|d| d == name));
+                || (age <= window
+                    && (objs.selecting_denied_pod(e).iter().any(|d| d == name) || covers(e)));
             ours.then(|| (age, le.pod_name.clone()))
         })
         .min_by_key(|(d, _)| *d)
@@ -1133,13 +1154,13 @@ fn plan_step(
     // its maxReplicas (or scaling on metrics). The autoscaler's bound, not
     // someone's value: recorded as our surge at that number, so it goes
     // back to its baseline after the drain. Adopted, the clamp would be
-    // kept for good (no HPA without metrics takes it down). Not in a
-    // KEDA + HPA conflict, whose lifts are read above.
+    // kept for good (no HPA without metrics takes it down). In a KEDA +
+    // HPA conflict too: the HPA controller still checks the bounds (a lift
+    // to a raised minimum is read above).
     let lifted = lifted.or_else(|| {
         let (m, _) = dep_state?;
         let v = dep_s.raw?;
         (dep_s.writer == ReplicasWriter::Autoscaler
-            && !conflict
             && dep_pending.is_none()
             && m.plausible()
             && m.baseline < v
@@ -2388,6 +2409,86 @@ mod tests {
         assert_eq!(op_value(w, "test", "/spec/replicas"), Some(json!(4)));
         assert_eq!(op_value(w, "replace", "/spec/replicas"), None, "{w:?}");
         assert!(s.reverted);
+    }
+
+    /// One PDB over `web` and `api` keeps one record, on the
+    /// EvictionAutoScaler named after it (targeting `api`); a block of
+    /// `api`'s pod overwrites one of `web`'s. It still counts for `web`,
+    /// whose pods that PDB selects, not for a Deployment it does not.
+    #[test]
+    fn a_shared_pdbs_record_counts_for_every_deployment_under_it() {
+        let named = |name: &str, app: &str| {
+            let mut d = (*dep(3, None)).clone();
+            d.metadata.name = Some(name.into());
+            if let Some(spec) = d.spec.as_mut() {
+                let labels: BTreeMap<String, String> = [
+                    ("app".to_string(), app.to_string()),
+                    ("tier".to_string(), "front".to_string()),
+                ]
+                .into();
+                spec.selector.match_labels = Some(labels.clone());
+                if let Some(m) = spec.template.metadata.as_mut() {
+                    m.labels = Some(labels);
+                }
+            }
+            Arc::new(d)
+        };
+        let mut shared = (*blocking_pdb(4)).clone();
+        shared.metadata.name = Some("front".into());
+        if let Some(spec) = shared.spec.as_mut() {
+            spec.selector = Some(LabelSelector {
+                match_labels: Some([("tier".to_string(), "front".to_string())].into()),
+                ..Default::default()
+            });
+        }
+        let now = Timestamp::from_second(1_000_000).unwrap_or_default();
+        let eas = crate::crd::EvictionAutoScaler {
+            metadata: ObjectMeta {
+                name: Some("front".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            spec: crate::crd::EvictionAutoScalerSpec {
+                target_name: "api".into(),
+                target_kind: "deployment".into(),
+                last_eviction: Some(crate::crd::LastEviction {
+                    pod_name: "api-5d8f7c-x2x9q".into(),
+                    eviction_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        Timestamp::from_second(1_000_000 - 3).unwrap_or_default(),
+                    )),
+                }),
+            },
+            status: None,
+        };
+        let objs = NsObjects {
+            deployments: vec![named("web", "web"), named("api", "api"), named("db", "db")],
+            pdbs: vec![Arc::new(shared)],
+            eas: vec![Arc::new(eas)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let window = Duration::from_secs(120);
+        let got = |name: &str| durable_signal(&objs, name, Some(now), window);
+        let three = Some((Duration::from_secs(3), "api-5d8f7c-x2x9q".to_string()));
+        assert_eq!(got("api"), three, "its target");
+        assert_eq!(got("web"), three, "under the same PDB");
+        // db's template has tier=front too: selected.
+        assert_eq!(got("db"), three);
+        let late = durable_signal(&objs, "web", Some(now), Duration::from_secs(2));
+        assert_eq!(late, None, "older than the window");
+        let mut other = objs.clone();
+        other.deployments = vec![named("api", "api"), {
+            let mut d = (*named("web", "web")).clone();
+            if let Some(m) = d.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
+                m.labels = Some([("app".to_string(), "web".to_string())].into());
+            }
+            Arc::new(d)
+        }];
+        assert_eq!(
+            durable_signal(&other, "web", Some(now), window),
+            None,
+            "a Deployment the PDB does not select"
+        );
     }
 
     #[test]

@@ -69,14 +69,34 @@ fn look(busy: bool, was_busy: bool, beside: bool, leading: bool) -> (bool, bool)
     }
 }
 
+/// How long a lead may be lost and still be taken back as the same one
+/// (the Lease's duration: a flap, not an outage).
+const FLAP: Duration = Duration::from_secs(15);
+
+/// The last lead of this replica: its term, its start, and when it was lost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LastLead {
+    pub term: u64,
+    pub start: Instant,
+    pub lost: Option<Instant>,
+}
+
 /// When the lead taken at `now` in `term` began: a lead lost and taken back
 /// in the same term (no other leader between; an apiserver's brownout longer
-/// than the renew deadline) keeps its start, so surges found in place are not
-/// given a whole cooldown again at each such flap (this replica's signals
-/// outlive the lead); a new term starts now.
-pub fn lead_start(last: Option<(u64, Instant)>, term: u64, now: Instant) -> Instant {
+/// than the renew deadline) within [`FLAP`] keeps its start, so surges found
+/// in place are not given a whole cooldown again at each such flap (this
+/// replica's signals outlive the lead). A new term, or a longer gap, starts
+/// now: while it did not lead, this replica looked at no node, and a drain
+/// may have come and gone meanwhile (the webhook skipped, a replica cut off).
+pub fn lead_start(last: Option<LastLead>, term: u64, now: Instant) -> Instant {
     match last {
-        Some((t, start)) if t == term => start,
+        Some(l)
+            if l.term == term
+                && l.lost
+                    .is_none_or(|lost| now.saturating_duration_since(lost) <= FLAP) =>
+        {
+            l.start
+        }
         _ => now,
     }
 }
@@ -113,7 +133,7 @@ impl Worker {
         // aside) and backoff start afresh, and the cooldown of a surge found
         // in place counts from the lead's start (see [`lead_start`]).
         let mut core: Option<Arc<Core<KubeApi>>> = None;
-        let mut last_lead: Option<(u64, Instant)> = None;
+        let mut last_lead: Option<LastLead> = None;
         // Passes still running. A pass waits for its slowest write (up to
         // the call timeout); the next ones run beside it and leave that
         // Deployment out, so one slow object never holds back the others.
@@ -142,7 +162,11 @@ impl Worker {
                 // A replica that loses the lead stops writing at once: its
                 // passes are dropped (their writes are guarded, so a cut one
                 // is re-planned by the next leader), and no gauge is set after.
-                core = None;
+                if core.take().is_some() {
+                    if let Some(l) = last_lead.as_mut() {
+                        l.lost = Some(Instant::now());
+                    }
+                }
                 passes = FuturesUnordered::new();
                 was_busy = true;
                 // What another leader did meanwhile is not ours to say.
@@ -161,7 +185,11 @@ impl Worker {
                                 "lead taken back with no other leader between: cooldowns go on"
                             );
                         }
-                        last_lead = Some((term, start));
+                        last_lead = Some(LastLead {
+                            term,
+                            start,
+                            lost: None,
+                        });
                         Arc::new(Core::new(
                             KubeApi(self.client.clone()),
                             self.signals.clone(),
@@ -644,10 +672,23 @@ mod tests {
     fn a_lead_taken_back_in_its_term_keeps_its_start() {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(40);
+        let lead = |term, lost_for: Option<u64>| {
+            Some(LastLead {
+                term,
+                start: t0,
+                lost: lost_for.map(|s| later - Duration::from_secs(s)),
+            })
+        };
         assert_eq!(lead_start(None, 1, later), later, "first lead");
-        assert_eq!(lead_start(Some((1, t0)), 1, later), t0, "same term");
+        assert_eq!(lead_start(lead(1, None), 1, later), t0, "same term");
+        assert_eq!(lead_start(lead(1, Some(5)), 1, later), t0, "a flap");
         assert_eq!(
-            lead_start(Some((1, t0)), 2, later),
+            lead_start(lead(1, Some(16)), 1, later),
+            later,
+            "lost longer than a flap: a drain may have come and gone"
+        );
+        assert_eq!(
+            lead_start(lead(1, Some(5)), 2, later),
             later,
             "another leader between"
         );
