@@ -500,7 +500,7 @@ impl<A: SurgeApi> Core<A> {
                     };
                     // The backoff counts from the failure, not from the pass's
                     // start: a write that timed out waits its turn like any other.
-                    self.record(&outcome, now + started.elapsed());
+                    self.record(&outcome, now, now + started.elapsed());
                     drop(slot);
                     Ok(outcome)
                 })
@@ -581,7 +581,8 @@ impl<A: SurgeApi> Core<A> {
         Outcome::of(step, written, None)
     }
 
-    fn record(&self, o: &Outcome, now: Instant) {
+    /// `read`: when the pass read the signals its steps were planned from.
+    fn record(&self, o: &Outcome, read: Instant, now: Instant) {
         let key = (o.step.namespace.clone(), o.step.deployment.clone());
         let failed = o.error.is_some();
         // A failed step keeps the user's value it could not persist; one
@@ -602,7 +603,7 @@ impl<A: SurgeApi> Core<A> {
                 if (o.step.reverted || matches!(o.step.action, Action::Revert { .. }))
                     && o.step.active.is_none()
                 {
-                    self.book.forget(&key.0, &key.1);
+                    self.book.forget_until(&key.0, &key.1, read);
                 }
             }
             Some(e) => {

@@ -124,10 +124,22 @@ impl SignalBook {
         self.len() == 0
     }
 
-    /// Forget a Deployment once its surge is over.
-    pub fn forget(&self, ns: &str, dep: &str) {
+    /// Forget a Deployment's signals up to `at` (when the pass that
+    /// reverted its surge read them): a block recorded while the revert was
+    /// being written belongs to the next episode (a new drain starting) and
+    /// stays, so the next pass surges at once instead of on kubectl's retry.
+    pub fn forget_until(&self, ns: &str, dep: &str, at: Instant) {
         if let Ok(mut m) = self.inner.lock() {
-            m.remove(&(ns.to_string(), dep.to_string()));
+            let k = (ns.to_string(), dep.to_string());
+            if let Some(e) = m.get_mut(&k) {
+                e.denied.retain(|_, t| *t > at);
+                if e.last.is_some_and(|t| t <= at) {
+                    e.last = e.denied.values().max().copied();
+                }
+                if e.last.is_none() && e.denied.is_empty() {
+                    m.remove(&k);
+                }
+            }
         }
     }
 
@@ -205,5 +217,47 @@ pub async fn consume(
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signal(pod: &str) -> Signal {
+        Signal {
+            namespace: "ns".into(),
+            deployment: "web".into(),
+            pdb: "web".into(),
+            pod: pod.into(),
+        }
+    }
+
+    /// A revert planned at `t0 + 10 s` forgets what it was planned from; a
+    /// block recorded while it was written (a new drain) stays.
+    #[test]
+    fn a_revert_forgets_only_the_signals_it_was_planned_from() {
+        let book = SignalBook::default();
+        let t0 = Instant::now();
+        let window = Duration::from_secs(120);
+        book.record(&signal("a"), t0);
+        let planned = t0 + Duration::from_secs(10);
+        book.record(&signal("b"), planned + Duration::from_millis(300));
+        book.forget_until("ns", "web", planned);
+        let later = planned + Duration::from_secs(1);
+        let (since, denied) = book.get("ns", "web", window, later);
+        assert_eq!(since, Some(Duration::from_millis(700)));
+        assert_eq!(denied, vec!["b".to_string()]);
+        // Nothing after the plan: the Deployment is forgotten altogether.
+        book.forget_until("ns", "web", later);
+        assert!(book.is_empty());
+        // A node's signal (no pod) after the plan stays too.
+        book.touch("ns", "web", later + Duration::from_secs(1));
+        book.forget_until("ns", "web", later);
+        assert_eq!(
+            book.get("ns", "web", window, later + Duration::from_secs(2))
+                .0,
+            Some(Duration::from_secs(1))
+        );
     }
 }
