@@ -73,10 +73,12 @@ pub fn guarded_set(path: &str, expected: Option<Value>, value: Value) -> Vec<Val
 /// (never 0) if they are still the surged value, and the markers removed.
 /// Not below `floor` (an autoscaler's own minimum, which would lift the
 /// Deployment straight back; 0 for none), nor above the surged value.
-/// None when it carries no markers.
+/// `maxima`: the maxReplicas of the HPAs over it. None when it carries no
+/// markers.
 pub fn deployment_revert_ops(
     dep: &k8s_openapi::api::apps::v1::Deployment,
     floor: i32,
+    maxima: &[i32],
 ) -> Option<Vec<Value>> {
     let ann = dep.metadata.annotations.as_ref();
     let m = crate::markers::Markers::from_annotations(ann)?;
@@ -87,12 +89,12 @@ pub fn deployment_revert_ops(
     // surge taken over from the Go project, whose client wrote it, is ours).
     let writer = crate::surge::step::deployment_writer(dep);
     let theirs = !m.plausible() || writer == crate::surge::writer::ReplicasWriter::Someone;
-    // The HPA controller took our surge down to its maxReplicas (an HPA
+    // The HPA controller took our surge down to an HPA's maxReplicas (one
     // made mid-surge): still ours above the baseline, as the surge worker
-    // records it.
+    // records it (a scale-down on metrics is the HPA's own number).
     let clamped = m.plausible()
         && writer == crate::surge::writer::ReplicasWriter::Autoscaler
-        && current.is_some_and(|c| m.baseline < c && c < m.surged_to);
+        && current.is_some_and(|c| m.baseline < c && c < m.surged_to && maxima.contains(&c));
     // Not from 0: an autoscaler leaves a Deployment at 0 alone.
     let floor = if m.baseline > 0 {
         floor.min(m.surged_to)

@@ -425,6 +425,14 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     // Autoscalers first: their Deployments' own markers are reverted below.
     let hpas: Api<HorizontalPodAutoscaler> = Api::all(client.clone());
     let hpa_list = hpas.list(&ListParams::default()).await?.items;
+    // Each Deployment's HPAs' maxReplicas (KEDA's too): a surged Deployment
+    // the HPA controller took down to one is still ours above its baseline.
+    let mut maxima: BTreeMap<Target, Vec<i32>> = BTreeMap::new();
+    for h in &hpa_list {
+        if let (Some(t), Some(s)) = (hpa_target(h), h.spec.as_ref()) {
+            maxima.entry(t).or_default().push(s.max_replicas);
+        }
+    }
     // An HPA minimum lowered: the Deployments wait SETTLE (below).
     let mut hpa_lowered = false;
     // KEDA's own HPA carries copies of its ScaledObject's markers: the
@@ -595,7 +603,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let name = d.metadata.name.clone().unwrap_or_default();
         let k = key(Some(&ns), "deployment", Some(&name));
-        let legacy = deployment_revert_ops(d, 0)
+        let legacy = deployment_revert_ops(d, 0, &[])
             .is_none()
             .then(|| legacy_revert_ops(d, &records))
             .flatten();
@@ -625,7 +633,8 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             (Some(f), None) | (None, Some(f)) => i32::try_from(*f).unwrap_or(i32::MAX),
             (None, None) => 0,
         };
-        let ops = if let Some(ops) = deployment_revert_ops(d, floor) {
+        let maxima = maxima.get(&t).map_or(&[][..], Vec::as_slice);
+        let ops = if let Some(ops) = deployment_revert_ops(d, floor, maxima) {
             ops
         } else if let Some(ops) = legacy {
             ops
@@ -908,7 +917,7 @@ mod tests {
     fn an_adopted_value_keeps_its_number() {
         for n in [0, 4] {
             let d = dep("a", "web", n, marked(&n.to_string(), Some(&n.to_string())));
-            let ops = deployment_revert_ops(&d, 0).expect("ops");
+            let ops = deployment_revert_ops(&d, 0, &[]).expect("ops");
             assert!(!touches(&ops, "/spec/replicas"), "{n}: {ops:?}");
             let ann = marked(&n.to_string(), Some(&n.to_string()));
             let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(n)), false)
@@ -916,8 +925,8 @@ mod tests {
             assert!(!touches(&ops, "/spec/minReplicas"), "{n}: {ops:?}");
         }
         // The control: our surge 3 -> 5 at 5 goes back to 3.
-        let ops =
-            deployment_revert_ops(&dep("a", "web", 5, marked("5", Some("3"))), 0).expect("ops");
+        let ops = deployment_revert_ops(&dep("a", "web", 5, marked("5", Some("3"))), 0, &[])
+            .expect("ops");
         assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
     }
 
@@ -950,7 +959,7 @@ mod tests {
     fn a_value_that_is_not_our_surge_is_kept() {
         for (n, surged, baseline) in [(3, "3", "10"), (5, "5", "-1")] {
             let d = dep("a", "web", n, marked(surged, Some(baseline)));
-            let ops = deployment_revert_ops(&d, 0).expect("ops");
+            let ops = deployment_revert_ops(&d, 0, &[]).expect("ops");
             assert!(!touches(&ops, "/spec/replicas"), "{baseline}: {ops:?}");
             let ann = marked(surged, Some(baseline));
             let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(n)), false)
@@ -963,7 +972,7 @@ mod tests {
             "kubectl-client-side-apply",
             None,
         )]);
-        let ops = deployment_revert_ops(&d, 0).expect("ops");
+        let ops = deployment_revert_ops(&d, 0, &[]).expect("ops");
         assert!(!touches(&ops, "/spec/replicas"), "{ops:?}");
         assert_eq!(ops.len(), 2, "the markers go: {ops:?}");
         // A surge taken over from the Go project (its client wrote the
@@ -972,7 +981,7 @@ mod tests {
         if let Some(a) = taken.metadata.annotations.as_mut() {
             a.insert(markers::TAKEN_OVER.into(), "5".into());
         }
-        let ops = deployment_revert_ops(&taken, 0).expect("ops");
+        let ops = deployment_revert_ops(&taken, 0, &[]).expect("ops");
         assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
         let ann = marked("5", Some("3"));
         let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(5)), true)
@@ -984,17 +993,23 @@ mod tests {
             crate::names::MANAGER,
             None,
         )]);
-        let ops = deployment_revert_ops(&d, 0).expect("ops");
+        let ops = deployment_revert_ops(&d, 0, &[]).expect("ops");
         assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
         // Taken down to 4 by the HPA controller (its maxReplicas): the rest
-        // of our surge, back to 3; at 3 or below, the autoscaler's value.
-        for (n, want) in [(4, Some(3)), (3, None), (2, None)] {
+        // of our surge, back to 3; at 3 or below, the autoscaler's value;
+        // at 4 with no HPA whose maximum is 4, the HPA's own number.
+        for (n, maxima, want) in [
+            (4, &[9, 4][..], Some(3)),
+            (3, &[3][..], None),
+            (2, &[2][..], None),
+            (4, &[9][..], None),
+        ] {
             let mut d = dep("a", "web", n, marked("5", Some("3")));
             d.metadata.managed_fields = Some(vec![crate::surge::writer::replicas_entry(
                 crate::surge::writer::AUTOSCALER_MANAGER,
                 Some("scale"),
             )]);
-            let ops = deployment_revert_ops(&d, 0).expect("ops");
+            let ops = deployment_revert_ops(&d, 0, maxima).expect("ops");
             let to = ops
                 .iter()
                 .find(|o| o["op"] == "replace" && o["path"] == "/spec/replicas")
@@ -1014,7 +1029,7 @@ mod tests {
     fn a_deployment_is_not_lowered_below_its_autoscalers_minimum() {
         let to = |baseline: &str, floor: i32| {
             let d = dep("a", "web", 5, marked("5", Some(baseline)));
-            let ops = deployment_revert_ops(&d, floor).expect("ops");
+            let ops = deployment_revert_ops(&d, floor, &[]).expect("ops");
             ops.iter()
                 .find(|o| o["op"] == "replace" && o["path"] == "/spec/replicas")
                 .and_then(|o| o["value"].as_i64())
@@ -1116,7 +1131,7 @@ mod tests {
     #[test]
     fn a_surge_left_by_the_go_project_goes_back_to_its_record() {
         let d = dep("a", "web", 5, marked("5", None));
-        assert!(deployment_revert_ops(&d, 0).is_none());
+        assert!(deployment_revert_ops(&d, 0, &[]).is_none());
         let ops = legacy_revert_ops(&d, &[record_of("a", "web", 3)]).expect("ops");
         assert!(ops.contains(&json!({"op": "test", "path": "/spec/replicas", "value": 5})));
         assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));

@@ -1149,18 +1149,23 @@ fn plan_step(
             surged_to: r.surged_to,
         })
     });
-    // A surged Deployment the HPA controller took down to a number still
-    // above its baseline: an HPA made or edited mid-surge clamping it to
-    // its maxReplicas (or scaling on metrics). The autoscaler's bound, not
-    // someone's value: recorded as our surge at that number, so it goes
-    // back to its baseline after the drain. Adopted, the clamp would be
-    // kept for good (no HPA without metrics takes it down). In a KEDA +
-    // HPA conflict too: the HPA controller still checks the bounds (a lift
-    // to a raised minimum is read above).
+    // A surged Deployment the HPA controller took down to the maxReplicas
+    // of an HPA over it (one made or edited mid-surge), still above its
+    // baseline: the autoscaler's bound, not someone's value. Recorded as
+    // our surge at that number, so it goes back to its baseline after the
+    // drain; adopted, the clamp would be kept for good (no HPA without
+    // metrics takes it down). Only at a maximum: a scale-down on metrics
+    // is the HPA's own number, which lowering would only take away for a
+    // sync. In a KEDA + HPA conflict too: the HPA controller still checks
+    // the bounds (a lift to a raised minimum is read above).
     let lifted = lifted.or_else(|| {
         let (m, _) = dep_state?;
         let v = dep_s.raw?;
+        let at_a_maximum = hpas
+            .iter()
+            .any(|h| h.spec.as_ref().is_some_and(|s| s.max_replicas == v));
         (dep_s.writer == ReplicasWriter::Autoscaler
+            && at_a_maximum
             && dep_pending.is_none()
             && m.plausible()
             && m.baseline < v
@@ -2349,6 +2354,12 @@ mod tests {
             &[],
             &cooling,
         );
+        assert!(s.lifting.is_none(), "{s:?}");
+        // An HPA whose maximum is 9 scaling it down to 5 on metrics: the
+        // HPA's own number, not a clamp (lowered, it would come back).
+        let mut on_metrics = world(5, (3, 6), AUTOSCALER_MANAGER, Some("scale"));
+        on_metrics.hpas = vec![hpa()];
+        let s = run(&on_metrics, &[], &cooling);
         assert!(s.lifting.is_none(), "{s:?}");
     }
 

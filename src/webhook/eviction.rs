@@ -313,6 +313,27 @@ fn desired_stays_on_scale_down(
     spec.max_unavailable.is_none() && matches!(spec.min_available, Some(IntOrString::Int(_)))
 }
 
+/// The extra pods a rolling update of `dep` makes over its `wanted`
+/// replicas: maxSurge (25% when unset), rounded up as the Deployment
+/// controller does; none for Recreate or an invalid value.
+fn rollout_surge(dep: &Deployment, wanted: i32) -> i32 {
+    let strategy = dep.spec.as_ref().and_then(|s| s.strategy.as_ref());
+    if strategy.and_then(|s| s.type_.as_deref()) == Some("Recreate") {
+        return 0;
+    }
+    let v = strategy
+        .and_then(|s| s.rolling_update.as_ref())
+        .and_then(|r| r.max_surge.as_ref());
+    let v = match v {
+        None => crate::budget::IntOrPercent::Percent(25),
+        Some(v) => match crate::budget::IntOrPercent::from_k8s(v) {
+            Ok(v) => v,
+            Err(_) => return 0,
+        },
+    };
+    v.scaled(wanted.max(0), true).max(0)
+}
+
 /// DeletionTimeout of the disruption controller: a `status.disruptedPods`
 /// entry stops counting the pod as leaving after this long.
 const DISRUPTED_POD_TIMEOUT: SignedDuration = SignedDuration::from_secs(120);
@@ -366,15 +387,6 @@ pub fn recount_pending(
     if dep.spec.as_ref().and_then(|s| s.paused) == Some(true) && !unseen {
         return None;
     }
-    // A rollout's pods of old revisions (fewer updated than it has) are
-    // removed only as new ones become available: evicting beside that is
-    // the race the apiserver has without us, and the status is not behind
-    // a scale-down of ours. Holding would turn its allow into a wait.
-    let rolling =
-        dep_status.is_some_and(|s| s.updated_replicas.unwrap_or(0) < s.replicas.unwrap_or(0));
-    if rolling && !unseen {
-        return None;
-    }
     let in_flux = status.current_healthy > wanted
         || dep_status.and_then(|s| s.replicas).unwrap_or(0) > wanted
         || unseen;
@@ -384,6 +396,21 @@ pub fn recount_pending(
     let selector = Selector::compile(pdb.spec.as_ref().and_then(|s| s.selector.as_ref())).ok()?;
     let ns = pod.namespace();
     let (healthy, dep_healthy) = count_healthy(view, ns, &selector, status, Some(dep.as_ref()));
+    // A rollout's own extra pods (fewer updated than it has, no more than
+    // its maxSurge over its replicas) go only as new ones become available:
+    // evicting beside that is the race the apiserver has without us, and
+    // holding would turn its allow into a wait. Not when the status counts
+    // pods the caches no longer do (a scale-down, a surge of ours reverted
+    // mid-rollout), nor when there are more than the rollout makes.
+    let rolling = dep_status.and_then(|s| {
+        let replicas = s.replicas.unwrap_or(0);
+        (s.updated_replicas.unwrap_or(0) < replicas).then_some(replicas)
+    });
+    if let Some(replicas) = rolling.filter(|_| !unseen) {
+        if replicas - wanted <= rollout_surge(&dep, wanted) && status.current_healthy <= healthy {
+            return None;
+        }
+    }
     let settled_healthy = healthy - (dep_healthy - wanted).max(0);
     // The eviction takes one healthy pod; with room for it, nothing lags
     // that matters.
@@ -1535,6 +1562,44 @@ pub(crate) mod tests {
                     }
                 },
                 Err(BudgetAllows),
+            ),
+            (
+                "mid-rollout, a surge of ours reverted: more than the rollout makes",
+                |f| {
+                    for v in f.deployment_of.values_mut() {
+                        v.status = Some(rollout_status(6, 2));
+                    }
+                },
+                Ok((3, 3, 4)),
+            ),
+            (
+                "mid-rollout, the status counts a pod the caches no longer do",
+                |f| {
+                    f.pods.pop();
+                    for v in f.deployment_of.values_mut() {
+                        v.status = Some(rollout_status(4, 2));
+                    }
+                },
+                Ok((3, 3, 4)),
+            ),
+            (
+                "mid-rollout with maxSurge 0: no extra pods are the rollout's",
+                |f| {
+                    for v in f.deployment_of.values_mut() {
+                        v.status = Some(rollout_status(4, 2));
+                        v.spec.as_mut().unwrap().strategy =
+                            Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
+                                rolling_update: Some(
+                                    k8s_openapi::api::apps::v1::RollingUpdateDeployment {
+                                        max_surge: Some(IntOrString::Int(0)),
+                                        ..Default::default()
+                                    },
+                                ),
+                                ..Default::default()
+                            });
+                    }
+                },
+                Ok((3, 3, 4)),
             ),
             (
                 "mid-rollout, and scaled down in a change its controller has not seen",
