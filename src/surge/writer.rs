@@ -37,6 +37,13 @@ pub const AUTOSCALER_MANAGER: &str = "kube-controller-manager";
 /// surges so; read as someone's value, a surge of theirs would stay.
 const UNNAMED: &str = "unknown";
 
+/// The Go project's client (its binary, `/manager`, names its User-Agent).
+/// Its current versions write both markers with the surged value, on a
+/// Deployment, an HPA or a ScaledObject, as this product does: read as
+/// someone's value, a surge it left when this product took over would be
+/// adopted and kept for good. No evidence either way, as for [`UNNAMED`].
+const GO_PROJECT: &str = "manager";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplicasWriter {
     /// Only the HPA controller owns the value.
@@ -107,7 +114,10 @@ pub fn writer(meta: &ObjectMeta, field: Field) -> ReplicasWriter {
         ReplicasWriter::Autoscaler
     } else if owners.iter().any(|e| {
         e.subresource.as_deref().unwrap_or_default().is_empty()
-            && !matches!(e.manager.as_deref(), None | Some(names::MANAGER | UNNAMED))
+            && !matches!(
+                e.manager.as_deref(),
+                None | Some(names::MANAGER | UNNAMED | GO_PROJECT)
+            )
     }) {
         ReplicasWriter::Someone
     } else {
@@ -232,6 +242,11 @@ mod tests {
             ),
             (
                 vec![entry(names::MANAGER, None, replicas.clone())],
+                ReplicasWriter::Unknown,
+            ),
+            // The Go project's surge, taken over: theirs is ours to end.
+            (
+                vec![entry(GO_PROJECT, None, replicas.clone())],
                 ReplicasWriter::Unknown,
             ),
             // A surge written by an earlier build (no User-Agent).

@@ -1151,6 +1151,36 @@ async fn a_surge_left_by_the_go_project_goes_back_to_its_recorded_baseline() {
     .await;
 }
 
+/// A surge left by the Go project's current versions, found when this
+/// product takes over: both markers on the Deployment (baseline 3, surge 5)
+/// and the replicas at 5, all written by its client (field manager
+/// `manager`). Its number is the Go project's surge, not someone's value:
+/// it goes back to 3 once the cooldown from the take-over has passed (read
+/// as someone's, it was adopted and kept at 5 for good).
+#[tokio::test]
+async fn a_surge_left_by_the_go_projects_current_version_goes_back_to_its_baseline() {
+    let _ = restart_server(&[]);
+    let ns = TestNs::new("e2e-gonow").await;
+    stop_server();
+    let deps: Api<Deployment> = ns.api();
+    let mut d = deployment("gn", 5, None);
+    d.metadata.annotations = Some(
+        [
+            (SURGE_MARKER.to_string(), "5".to_string()),
+            (BASELINE_MARKER.to_string(), "3".to_string()),
+        ]
+        .into(),
+    );
+    let go_client = PostParams {
+        field_manager: Some("manager".into()),
+        ..Default::default()
+    };
+    deps.create(&go_client, &d).await.expect("create Deployment");
+    wait_ready(&ns, "gn", 5).await;
+    let _ = restart_server(&[]);
+    assert_settled_at(&ns, "gn", 3, Duration::from_secs(60)).await;
+}
+
 /// Two Deployments made while the server is down and a Job's pod labelled
 /// for both (`migrate-1`: `app=ow`, `team=op`): the reconciler's first pass
 /// plans a PDB for each, and both would select that pod. Only one is made
