@@ -135,6 +135,9 @@ fn main() -> ExitCode {
                     for x in &r.reverted {
                         out!("reverted surge{how}: {x}");
                     }
+                    for x in &r.cleaned {
+                        out!("markers removed, value kept{how}: {x}");
+                    }
                     for x in &r.released_pdbs {
                         out!("released to its user{how} (our owner reference dropped): {x}");
                     }
@@ -145,8 +148,9 @@ fn main() -> ExitCode {
                         eprintln!("failed{how}: {x}");
                     }
                     out!(
-                        "{} surges reverted, {} PDBs and {} EvictionAutoScalers deleted{how}",
+                        "{} objects reverted, {} with markers only removed, {} PDBs and {} EvictionAutoScalers deleted{how}",
                         r.reverted.len(),
+                        r.cleaned.len(),
                         r.deleted_pdbs.len(),
                         r.deleted_eas.len()
                     );

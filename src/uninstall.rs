@@ -83,7 +83,11 @@ impl Default for Options {
 
 #[derive(Debug, Default)]
 pub struct Report {
+    /// Objects whose value went back to its recorded baseline.
     pub reverted: Vec<String>,
+    /// Objects whose markers only were removed: the value is someone
+    /// else's (set mid-surge), or already the baseline.
+    pub cleaned: Vec<String>,
     pub deleted_pdbs: Vec<String>,
     pub deleted_eas: Vec<String>,
     /// PDBs taken over by their user (`ownedBy` removed) whose controller
@@ -133,6 +137,18 @@ fn record_delete(
         Ok(Deleted::Gone | Deleted::HandedOver) => {}
         Err(e) => failed.push(format!("{key}: {e}")),
     }
+}
+
+/// Whether a revert's patch sets the value back (else it only removes
+/// markers): every value write of ours is a `replace` guarded by a `test`.
+fn sets_value(ops: &[Value]) -> bool {
+    ops.iter().any(|o| {
+        o["op"] == "replace"
+            && !o["path"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("/metadata")
+    })
 }
 
 fn key(ns: Option<&str>, kind: &str, name: Option<&str>) -> String {
@@ -465,7 +481,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
         let ns = h.metadata.namespace.clone().unwrap_or_default();
         let api: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), &ns);
         let name = h.metadata.name.as_deref().unwrap_or_default();
-        let lowers = ops.iter().any(|o| o["op"] == "replace");
+        let lowers = sets_value(&ops);
         let r = patch_ops(&api, name, &pp, ops).await;
         let k = key(Some(&ns), "hpa", Some(name));
         hpa_lowered |= lowers && r.is_ok();
@@ -474,7 +490,12 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                 held.insert(t, format!("its HPA {name} was not reverted"));
             }
         }
-        record(&mut report.reverted, &mut report.failed, k, r);
+        let done = if lowers {
+            &mut report.reverted
+        } else {
+            &mut report.cleaned
+        };
+        record(done, &mut report.failed, k, r);
     }
 
     // ScaledObjects: the minimum each is left at, by target (KEDA's HPA
@@ -515,6 +536,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                             "/spec/minReplicaCount",
                             current.as_ref().and_then(Value::as_i64),
                         );
+                        let lowers = sets_value(&ops);
                         let r = patch_ops(&api, name, &pp, ops).await;
                         if let Some(t) = target {
                             if not_done(&r) {
@@ -524,7 +546,12 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                             }
                         }
                         let k = key(Some(&ns), "scaledobject", Some(name));
-                        record(&mut report.reverted, &mut report.failed, k, r);
+                        let done = if lowers {
+                            &mut report.reverted
+                        } else {
+                            &mut report.cleaned
+                        };
+                        record(done, &mut report.failed, k, r);
                     }
                 }
             }
@@ -644,11 +671,17 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             continue;
         };
         let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+        let lowers = sets_value(&ops);
         let r = patch_ops(&api, &name, &pp, ops).await;
         if is_legacy && not_done(&r) {
             legacy_kept.insert(target);
         }
-        record(&mut report.reverted, &mut report.failed, k, r);
+        let done = if lowers {
+            &mut report.reverted
+        } else {
+            &mut report.cleaned
+        };
+        record(done, &mut report.failed, k, r);
     }
     // Those records, and the PDBs that own them (garbage collection would
     // take the record with its PDB).
@@ -912,13 +945,15 @@ mod tests {
     }
 
     /// A value adopted mid-surge (markers n to n, a user's scale to 0
-    /// among them) is theirs: only the markers go, never a scale back up.
+    /// among them) is theirs: only the markers go, never a scale back up,
+    /// and the report says so (not a reverted surge).
     #[test]
     fn an_adopted_value_keeps_its_number() {
         for n in [0, 4] {
             let d = dep("a", "web", n, marked(&n.to_string(), Some(&n.to_string())));
             let ops = deployment_revert_ops(&d, 0, &[]).expect("ops");
             assert!(!touches(&ops, "/spec/replicas"), "{n}: {ops:?}");
+            assert!(!sets_value(&ops), "{n}: {ops:?}");
             let ann = marked(&n.to_string(), Some(&n.to_string()));
             let ops = autoscaler_revert_ops(Some(&ann), "/spec/minReplicas", Some(json!(n)), false)
                 .expect("ops");
@@ -928,6 +963,7 @@ mod tests {
         let ops = deployment_revert_ops(&dep("a", "web", 5, marked("5", Some("3"))), 0, &[])
             .expect("ops");
         assert!(ops.contains(&json!({"op": "replace", "path": "/spec/replicas", "value": 3})));
+        assert!(sets_value(&ops));
     }
 
     /// The product's Deployment still running pods refuses the run (no
