@@ -661,10 +661,21 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             (None, None) => 0,
         };
         let maxima = maxima.get(&t).map_or(&[][..], Vec::as_slice);
+        let replicas = d.spec.as_ref().and_then(|s| s.replicas);
         let ops = if let Some(ops) = deployment_revert_ops(d, floor, maxima) {
             ops
         } else if let Some(ops) = legacy {
             ops
+        } else if crate::markers::lone_marker_at(ann, replicas).is_some() {
+            // What a surge of the Go project's older versions looks like,
+            // with no record of its baseline we can be sure of (none, or
+            // two that disagree): stripped, the surged number would stay
+            // with nothing left to say so. Kept, with the records.
+            report.failed.push(format!(
+                "{k}: kept: a lone evictionSurgeReplicas at its replicas (a surge of the Go project's older versions) whose baseline no EvictionAutoScaler records for certain; set the replicas yourself, then remove the annotation"
+            ));
+            legacy_kept.insert(target);
+            continue;
         } else if Markers::any_present(ann) {
             annotation_ops(ann, &CLEAR)
         } else {
