@@ -1487,6 +1487,26 @@ mod tests {
             ..Default::default()
         }
     }
+    /// In the cooldown: a signal 5 s ago.
+    fn cooling() -> Facts {
+        Facts {
+            since_signal: Some(Duration::from_secs(5)),
+            ..quiet()
+        }
+    }
+    /// `d` (its replicas' worth of Ready pods on n1) under `hpas`, its PDB
+    /// at minAvailable `min`.
+    fn world_of(d: Deployment, hpas: Vec<Arc<HorizontalPodAutoscaler>>, min: i32) -> NsObjects {
+        let n = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        NsObjects {
+            deployments: vec![Arc::new(d)],
+            hpas,
+            pods: pods(usize::try_from(n).unwrap_or(0), "n1"),
+            pdbs: vec![blocking_pdb(min)],
+            in_scope: true,
+            ..Default::default()
+        }
+    }
     fn run(objs: &NsObjects, draining: &[&str], facts: &Facts) -> Step {
         let draining: BTreeSet<String> = draining.iter().map(|s| s.to_string()).collect();
         let settings = Settings {
@@ -2226,20 +2246,10 @@ mod tests {
         let world = |replicas: i32, manager: &str, sub: Option<&str>| {
             let mut d = (*dep(replicas, None)).clone();
             d.metadata.managed_fields = Some(vec![replicas_entry(manager, sub)]);
-            NsObjects {
-                deployments: vec![Arc::new(d)],
-                hpas: vec![raised_hpa(2, 4)],
-                pods: pods(replicas as usize, "n1"),
-                pdbs: vec![blocking_pdb(2)],
-                in_scope: true,
-                ..Default::default()
-            }
+            world_of(d, vec![raised_hpa(2, 4)], 2)
         };
         // In the cooldown: the minimum stays raised.
-        let cooling = Facts {
-            since_signal: Some(Duration::from_secs(5)),
-            ..quiet()
-        };
+        let cooling = cooling();
         let before = world(3, "kubectl-create", None);
         let s = run(&before, &[], &cooling);
         assert_eq!(
@@ -2297,19 +2307,9 @@ mod tests {
             if let Some(spec) = h.spec.as_mut() {
                 spec.max_replicas = 4;
             }
-            NsObjects {
-                deployments: vec![Arc::new(d)],
-                hpas: vec![Arc::new(h)],
-                pods: pods(replicas as usize, "n1"),
-                pdbs: vec![blocking_pdb(2)],
-                in_scope: true,
-                ..Default::default()
-            }
+            world_of(d, vec![Arc::new(h)], 2)
         };
-        let cooling = Facts {
-            since_signal: Some(Duration::from_secs(5)),
-            ..quiet()
-        };
+        let cooling = cooling();
         let clamped = world(4, (3, 6), AUTOSCALER_MANAGER, Some("scale"));
         for facts in [&cooling, &quiet()] {
             let s = run(&clamped, &[], facts);
@@ -2374,14 +2374,7 @@ mod tests {
         let world = |h: Arc<HorizontalPodAutoscaler>| {
             let mut d = (*dep(4, Some((3, 6)))).clone();
             d.metadata.managed_fields = Some(vec![replicas_entry("kubectl-patch", None)]);
-            NsObjects {
-                deployments: vec![Arc::new(d)],
-                hpas: vec![h],
-                pods: pods(4, "n1"),
-                pdbs: vec![blocking_pdb(3)],
-                in_scope: true,
-                ..Default::default()
-            }
+            world_of(d, vec![h], 3)
         };
         let s = run(&world(raised_hpa(3, 6)), &[], &quiet());
         assert_eq!(s.action, Action::Revert { baseline: 3 }, "{s:?}");

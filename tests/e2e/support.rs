@@ -1784,6 +1784,15 @@ impl KedaOperator {
     }
 }
 
+/// Writes as the Go project's client does: its binary, `/manager`, names
+/// its User-Agent, which the apiserver records as the field manager.
+pub fn go_client() -> PostParams {
+    PostParams {
+        field_manager: Some("manager".into()),
+        ..Default::default()
+    }
+}
+
 /// What the Go project's older versions leave mid-surge (made while this
 /// product is not running): Deployment `name` at `surged` with their lone
 /// marker, written by their client (field manager `manager`, its binary's
@@ -1794,11 +1803,7 @@ pub async fn legacy_go_surge(ns: &TestNs, name: &str, surged: i32, baseline: i32
     let deps: Api<Deployment> = ns.api();
     let mut d = deployment(name, surged, None);
     d.metadata.annotations = Some([(SURGE_MARKER.to_string(), surged.to_string())].into());
-    let go_client = PostParams {
-        field_manager: Some("manager".into()),
-        ..Default::default()
-    };
-    deps.create(&go_client, &d)
+    deps.create(&go_client(), &d)
         .await
         .expect("create Deployment");
     let mut pdb = user_pdb(name, name, Some(IntOrString::Int(baseline)), None);

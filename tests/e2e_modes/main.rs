@@ -1171,11 +1171,9 @@ async fn a_surge_left_by_the_go_projects_current_version_goes_back_to_its_baseli
         ]
         .into(),
     );
-    let go_client = PostParams {
-        field_manager: Some("manager".into()),
-        ..Default::default()
-    };
-    deps.create(&go_client, &d).await.expect("create Deployment");
+    deps.create(&go_client(), &d)
+        .await
+        .expect("create Deployment");
     wait_ready(&ns, "gn", 5).await;
     let _ = restart_server(&[]);
     assert_settled_at(&ns, "gn", 3, Duration::from_secs(60)).await;
