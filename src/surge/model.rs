@@ -787,6 +787,20 @@ impl State {
             if let Some(m) = ours {
                 self.also_for("web").push(m.baseline);
             }
+            // Known limit too: taken down to exactly our raised minimum (the
+            // HPA's maximum), it reads as a lift of a value set below it
+            // and not seen; the surge goes back to where the HPA would hold
+            // such a value (`under_autoscaler`), not to the clamp.
+            let recorded = self
+                .deployments
+                .get("web")
+                .and_then(|d| Markers::from_annotations(d.metadata.annotations.as_ref()));
+            if let (Some(r), Some(m)) = (self.raised_minimum(), recorded) {
+                if r.surged_to == max {
+                    self.also_for("web")
+                        .push(lift_baseline(m.baseline, user_min, max));
+                }
+            }
             return;
         }
         // The HPA controller reads the HPA from its cache, then the live
@@ -1907,6 +1921,21 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 #[test]
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
+        (
+            // Someone's 6 (adopted) taken down by the HPA controller to the
+            // HPA's maximum 5, our raised minimum: read as a lift of an
+            // unseen value, it goes back to the HPA's own minimum 4 (the
+            // known limit; `make model-long`, session 43).
+            1,
+            1,
+            "25%",
+            vec![
+                Op::HpaAdd(4),
+                Op::Cordon(0),
+                Op::UserScale(0, 6),
+                Op::UserHpaMax(5),
+            ],
+        ),
         (
             // A racing user's minimum above the HPA's maximum: refused by the
             // apiserver, as the model now has it (it used to store it, and
