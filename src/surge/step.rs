@@ -1487,6 +1487,13 @@ mod tests {
             ..Default::default()
         }
     }
+    /// The drain over, the autoscaler's minimum `min` stood for SETTLE.
+    fn stood_at(min: i32) -> Facts {
+        Facts {
+            autoscaler_min: Some((min, SETTLE)),
+            ..quiet()
+        }
+    }
     /// In the cooldown: a signal 5 s ago.
     fn cooling() -> Facts {
         Facts {
@@ -1678,10 +1685,7 @@ mod tests {
             in_scope: true,
             ..Default::default()
         };
-        let facts = Facts {
-            autoscaler_min: Some((2, SETTLE)),
-            ..quiet()
-        };
+        let facts = stood_at(2);
         let s = run(&objs, &[], &facts);
         assert!(s.writes.is_empty(), "{:?}", targets(&s));
         assert!(s.active.is_some());
@@ -1871,10 +1875,7 @@ mod tests {
             scaled_objects: vec![scaled_object(2, None)],
             ..objs.clone()
         };
-        let facts = Facts {
-            autoscaler_min: Some((2, SETTLE)),
-            ..quiet()
-        };
+        let facts = stood_at(2);
         let over = run(&reverted, &[], &facts);
         assert_eq!(targets(&over), vec![(ObjKind::Deployment, "web".into())]);
         assert_eq!(
@@ -1896,10 +1897,7 @@ mod tests {
             ],
             ..reverted
         };
-        let facts = Facts {
-            autoscaler_min: Some((3, SETTLE)),
-            ..quiet()
-        };
+        let facts = stood_at(3);
         let over = run(&floored, &[], &facts);
         assert_eq!(
             op_value(&over.writes[0], "replace", "/spec/replicas"),
@@ -2058,10 +2056,7 @@ mod tests {
             hpas: vec![Arc::new(crate::surge::view::kedas_hpa("ns", "web", 2, 9))],
             ..reverted_so.clone()
         };
-        let stood = Facts {
-            autoscaler_min: Some((2, SETTLE)),
-            ..quiet()
-        };
+        let stood = stood_at(2);
         let down = run(&synced, &[], &stood);
         assert_eq!(
             op_value(&down.writes[0], "replace", "/spec/replicas"),
@@ -2333,10 +2328,7 @@ mod tests {
         // Recorded: once the drain is over and the HPA's minimum (2, never
         // raised) has stood, the Deployment goes back to 3.
         let recorded = world(4, (3, 4), AUTOSCALER_MANAGER, Some("scale"));
-        let stood = Facts {
-            autoscaler_min: Some((2, SETTLE)),
-            ..quiet()
-        };
+        let stood = stood_at(2);
         let s = run(&recorded, &[], &stood);
         let w = s
             .writes
@@ -2399,10 +2391,7 @@ mod tests {
                 })
             );
         }
-        let stood = Facts {
-            autoscaler_min: Some((3, SETTLE)),
-            ..quiet()
-        };
+        let stood = stood_at(3);
         let s = run(&back, &[], &stood);
         assert_eq!(
             targets(&s),
@@ -2699,10 +2688,7 @@ mod tests {
             hpas: vec![Arc::new(plain)],
             ..adopted
         };
-        let facts = Facts {
-            autoscaler_min: Some((3, SETTLE)),
-            ..quiet()
-        };
+        let facts = stood_at(3);
         let s = run(&stood, &[], &facts);
         let dw = s
             .writes
