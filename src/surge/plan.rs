@@ -501,20 +501,40 @@ enum CapSource {
     AutoscalerMax(i32),
 }
 
+/// What the Deployment's own strategy says of surging.
+fn strategy_source(recreate: bool, max_surge: Option<&IntOrString>) -> Result<CapSource, String> {
+    if recreate {
+        return Ok(CapSource::Recreate);
+    }
+    Ok(match max_surge {
+        None => CapSource::Default,
+        Some(v) => match IntOrPercent::from_k8s(v) {
+            Ok(IntOrPercent::Int(0) | IntOrPercent::Percent(0)) => CapSource::ExplicitZero,
+            Ok(v) => CapSource::MaxSurge(v),
+            Err(e) => return Err(format!("the Deployment's maxSurge is invalid: {e}")),
+        },
+    })
+}
+
+/// The extra pods the Deployment's strategy lets a rollout make over
+/// `replicas`: maxSurge (25% when unset), rounded up as the Deployment
+/// controller does; none for Recreate or an explicit 0.
+pub fn strategy_surge(
+    recreate: bool,
+    max_surge: Option<&IntOrString>,
+    replicas: i32,
+) -> Result<i32, String> {
+    let scaled = |v: IntOrPercent| v.scaled(replicas.max(0), true).max(0);
+    Ok(match strategy_source(recreate, max_surge)? {
+        CapSource::Default => scaled(IntOrPercent::Percent(25)),
+        CapSource::MaxSurge(v) => scaled(v),
+        _ => 0,
+    })
+}
+
 fn surge_cap(s: &Snapshot, baseline: i32) -> Result<Cap, String> {
     let scaled = |v: IntOrPercent| v.scaled(baseline.max(0), true).max(0);
-    let source = if s.recreate {
-        CapSource::Recreate
-    } else {
-        match &s.max_surge {
-            None => CapSource::Default,
-            Some(v) => match IntOrPercent::from_k8s(v) {
-                Ok(IntOrPercent::Int(0) | IntOrPercent::Percent(0)) => CapSource::ExplicitZero,
-                Ok(v) => CapSource::MaxSurge(v),
-                Err(e) => return Err(format!("the Deployment's maxSurge is invalid: {e}")),
-            },
-        }
-    };
+    let source = strategy_source(s.recreate, s.max_surge.as_ref())?;
     let cap = match (source, s.zero_surge_override) {
         (CapSource::Recreate | CapSource::ExplicitZero, Some(o)) => Cap {
             replicas: scaled(o),

@@ -314,24 +314,15 @@ fn desired_stays_on_scale_down(
 }
 
 /// The extra pods a rolling update of `dep` makes over its `wanted`
-/// replicas: maxSurge (25% when unset), rounded up as the Deployment
-/// controller does; none for Recreate or an invalid value.
+/// replicas ([`crate::surge::plan::strategy_surge`]); none for an invalid
+/// maxSurge.
 fn rollout_surge(dep: &Deployment, wanted: i32) -> i32 {
     let strategy = dep.spec.as_ref().and_then(|s| s.strategy.as_ref());
-    if strategy.and_then(|s| s.type_.as_deref()) == Some("Recreate") {
-        return 0;
-    }
-    let v = strategy
+    let recreate = strategy.and_then(|s| s.type_.as_deref()) == Some("Recreate");
+    let max_surge = strategy
         .and_then(|s| s.rolling_update.as_ref())
         .and_then(|r| r.max_surge.as_ref());
-    let v = match v {
-        None => crate::budget::IntOrPercent::Percent(25),
-        Some(v) => match crate::budget::IntOrPercent::from_k8s(v) {
-            Ok(v) => v,
-            Err(_) => return 0,
-        },
-    };
-    v.scaled(wanted.max(0), true).max(0)
+    crate::surge::plan::strategy_surge(recreate, max_surge, wanted).unwrap_or(0)
 }
 
 /// DeletionTimeout of the disruption controller: a `status.disruptedPods`
