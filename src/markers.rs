@@ -69,6 +69,24 @@ impl Markers {
         self.baseline >= 0 && self.surged_to >= self.baseline
     }
 
+    /// The value `v`, last written by the HPA controller (`by_autoscaler`),
+    /// is an HPA's maxReplicas (of `maxima`) between our baseline and our
+    /// surge: the autoscaler clamped our surge there (an HPA made or edited
+    /// mid-surge). The rest of the surge is still ours to take back; a
+    /// scale-down on metrics to another number is the HPA's own.
+    pub fn clamped_at(
+        self,
+        v: i32,
+        by_autoscaler: bool,
+        mut maxima: impl Iterator<Item = i32>,
+    ) -> bool {
+        by_autoscaler
+            && self.plausible()
+            && self.baseline < v
+            && v < self.surged_to
+            && maxima.any(|m| m == v)
+    }
+
     /// The value not counting our surge: the baseline when markers we could
     /// have written are present, else `current` (a PDB floor of a marker's
     /// -1 is refused by the apiserver, one of 10 over 3 pods blocks every

@@ -89,12 +89,10 @@ pub fn deployment_revert_ops(
     // surge taken over from the Go project, whose client wrote it, is ours).
     let writer = crate::surge::step::deployment_writer(dep);
     let theirs = !m.plausible() || writer == crate::surge::writer::ReplicasWriter::Someone;
-    // The HPA controller took our surge down to an HPA's maxReplicas (one
-    // made mid-surge): still ours above the baseline, as the surge worker
-    // records it (a scale-down on metrics is the HPA's own number).
-    let clamped = m.plausible()
-        && writer == crate::surge::writer::ReplicasWriter::Autoscaler
-        && current.is_some_and(|c| m.baseline < c && c < m.surged_to && maxima.contains(&c));
+    // A surge the HPA controller clamped (Markers::clamped_at): still ours
+    // above the baseline, as the surge worker records it.
+    let by_autoscaler = writer == crate::surge::writer::ReplicasWriter::Autoscaler;
+    let clamped = current.is_some_and(|c| m.clamped_at(c, by_autoscaler, maxima.iter().copied()));
     // Not from 0: an autoscaler leaves a Deployment at 0 alone.
     let floor = if m.baseline > 0 {
         floor.min(m.surged_to)

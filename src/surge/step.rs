@@ -1161,19 +1161,15 @@ fn plan_step(
     let lifted = lifted.or_else(|| {
         let (m, _) = dep_state?;
         let v = dep_s.raw?;
-        let at_a_maximum = hpas
+        let maxima = hpas
             .iter()
-            .any(|h| h.spec.as_ref().is_some_and(|s| s.max_replicas == v));
-        (dep_s.writer == ReplicasWriter::Autoscaler
-            && at_a_maximum
-            && dep_pending.is_none()
-            && m.plausible()
-            && m.baseline < v
-            && v < m.surged_to)
-            .then_some(Markers {
-                baseline: m.baseline,
-                surged_to: v,
-            })
+            .filter_map(|h| h.spec.as_ref().map(|s| s.max_replicas));
+        (dep_pending.is_none()
+            && m.clamped_at(v, dep_s.writer == ReplicasWriter::Autoscaler, maxima))
+        .then_some(Markers {
+            baseline: m.baseline,
+            surged_to: v,
+        })
     });
     if let Some(l) = lifted {
         writes.extend(dep_s.surge(l.baseline, l.surged_to));
