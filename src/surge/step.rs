@@ -541,22 +541,13 @@ fn durable_signal(
     window: Duration,
 ) -> Option<(Duration, String)> {
     let now = wall_now?;
-    let labels = objs
+    // The PDBs whose selector takes this Deployment's template.
+    let over = objs
         .deployment(name)
-        .map(|d| crate::pdb::template_labels(d));
+        .map(|d| crate::pdb::matching_pdbs(d, &objs.pdbs))
+        .unwrap_or_default();
     let covers = |e: &crate::crd::EvictionAutoScaler| {
-        let Some(labels) = labels.as_ref() else {
-            return false;
-        };
-        objs.pdbs
-            .iter()
-            .filter(|p| p.metadata.name == e.metadata.name)
-            .any(|p| {
-                crate::budget::pdb_selects(
-                    p.spec.as_ref().and_then(|s| s.selector.as_ref()),
-                    labels,
-                )
-            })
+        over.iter().any(|p| p.metadata.name == e.metadata.name)
     };
     objs.eas
         .iter()
