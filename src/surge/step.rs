@@ -2293,7 +2293,13 @@ mod tests {
         };
         let cooling = cooling();
         let clamped = world(4, (3, 6), AUTOSCALER_MANAGER, Some("scale"));
-        for facts in [&cooling, &quiet()] {
+        // Decided from the cluster alone: the same after a restart (or a
+        // record write that failed), with nothing in memory.
+        let restarted = Facts {
+            lead_for: Duration::from_secs(1),
+            ..Facts::default()
+        };
+        for facts in [&cooling, &quiet(), &restarted] {
             let s = run(&clamped, &[], facts);
             assert_eq!(
                 s.lifting,
