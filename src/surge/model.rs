@@ -1922,6 +1922,21 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
         (
+            // KEDA + HPA conflict (`make model-long` at 300,000 histories,
+            // session 43: web ends at 7, want 5).
+            1,
+            1,
+            "25%",
+            vec![
+                Op::HpaAdd(1),
+                Op::UserHpaMin(5),
+                Op::Drain(0),
+                Op::SoAdd(0),
+                Op::UserScale(0, 0),
+                Op::UserScale(0, 1),
+            ],
+        ),
+        (
             // Someone's 6 (adopted) taken down by the HPA controller to the
             // HPA's maximum 5, our raised minimum: read as a lift of an
             // unseen value, it goes back to the HPA's own minimum 4 (the

@@ -1004,6 +1004,11 @@ fn plan_step(
     // adopted as someone's value and the surge's replicas kept for good.
     // Only when the HPA controller wrote the value: with both, neither
     // scales any more, so another writer (`kubectl scale`) set its own.
+    // With no owner of the value (a scale from 0 leaves none, and a lift
+    // through the scale subresource then records none either), only at
+    // exactly a raised minimum: taken for someone's value, the lift would
+    // be kept for good; a user's scale to exactly that number is the known
+    // limit, as under one autoscaler.
     let conflict = matches!(applier, Applier::Conflict);
     let minimums = || {
         all.iter()
@@ -1019,6 +1024,8 @@ fn plan_step(
         minimums()
             .find(|m| dep_s.raw == Some(m.surged_to))
             .or(highest_raised)
+    } else if conflict && dep_s.writer == ReplicasWriter::Unknown {
+        minimums().find(|m| dep_s.raw == Some(m.surged_to))
     } else {
         None
     };
@@ -1891,6 +1898,63 @@ mod tests {
             Some(json!(3)),
             "{over:?}"
         );
+    }
+
+    /// KEDA and an HPA at once, the HPA's minimum raised by us 5 -> 7;
+    /// someone's 0 adopted, then a scale to 1 that the HPA controller lifts
+    /// to 7 before a pass sees it. Scales from 0 leave no owner of the
+    /// value: at exactly a raised minimum it is read as the lift (`make
+    /// model-long`, session 43: adopted, web kept at 7, want 5).
+    #[test]
+    fn an_unowned_value_at_a_raised_minimum_in_a_conflict_is_a_lift() {
+        use crate::surge::writer::replicas_entry;
+        let world = |replicas: i32, owner: Option<&str>| {
+            let mut d = (*dep(replicas, Some((0, 0)))).clone();
+            if let Some(a) = d.metadata.annotations.as_mut() {
+                a.insert(markers::ADOPTED_DISPLACED.into(), "0".into());
+            }
+            d.metadata.managed_fields = owner.map(|m| vec![replicas_entry(m, None)]);
+            let mut h = (*raised_hpa(5, 7)).clone();
+            if let Some(spec) = h.spec.as_mut() {
+                spec.max_replicas = 10;
+            }
+            NsObjects {
+                scaled_objects: vec![scaled_object(0, None)],
+                ..world_of(d, vec![Arc::new(h)], 1)
+            }
+        };
+        let marked = |w: &Write, k: &str| {
+            w.ops
+                .iter()
+                .find(|o| o["path"].as_str().is_some_and(|p| p.ends_with(k)))
+                .map(|o| o["value"].clone())
+        };
+        let lifted = run(&world(7, None), &["n9"], &cooling());
+        assert_eq!(
+            lifted.lifting,
+            Some(Markers {
+                baseline: 5,
+                surged_to: 7
+            }),
+            "{lifted:?}"
+        );
+        assert_eq!(targets(&lifted), vec![(ObjKind::Deployment, "web".into())]);
+        assert_eq!(
+            marked(&lifted.writes[0], "original-min-replicas"),
+            Some(json!("5"))
+        );
+        // Someone's own 7 (an owner through the Deployment), or a value
+        // that is no raised minimum: theirs, adopted.
+        for (replicas, owner) in [(7, Some("kubectl-patch")), (6, None)] {
+            let s = run(&world(replicas, owner), &["n9"], &cooling());
+            assert_eq!(s.lifting, None, "{replicas} {owner:?}");
+            assert_eq!(s.adopting.len(), 1, "{replicas} {owner:?}: {s:?}");
+            let w = &s.writes[0];
+            assert_eq!(
+                marked(w, "original-min-replicas"),
+                Some(json!(replicas.to_string()))
+            );
+        }
     }
 
     #[test]
