@@ -69,7 +69,8 @@ impl Markers {
         self.baseline >= 0 && self.surged_to >= self.baseline
     }
 
-    /// The value `v`, last written by the HPA controller (`by_autoscaler`),
+    /// The value `v`, last written by the HPA controller (`by_autoscaler`:
+    /// or by no one the managedFields name, as a lift is read),
     /// is an HPA's maxReplicas (of `maxima`) between our baseline and our
     /// surge: the autoscaler clamped our surge there (an HPA made or edited
     /// mid-surge). The rest of the surge is still ours to take back; a

@@ -90,8 +90,9 @@ pub fn deployment_revert_ops(
     let writer = crate::surge::step::deployment_writer(dep);
     let theirs = !m.plausible() || writer == crate::surge::writer::ReplicasWriter::Someone;
     // A surge the HPA controller clamped (Markers::clamped_at): still ours
-    // above the baseline, as the surge worker records it.
-    let by_autoscaler = writer == crate::surge::writer::ReplicasWriter::Autoscaler;
+    // above the baseline, as the surge worker records it (also with no
+    // owner of the value recorded: after a scale to 0 there is none).
+    let by_autoscaler = writer != crate::surge::writer::ReplicasWriter::Someone;
     let clamped = current.is_some_and(|c| m.clamped_at(c, by_autoscaler, maxima.iter().copied()));
     // Not from 0: an autoscaler leaves a Deployment at 0 alone.
     let floor = if m.baseline > 0 {

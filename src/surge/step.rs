@@ -1025,7 +1025,9 @@ fn plan_step(
             .find(|m| dep_s.raw == Some(m.surged_to))
             .or(highest_raised)
     } else if conflict && dep_s.writer == ReplicasWriter::Unknown {
-        minimums().find(|m| dep_s.raw == Some(m.surged_to))
+        minimums()
+            .filter(|m| m.surged_to > m.baseline)
+            .find(|m| dep_s.raw == Some(m.surged_to))
     } else {
         None
     };
@@ -1155,19 +1157,20 @@ fn plan_step(
     // metrics takes it down). Only at a maximum: a scale-down on metrics
     // is the HPA's own number, which lowering would only take away for a
     // sync. In a KEDA + HPA conflict too: the HPA controller still checks
-    // the bounds (a lift to a raised minimum is read above).
+    // the bounds (a lift to a raised minimum is read above). Its writer is
+    // read as for a lift: not someone through the Deployment itself (after
+    // a scale to 0, no owner of the value is recorded at all).
     let lifted = lifted.or_else(|| {
         let (m, _) = dep_state?;
         let v = dep_s.raw?;
         let maxima = hpas
             .iter()
             .filter_map(|h| h.spec.as_ref().map(|s| s.max_replicas));
-        (dep_pending.is_none()
-            && m.clamped_at(v, dep_s.writer == ReplicasWriter::Autoscaler, maxima))
-        .then_some(Markers {
-            baseline: m.baseline,
-            surged_to: v,
-        })
+        (dep_pending.is_none() && m.clamped_at(v, dep_s.writer != ReplicasWriter::Someone, maxima))
+            .then_some(Markers {
+                baseline: m.baseline,
+                surged_to: v,
+            })
     });
     if let Some(l) = lifted {
         writes.extend(dep_s.surge(l.baseline, l.surged_to));
