@@ -11,6 +11,7 @@ pub mod crd;
 pub mod dirty;
 pub mod doctor;
 pub mod events;
+pub mod finalizers;
 pub mod header_timer;
 pub mod leader;
 pub mod markers;

@@ -144,6 +144,9 @@ fn main() -> ExitCode {
                     for x in r.deleted_pdbs.iter().chain(&r.deleted_eas) {
                         out!("deleted{how}: {x}");
                     }
+                    for x in &r.released_finalizers {
+                        out!("the Go project's finalizers removed{how} (what they guard is done): {x}");
+                    }
                     for x in &r.failed {
                         eprintln!("failed{how}: {x}");
                     }

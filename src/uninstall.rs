@@ -93,6 +93,9 @@ pub struct Report {
     /// PDBs taken over by their user (`ownedBy` removed) whose controller
     /// reference to their Deployment was ours and was dropped.
     pub released_pdbs: Vec<String>,
+    /// Deleted EvictionAutoScalers the Go project's finalizers held, with
+    /// those removed (what they guard is done: [`crate::finalizers`]).
+    pub released_finalizers: Vec<String>,
     /// Objects whose write failed or was held back (`key: why`). Uninstall
     /// goes on past them, so one object never leaves the others' surges in
     /// place; the command exits non-zero and can be run again.
@@ -224,6 +227,114 @@ fn legacy_revert_ops(d: &Deployment, eas: &[Arc<EvictionAutoScaler>]) -> Option<
     ));
     ops.extend(annotation_ops(ann, &CLEAR));
     Some(ops)
+}
+
+/// The Go project's finalizers on EvictionAutoScalers.
+const GO_FINALIZERS: [&str; 3] = [
+    crate::finalizers::SURGE_REVERT,
+    crate::finalizers::PDB_FLOOR,
+    crate::finalizers::PDB_FLOOR_RESTORE,
+];
+
+/// Does an object of Deployment `target` in `ns` (the Deployment, an HPA,
+/// a ScaledObject) still carry a marker of a surge, read now (after this
+/// run's reverts)? With KEDA's API unknown, it may.
+async fn target_surging(
+    client: &Client,
+    ns: &str,
+    target: &str,
+    keda: &Keda,
+) -> Result<bool, kube::Error> {
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    if let Some(d) = deps.get_opt(target).await? {
+        if Markers::any_present(d.metadata.annotations.as_ref()) {
+            return Ok(true);
+        }
+    }
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+    let hpa_marked = hpas
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .any(|h| {
+            Markers::any_present(h.metadata.annotations.as_ref())
+                && view::hpa_carrier(h).as_deref() == Some(target)
+        });
+    if hpa_marked {
+        return Ok(true);
+    }
+    match keda {
+        Keda::Absent => Ok(false),
+        Keda::Unknown(_) => Ok(true),
+        Keda::Present => {
+            let sos: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), ns, &keda_resource());
+            Ok(sos
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .any(|so| {
+                    Markers::any_present(so.metadata.annotations.as_ref())
+                        && view::scaled_object_carrier(so).as_deref() == Some(target)
+                }))
+        }
+    }
+}
+
+/// Removes the Go project's finalizers from EvictionAutoScaler `name`, just
+/// deleted, once what they guard is done; one that stays (a PDB still
+/// carrying the Go project's floor) is reported, the record left
+/// Terminating.
+async fn release_go_finalizers(
+    api: &Api<EvictionAutoScaler>,
+    name: &str,
+    surging: bool,
+    client: &Client,
+    ns: &str,
+    k: &str,
+    report: &mut Report,
+) {
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let read = match (api.get_opt(name).await, pdbs.get_opt(name).await) {
+        (Ok(Some(e)), Ok(p)) => (e, p),
+        (Ok(None), _) => return,
+        (Err(err), _) | (_, Err(err)) => {
+            report.failed.push(format!("{k}: {err}"));
+            return;
+        }
+    };
+    let (e, pdb) = read;
+    let remove = crate::finalizers::releasable(&e, surging, pdb.as_ref());
+    let stays: Vec<&String> = e
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| GO_FINALIZERS.contains(&f.as_str()) && !remove.contains(f))
+        .collect();
+    if !remove.is_empty() {
+        let finalizers = e.metadata.finalizers.clone().unwrap_or_default();
+        let ops = crate::finalizers::release_ops(e.metadata.uid.as_deref(), &finalizers, &remove);
+        let r = patch_ops(api, name, &PatchParams::default(), ops).await;
+        record(
+            &mut report.released_finalizers,
+            &mut report.failed,
+            k.to_string(),
+            r,
+        );
+    }
+    if !stays.is_empty() {
+        report.failed.push(format!(
+            "{k}: left Terminating: the Go project's finalizer {stays:?} guards what is not done \
+             (a surge's markers, or PodDisruptionBudget {name} still carrying the floor it \
+             pinned: annotations {} and {}); run uninstall again once it is, or remove the \
+             finalizer yourself",
+            crate::finalizers::PINNED_FLOOR,
+            crate::finalizers::ORIGINAL_PDB_SPEC
+        ));
+    }
 }
 
 /// The Deployment an HPA or a ScaledObject scales, as (namespace, name).
@@ -502,7 +613,8 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     // must show it before the Deployment is lowered).
     let mut keda_minimum: BTreeMap<Target, i64> = BTreeMap::new();
     let mut keda_unknown: Option<String> = None;
-    match discover_keda(&client).await {
+    let keda = discover_keda(&client).await;
+    match &keda {
         Keda::Absent => {}
         Keda::Unknown(e) => keda_unknown = Some(format!("KEDA's API could not be read: {e}")),
         Keda::Present => {
@@ -771,7 +883,24 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             continue;
         }
         let r = delete_ours(&api, name, e.metadata.uid.as_deref(), opts.dry_run).await;
-        record_delete(&mut report.deleted_eas, &mut report.failed, k, r);
+        let deleted = matches!(r, Ok(Deleted::Done));
+        record_delete(&mut report.deleted_eas, &mut report.failed, k.clone(), r);
+        let go_held = e
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| GO_FINALIZERS.contains(&f.as_str()));
+        if deleted && go_held && !opts.dry_run {
+            let surging = match target_surging(&client, &ns, &e.spec.target_name, &keda).await {
+                Ok(s) => s,
+                Err(err) => {
+                    report.failed.push(format!("{k}: {err}"));
+                    continue;
+                }
+            };
+            release_go_finalizers(&api, name, surging, &client, &ns, &k, &mut report).await;
+        }
     }
     // A replica that took the Lease meanwhile (one released on a step-down
     // is free at once) may surge or make PDBs again.

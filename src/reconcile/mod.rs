@@ -513,6 +513,7 @@ impl Reconciler {
             .iter()
             .filter_map(|d| d.metadata.name.clone())
             .collect();
+        let surging = surging(&self.cache, &name, &deployments, &hpas);
         // A Deployment being deleted gets no new PDB (garbage collection
         // is removing the old one).
         let deployments: Vec<_> = deployments
@@ -554,6 +555,7 @@ impl Reconciler {
             pods: pods.as_deref(),
             pdb_age_secs: &age,
             orphan_grace_secs: self.orphan_grace.as_secs() as i64,
+            surging: &surging,
         };
         let actions = plan::plan(&snapshot);
         // A `pdb-create` that is no boolean, on a Deployment in scope.
@@ -925,6 +927,23 @@ impl Reconciler {
                 // ours to delete.
                 delete_ours(&eas, &name, uid.as_deref(), false).await?;
             }
+            Action::ReleaseFinalizers {
+                name,
+                uid,
+                read,
+                remove,
+            } => {
+                let ops = crate::finalizers::release_ops(uid.as_deref(), &read, &remove);
+                match eas.patch(&name, &pp, &json_patch(ops)?).await {
+                    Ok(_) => {
+                        tracing::info!(namespace = ns, eas = %name, released = ?remove,
+                            "the Go project's finalizers released: what they guard is done");
+                    }
+                    // Gone with its last finalizer (another replica's pass).
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e),
+                }
+            }
         }
         Ok(())
     }
@@ -1178,6 +1197,39 @@ pub fn by_namespace<K: Resource>(all: Vec<Arc<K>>) -> HashMap<String, Vec<Arc<K>
 }
 
 /// KEDA minimums by target Deployment (the persisted baseline while surged).
+/// The Deployments of namespace `ns` some object of which carries a marker
+/// of a surge: the Deployment (being deleted too), an HPA, a ScaledObject.
+/// With the ScaledObjects unknown, every Deployment under KEDA's HPA counts.
+fn surging(
+    cache: &Cache,
+    ns: &str,
+    deployments: &[Arc<Deployment>],
+    hpas: &[Arc<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>],
+) -> BTreeSet<String> {
+    let marked = |a: Option<&BTreeMap<String, String>>| Markers::any_present(a);
+    let keda_unknown = !cache.keda_known();
+    deployments
+        .iter()
+        .filter(|d| marked(d.metadata.annotations.as_ref()))
+        .filter_map(|d| d.metadata.name.clone())
+        .chain(
+            hpas.iter()
+                .filter(|h| {
+                    marked(h.metadata.annotations.as_ref())
+                        || (keda_unknown && crate::surge::view::hpa_is_kedas(h))
+                })
+                .filter_map(|h| crate::surge::view::hpa_carrier(h)),
+        )
+        .chain(
+            cache
+                .scaled_objects_in(ns)
+                .iter()
+                .filter(|so| marked(so.metadata.annotations.as_ref()))
+                .filter_map(|so| crate::surge::view::scaled_object_carrier(so)),
+        )
+        .collect()
+}
+
 pub fn keda_minimums(cache: &Cache, ns: &str) -> BTreeMap<String, i32> {
     let mut out = BTreeMap::new();
     for so in cache.scaled_objects_in(ns) {

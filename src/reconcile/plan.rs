@@ -88,6 +88,9 @@ pub struct NamespaceSnapshot<'a> {
     /// Seconds since each PDB was created, for the orphan grace period.
     pub pdb_age_secs: &'a (dyn Fn(&PodDisruptionBudget) -> i64 + Sync),
     pub orphan_grace_secs: i64,
+    /// Deployments some object of which (the Deployment, an HPA, a
+    /// ScaledObject) carries a marker of a surge.
+    pub surging: &'a BTreeSet<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -155,6 +158,15 @@ pub enum Action {
         name: String,
         uid: Option<String>,
     },
+    /// The Go project's finalizers that may go from a deleted record of
+    /// ours ([`crate::finalizers::releasable`]); its UID and the
+    /// finalizers read are the patch's preconditions.
+    ReleaseFinalizers {
+        name: String,
+        uid: Option<String>,
+        read: Vec<String>,
+        remove: Vec<String>,
+    },
     /// Another PDB (not ours) selects the pods of `deployment`: delete ours
     /// (UID precondition), with an Event naming the PDB that took over.
     StepAside {
@@ -185,6 +197,7 @@ impl Action {
             Action::CreateEas { name, .. } | Action::DeleteEas { name, .. } => {
                 format!("eas/{name}")
             }
+            Action::ReleaseFinalizers { name, .. } => format!("eas/{name}"),
         }
     }
 }
@@ -562,6 +575,7 @@ fn one_per_pod(
 
 pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut out = plan_all(s);
+    out.extend(finalizer_releases(s));
     // A surge of the Go project's older versions not yet taken over: its
     // baseline lives in the status of its EvictionAutoScaler (owned by its
     // PDB), and a delete of either would take it away before the surge
@@ -611,6 +625,28 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     out
 }
 
+/// The Go project's finalizers that may go from our deleted records (a
+/// surge's marker keeps `surge-revert`, so a surge of its older versions
+/// keeps the record that holds its baseline, as [`plan`] keeps it).
+fn finalizer_releases(s: &NamespaceSnapshot) -> Vec<Action> {
+    s.eas
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e.metadata.deletion_timestamp.is_some())
+        .filter_map(|e| {
+            let pdb = s.pdbs.iter().find(|p| p.metadata.name == e.metadata.name);
+            let surging = s.surging.contains(&e.spec.target_name);
+            let remove = crate::finalizers::releasable(e, surging, pdb.map(|p| &**p));
+            (!remove.is_empty()).then(|| Action::ReleaseFinalizers {
+                name: e.metadata.name.clone().unwrap_or_default(),
+                uid: e.metadata.uid.clone(),
+                read: e.metadata.finalizers.clone().unwrap_or_default(),
+                remove,
+            })
+        })
+        .collect()
+}
+
 /// [`plan`] before the deletes that wait for a take-over are held back.
 fn plan_all(s: &NamespaceSnapshot) -> Vec<Action> {
     with_releases(s, plan_kept(s))
@@ -632,7 +668,7 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
             .eas
             .unwrap_or_default()
             .iter()
-            .filter(|e| owned_by_us(&e.metadata))
+            .filter(|e| owned_by_us(&e.metadata) && e.metadata.deletion_timestamp.is_none())
         {
             out.push(Action::DeleteEas {
                 name: e.metadata.name.clone().unwrap_or_default(),
@@ -931,7 +967,11 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
                 .iter()
                 .any(|d| d.metadata.name.as_deref() == Some(target))
     };
-    for e in eas.iter().filter(|e| owned_by_us(&e.metadata)) {
+    // One being deleted already is not deleted again every pass.
+    for e in eas
+        .iter()
+        .filter(|e| owned_by_us(&e.metadata) && e.metadata.deletion_timestamp.is_none())
+    {
         let name = e.metadata.name.clone().unwrap_or_default();
         let target = e.spec.target_name.as_str();
         if !wanted_eas.contains_key(&name) && !waiting.contains(target) && !unsure(target) {
@@ -979,6 +1019,7 @@ mod tests {
         keda_unknown: bool,
         pods: Option<Vec<Arc<SlimPod>>>,
         age: i64,
+        surging: BTreeSet<String>,
     }
 
     impl World {
@@ -995,6 +1036,7 @@ mod tests {
                 keda_unknown: false,
                 pods: Some(vec![]),
                 age: 0,
+                surging: BTreeSet::new(),
             }
         }
         fn plan(&self) -> Vec<Action> {
@@ -1013,6 +1055,7 @@ mod tests {
                 pods: self.pods.as_deref(),
                 pdb_age_secs: &f,
                 orphan_grace_secs: 60,
+                surging: &self.surging,
             })
         }
     }
@@ -2113,6 +2156,38 @@ mod tests {
                 ..Default::default()
             }),
         })
+    }
+
+    /// A record of ours the Go project marked (`surge-revert`, and a
+    /// finalizer of someone else), deleted with its Deployment and PDB: its
+    /// finalizer goes once no marker of a surge is left, and it is not
+    /// deleted again every pass meanwhile.
+    #[test]
+    fn a_deleted_record_sheds_the_go_projects_finalizer_once_its_surge_is_reverted() {
+        use crate::finalizers::SURGE_REVERT;
+        let mut w = World::new();
+        w.deps = vec![];
+        let mut e = (*eas_with_pdb_uid("web", Some("pdb-uid"))).clone();
+        e.metadata.finalizers = Some(vec![SURGE_REVERT.into(), "example.com/keep".into()]);
+        e.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        w.eas = vec![Arc::new(e)];
+        w.surging = ["web".to_string()].into();
+        assert!(w.plan().is_empty(), "a marker left: {:?}", w.plan());
+        w.surging.clear();
+        let a = w.plan();
+        assert!(
+            matches!(&a[..], [Action::ReleaseFinalizers { remove, .. }] if remove == &[SURGE_REVERT.to_string()]),
+            "{a:?}"
+        );
+        // Out of scope too (no DeleteEas of it either).
+        w.in_scope = false;
+        let a = w.plan();
+        assert!(
+            matches!(&a[..], [Action::ReleaseFinalizers { .. }]),
+            "{a:?}"
+        );
     }
 
     /// A chart's PDB: its own name, labels and annotations, a controller

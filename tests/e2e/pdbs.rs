@@ -154,6 +154,57 @@ async fn min_available_follows_replicas_and_hpa_and_cleanup_cascades() {
     .await;
 }
 
+/// A record of ours that the Go project's current versions marked with
+/// their finalizers (`surge-revert` on every record that ever surged,
+/// `pdb-floor` while it pinned a PDB), as a take-over finds it. Deleted with
+/// its Deployment (and PDB), it does not stay Terminating for good: with no
+/// surge's marker and no PDB left, the Go project's finalizers go, and
+/// someone else's stays.
+#[tokio::test]
+async fn a_record_with_the_go_projects_finalizers_does_not_stay_terminating() {
+    let ns = TestNs::new("e2e-gofin").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("gf", 2, None))
+        .await
+        .unwrap();
+    wait_min(&ns, "gf", 2).await;
+    let eas = eas_api(&ns);
+    wait_for("EvictionAutoScaler gf", Duration::from_secs(30), || async {
+        eas.get_opt("gf").await.ok().flatten()
+    })
+    .await;
+    let keep = "e2e.test/keep";
+    let finalizers = json!({"metadata": {"finalizers": [
+        "eviction-autoscaler.azure.com/surge-revert",
+        "eviction-autoscaler.azure.com/pdb-floor",
+        keep,
+    ]}});
+    eas.patch("gf", &PatchParams::default(), &Patch::Merge(&finalizers))
+        .await
+        .expect("the Go project's finalizers put on the record");
+    deps.delete("gf", &DeleteParams::default()).await.unwrap();
+    let left = wait_for(
+        "the Go project's finalizers removed from the deleted record",
+        Duration::from_secs(60),
+        || async {
+            let e = eas.get_opt("gf").await.ok().flatten()?;
+            let f = e.metadata.finalizers.clone().unwrap_or_default();
+            (e.metadata.deletion_timestamp.is_some() && f == [keep]).then_some(f)
+        },
+    )
+    .await;
+    assert_eq!(left, [keep], "someone else's finalizer stays");
+    // Ours gone, the record goes once its last finalizer does.
+    eas.patch(
+        "gf",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("the test's finalizer removed");
+    wait_gone(&eas, "gf", "the record", Duration::from_secs(30)).await;
+}
+
 /// Scenario 3 (KEDA): a ScaledObject's minReplicaCount is the floor; KEDA's
 /// CRD is installed while the product runs.
 #[tokio::test]

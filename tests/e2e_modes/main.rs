@@ -467,6 +467,18 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
     })
     .await;
     stop_server();
+    // As the Go project's current versions leave a record that surged: with
+    // their finalizer, deleted, it would stay Terminating for good.
+    kubectl_ok(&[
+        "-n",
+        &ns.name,
+        "patch",
+        "evictionautoscalers",
+        "un",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":["eviction-autoscaler.azure.com/surge-revert"]}}"#,
+    ]);
     kubectl_ok(&["annotate", "pdb", "kept", "-n", &ns.name, "ownedBy-"]);
     // First with every update of a PDB refused: the release fails, and the
     // record that proves the PDB was ours is kept for the next run.
@@ -487,6 +499,19 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
         text.contains(&format!("{}/deployment/un", ns.name)),
         "the surge went back in the first run: {text}"
     );
+    assert!(
+        text.contains(&format!(
+            "the Go project's finalizers removed (what they guard is done): {}/evictionautoscaler/un",
+            ns.name
+        )),
+        "{text}"
+    );
+    wait_for(
+        "un's record gone with its finalizer",
+        Duration::from_secs(30),
+        || async { (!eviction_autoscalers(&ns.name).contains(&"un".to_string())).then_some(()) },
+    )
+    .await;
     deny.lift("pdb/kept").await;
     let out = uninstall();
     assert!(
