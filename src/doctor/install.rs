@@ -299,6 +299,7 @@ pub async fn run(client: Client, namespace: &str, service_account: &str) -> Vec<
             if st.and_then(|s| s.surge_replicas).unwrap_or(0) > 0 {
                 surging += 1;
             }
+            out.extend(check_terminating(e, Timestamp::now()));
             for c in st.map(|s| s.conditions.as_slice()).unwrap_or_default() {
                 if c.type_ == "Degraded" && c.status == "True" {
                     out.push(warn(format!(
@@ -319,12 +320,93 @@ pub async fn run(client: Client, namespace: &str, service_account: &str) -> Vec<
     out
 }
 
+/// How long a record may stay Terminating before doctor names what holds it.
+const TERMINATING_FOR: SignedDuration = SignedDuration::from_secs(60);
+
+/// A record deleted for a while and still there: the finalizers that hold
+/// it, and for the Go project's, what would let them go.
+pub fn check_terminating(e: &EvictionAutoScaler, now: Timestamp) -> Option<Finding> {
+    use crate::finalizers::{
+        ORIGINAL_PDB_SPEC, PDB_FLOOR, PDB_FLOOR_RESTORE, PINNED_FLOOR, SURGE_REVERT,
+    };
+    let since = e.metadata.deletion_timestamp.as_ref()?.0;
+    let held: Vec<&String> = e.metadata.finalizers.iter().flatten().collect();
+    if held.is_empty() || now.duration_since(since) < TERMINATING_FOR {
+        return None;
+    }
+    let name = e.metadata.name.as_deref().unwrap_or_default();
+    let why: Vec<String> = held
+        .iter()
+        .map(|f| match f.as_str() {
+            SURGE_REVERT => format!(
+                "{f} (the Go project's: goes once no object of Deployment {} carries a surge's marker)",
+                e.spec.target_name
+            ),
+            PDB_FLOOR | PDB_FLOOR_RESTORE => format!(
+                "{f} (the Go project's: goes once PodDisruptionBudget {name} no longer carries the \
+                 floor it pinned; this product does not restore it: put back the spec saved in \
+                 annotation {ORIGINAL_PDB_SPEC}, then remove it and {PINNED_FLOOR})"
+            ),
+            _ => format!("{f} (not this product's)"),
+        })
+        .collect();
+    Some(warn(format!(
+        "{}/{name} Terminating since {since}, held by {}",
+        e.metadata.namespace.as_deref().unwrap_or_default(),
+        why.join("; ")
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     use k8s_openapi::ByteString;
+
+    #[test]
+    fn a_record_held_terminating_is_named_with_what_would_free_it() {
+        use crate::finalizers::{PDB_FLOOR, SURGE_REVERT};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let now = Timestamp::from_second(1_000_000).expect("time");
+        let mut e = EvictionAutoScaler::new(
+            "web",
+            crate::crd::EvictionAutoScalerSpec {
+                target_name: "web".into(),
+                target_kind: "deployment".into(),
+                last_eviction: None,
+            },
+        );
+        e.metadata.namespace = Some("shop".into());
+        assert!(check_terminating(&e, now).is_none(), "not deleted");
+        e.metadata.deletion_timestamp = Some(Time(now - SignedDuration::from_secs(120)));
+        assert!(
+            check_terminating(&e, now).is_none(),
+            "no finalizer: about to go"
+        );
+        e.metadata.finalizers = Some(vec![PDB_FLOOR.into(), "example.com/x".into()]);
+        let f = check_terminating(&e, now).expect("named");
+        assert_eq!(f.level, Level::Warn);
+        assert!(
+            f.what.starts_with("shop/web Terminating since"),
+            "{}",
+            f.what
+        );
+        assert!(
+            f.what.contains("original-pdb-spec")
+                && f.what.contains("example.com/x (not this product's)"),
+            "{}",
+            f.what
+        );
+        e.metadata.finalizers = Some(vec![SURGE_REVERT.into()]);
+        assert!(check_terminating(&e, now)
+            .expect("named")
+            .what
+            .contains("Deployment web"));
+        // Just deleted: a pass has yet to release it.
+        e.metadata.deletion_timestamp = Some(Time(now - SignedDuration::from_secs(5)));
+        assert!(check_terminating(&e, now).is_none());
+    }
 
     fn rules(resource: &str) -> Vec<RuleWithOperations> {
         vec![RuleWithOperations {
