@@ -789,8 +789,12 @@ fn fold_cleans(cleans: Vec<Write>, mut rest: Vec<Write>) -> Vec<Write> {
             None => alone.push(c),
         }
     }
-    alone.extend(rest);
-    alone
+    // Cleans of objects not written otherwise go last: the executor stops
+    // at a failed write, and one refused for good (KEDA's webhook refuses
+    // every update of a ScaledObject while another HPA targets its
+    // workload) would else hold the surge's own writes back with it.
+    rest.extend(alone);
+    rest
 }
 
 fn plan_step(
@@ -1958,6 +1962,31 @@ mod tests {
                 Some(json!(replicas.to_string()))
             );
         }
+    }
+
+    /// An HPA surge in place when a ScaledObject carrying half a marker (a
+    /// manifest's copy) comes: a conflict, in which KEDA's webhook refuses
+    /// every update of the ScaledObject. Its clean goes after the HPA's
+    /// revert, so the refusal holds nothing back (a review of session 44).
+    #[test]
+    fn a_clean_refused_for_good_holds_back_no_revert() {
+        let so = scaled_object(0, None);
+        let mut so = (*so).clone();
+        so.metadata.annotations =
+            Some([(crate::names::SURGE_REPLICAS.to_string(), "4".to_string())].into());
+        let objs = NsObjects {
+            scaled_objects: vec![Arc::new(so)],
+            ..world_of((*dep(4, Some((2, 4)))).clone(), vec![raised_hpa(2, 4)], 2)
+        };
+        let over = run(&objs, &[], &quiet());
+        assert_eq!(
+            targets(&over),
+            vec![
+                (ObjKind::Hpa, "web-hpa".into()),
+                (ObjKind::ScaledObject, "web".into())
+            ],
+            "{over:?}"
+        );
     }
 
     #[test]
@@ -3416,7 +3445,7 @@ mod tests {
             None
         );
         // A clean with no later write to its object stays a write of its
-        // own, first.
+        // own, after the others (refused for good, it holds none back).
         let other = Write {
             target: ObjKey {
                 kind: ObjKind::Hpa,
@@ -3431,7 +3460,7 @@ mod tests {
         };
         assert_eq!(
             fold_cleans(vec![other.clone()], vec![dep_write.clone()]),
-            vec![other, dep_write],
+            vec![dep_write, other],
             "nothing to fold into"
         );
     }
