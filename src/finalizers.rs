@@ -6,15 +6,17 @@
 //! the floor it pinned (its teardown puts the user's spec back). Once this
 //! product has taken over, nothing else would remove them, and such a
 //! record, deleted (its PDB deleted with its Deployment, the namespace out
-//! of scope, `uninstall`), would stay Terminating for good: its name taken,
-//! no new record made for a new PDB, the CRD's deletion held.
+//! of scope or deleted, `uninstall`), would stay Terminating for good: its
+//! name taken, no new record made for a new PDB, the namespace's or the
+//! CRD's deletion held.
 //!
 //! A finalizer goes only once what it guards is done: no marker of a surge
 //! left on the target (our surge worker reverts every surge from its
 //! markers, the Go project's included), and no floor of the Go project left
-//! on the PDB of the record's name (we never restore a user's PDB spec: that
-//! record stays Terminating, and `doctor` names it). Any other finalizer is
-//! someone else's and stays.
+//! on a user's PDB of the record's name (we never restore a user's PDB
+//! spec: that record stays Terminating, and `doctor` names it). In a
+//! namespace being deleted, nothing is left to guard. Any other finalizer
+//! is someone else's and stays.
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::{json, Value};
@@ -46,20 +48,32 @@ pub fn releasable(
     surging: bool,
     pdb: Option<&PodDisruptionBudget>,
 ) -> Vec<String> {
-    if eas.metadata.deletion_timestamp.is_none() || !crate::cache::owned_by_us(&eas.metadata) {
+    // While a surge's marker is left, nothing goes: a surge of the Go
+    // project's older versions keeps its baseline in this record's status
+    // until the surge worker has written it beside the marker (whatever
+    // finalizer that version put on the record).
+    if eas.metadata.deletion_timestamp.is_none()
+        || !crate::cache::owned_by_us(&eas.metadata)
+        || surging
+    {
         return Vec::new();
     }
     // The floor is moot with no PDB of the record's own (gone, going, or
-    // another one made under the name since): as the Go project decides.
+    // another one made under the name since), as the Go project decides,
+    // and on a PDB of ours: its spec is ours to keep in line, not the
+    // user's to restore.
     let floor_moot = pdb.is_none_or(|p| {
-        p.metadata.deletion_timestamp.is_some() || !floor_pinned(p) || !same_pdb(eas, p)
+        p.metadata.deletion_timestamp.is_some()
+            || !floor_pinned(p)
+            || !same_pdb(eas, p)
+            || crate::cache::owned_by_us(&p.metadata)
     });
     eas.metadata
         .finalizers
         .iter()
         .flatten()
         .filter(|f| match f.as_str() {
-            SURGE_REVERT => !surging,
+            SURGE_REVERT => true,
             PDB_FLOOR | PDB_FLOOR_RESTORE => floor_moot,
             _ => false,
         })
@@ -149,6 +163,16 @@ mod tests {
         let all = [SURGE_REVERT, PDB_FLOOR, PDB_FLOOR_RESTORE, FOREIGN];
         let deleted = eas(&all, true, true);
         let pinned = pdb("pdb-1", true, false);
+        let mut spec_only = pdb("pdb-1", false, false);
+        spec_only.metadata.annotations =
+            Some([(ORIGINAL_PDB_SPEC.to_string(), "{}".to_string())].into());
+        let mut ours_pinned = pinned.clone();
+        if let Some(a) = ours_pinned.metadata.annotations.as_mut() {
+            a.insert(
+                crate::names::OWNED_BY.into(),
+                crate::names::OWNED_BY_VALUE.into(),
+            );
+        }
         type Case<'a> = (bool, Option<PodDisruptionBudget>, Vec<&'a str>);
         let cases: Vec<Case> = vec![
             // Nothing left to guard: both of the Go project's go, never
@@ -163,12 +187,21 @@ mod tests {
                 Some(pdb("pdb-1", false, false)),
                 vec![SURGE_REVERT, PDB_FLOOR, PDB_FLOOR_RESTORE],
             ),
-            // A surge's marker still on the target: its revert is not done.
-            (true, None, vec![PDB_FLOOR, PDB_FLOOR_RESTORE]),
+            // A surge's marker still on the target: its revert is not done,
+            // and the record may hold its baseline (older Go versions).
+            (true, None, vec![]),
             // The PDB still pinned: the Go project's restore is not done
             // (and not ours to do).
             (false, Some(pinned.clone()), vec![SURGE_REVERT]),
             (true, Some(pinned), vec![]),
+            // Only original-pdb-spec left: still pinned.
+            (false, Some(spec_only.clone()), vec![SURGE_REVERT]),
+            // A pinned PDB of ours: its spec is ours, nothing to restore.
+            (
+                false,
+                Some(ours_pinned),
+                vec![SURGE_REVERT, PDB_FLOOR, PDB_FLOOR_RESTORE],
+            ),
             // A pinned PDB being deleted, or another one under the name.
             (
                 false,

@@ -252,14 +252,14 @@ async fn target_surging(
         }
     }
     let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+    let carries = |c: Option<String>| c.is_some_and(|c| c.eq_ignore_ascii_case(target));
     let hpa_marked = hpas
         .list(&ListParams::default())
         .await?
         .items
         .iter()
         .any(|h| {
-            Markers::any_present(h.metadata.annotations.as_ref())
-                && view::hpa_carrier(h).as_deref() == Some(target)
+            Markers::any_present(h.metadata.annotations.as_ref()) && carries(view::hpa_carrier(h))
         });
     if hpa_marked {
         return Ok(true);
@@ -277,7 +277,7 @@ async fn target_surging(
                 .iter()
                 .any(|so| {
                     Markers::any_present(so.metadata.annotations.as_ref())
-                        && view::scaled_object_carrier(so).as_deref() == Some(target)
+                        && carries(view::scaled_object_carrier(so))
                 }))
         }
     }
@@ -326,13 +326,23 @@ async fn release_go_finalizers(
         );
     }
     if !stays.is_empty() {
+        let why = if surging {
+            format!(
+                "an object of Deployment {} still carries a surge's markers (or KEDA's API \
+                 could not be read)",
+                e.spec.target_name
+            )
+        } else {
+            format!(
+                "PodDisruptionBudget {name} still carries the floor it pinned (annotations {} \
+                 and {}): put back the spec saved there, then remove both",
+                crate::finalizers::PINNED_FLOOR,
+                crate::finalizers::ORIGINAL_PDB_SPEC
+            )
+        };
         report.failed.push(format!(
-            "{k}: left Terminating: the Go project's finalizer {stays:?} guards what is not done \
-             (a surge's markers, or PodDisruptionBudget {name} still carrying the floor it \
-             pinned: annotations {} and {}); run uninstall again once it is, or remove the \
-             finalizer yourself",
-            crate::finalizers::PINNED_FLOOR,
-            crate::finalizers::ORIGINAL_PDB_SPEC
+            "{k}: left Terminating: the Go project's finalizer {stays:?} guards what is not done: \
+             {why}; run uninstall again once it is, or remove the finalizer yourself"
         ));
     }
 }

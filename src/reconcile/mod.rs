@@ -529,6 +529,15 @@ impl Reconciler {
             if let Ok(mut r) = self.reported.lock() {
                 forget_solved(&mut r, &name, &bad_annotation.into_iter().collect());
             }
+            // But the Go project's finalizers on records being deleted with
+            // the namespace: nothing of it stays to guard, and held, they
+            // would hold the namespace's deletion for good.
+            if ns.metadata.deletion_timestamp.is_some() {
+                let releases = plan::finalizer_releases(eas.as_deref(), &[], &BTreeSet::new());
+                let share = std::time::Instant::now();
+                self.write_actions(&name, &deployments, releases, leader, &mut planned, share)
+                    .await;
+            }
             return planned;
         }
         let keda_min = keda_minimums(&self.cache, &name);
@@ -609,7 +618,6 @@ impl Reconciler {
         // After a write that timed out, the namespace's other writes wait
         // for the pass that its backoff brings (that object is skipped then).
         // After its share of the pass, for the next pass (marked again).
-        let mut slowed = false;
         let share = std::time::Instant::now();
         // Writes that failed before go after the others: one slow again
         // (a webhook on EvictionAutoScalers that hangs) would else come
@@ -629,28 +637,52 @@ impl Reconciler {
                     _ => false,
                 }
         });
-        for action in first.into_iter().chain(retried) {
+        let actions: Vec<Action> = first.into_iter().chain(retried).collect();
+        let Some(slowed) = self
+            .write_actions(&name, &deployments, actions, leader, &mut planned, share)
+            .await
+        else {
+            return planned; // stepped down: not one more write
+        };
+        if let (true, false, Some(eas)) = (sc.enabled, slowed, &eas) {
+            self.write_statuses(&name, &deployments, &pdbs, eas, leader, &mut planned, share)
+                .await;
+        }
+        planned
+    }
+
+    /// Writes `actions` in turn, each within [`WRITE_TIMEOUT`] and its
+    /// object's backoff, for the namespace's share of the pass; after a
+    /// write that timed out, the rest wait for the next pass. Whether one
+    /// was slow; None when this replica stepped down.
+    async fn write_actions(
+        &self,
+        name: &str,
+        deployments: &[Arc<Deployment>],
+        actions: Vec<Action>,
+        leader: &watch::Receiver<bool>,
+        planned: &mut BTreeSet<String>,
+        share: std::time::Instant,
+    ) -> Option<bool> {
+        let mut slowed = false;
+        for action in actions {
             if !*leader.borrow() {
-                return planned; // stepped down: not one more write
+                return None;
             }
             let key = format!("{name}/{}", action.object());
             planned.insert(key.clone());
-            if !slowed && self.share_spent(&name, share) {
+            if !slowed && self.share_spent(name, share) {
                 slowed = true;
             }
             if slowed || !self.due(&key) {
                 continue;
             }
             let started = std::time::Instant::now();
-            let result = bounded(WRITE_TIMEOUT, self.apply(&name, &deployments, action)).await;
+            let result = bounded(WRITE_TIMEOUT, self.apply(name, deployments, action)).await;
             slowed = slow(&result, started.elapsed());
             self.settle(&key, "pdb", result);
         }
-        if let (true, false, Some(eas)) = (sc.enabled, slowed, &eas) {
-            self.write_statuses(&name, &deployments, &pdbs, eas, leader, &mut planned, share)
-                .await;
-        }
-        planned
+        Some(slowed)
     }
 
     /// Has namespace `ns` written for its [`NAMESPACE_SHARE`] of this pass
@@ -1196,7 +1228,6 @@ pub fn by_namespace<K: Resource>(all: Vec<Arc<K>>) -> HashMap<String, Vec<Arc<K>
     out
 }
 
-/// KEDA minimums by target Deployment (the persisted baseline while surged).
 /// The Deployments of namespace `ns` some object of which carries a marker
 /// of a surge: the Deployment (being deleted too), an HPA, a ScaledObject.
 /// With the ScaledObjects unknown, every Deployment under KEDA's HPA counts.
@@ -1208,6 +1239,7 @@ fn surging(
 ) -> BTreeSet<String> {
     let marked = |a: Option<&BTreeMap<String, String>>| Markers::any_present(a);
     let keda_unknown = !cache.keda_known();
+    // Lower case, as a record's target is read (`markers::legacy_surge`).
     deployments
         .iter()
         .filter(|d| marked(d.metadata.annotations.as_ref()))
@@ -1227,9 +1259,11 @@ fn surging(
                 .filter(|so| marked(so.metadata.annotations.as_ref()))
                 .filter_map(|so| crate::surge::view::scaled_object_carrier(so)),
         )
+        .map(|n| n.to_ascii_lowercase())
         .collect()
 }
 
+/// KEDA minimums by target Deployment (the persisted baseline while surged).
 pub fn keda_minimums(cache: &Cache, ns: &str) -> BTreeMap<String, i32> {
     let mut out = BTreeMap::new();
     for so in cache.scaled_objects_in(ns) {

@@ -88,8 +88,8 @@ pub struct NamespaceSnapshot<'a> {
     /// Seconds since each PDB was created, for the orphan grace period.
     pub pdb_age_secs: &'a (dyn Fn(&PodDisruptionBudget) -> i64 + Sync),
     pub orphan_grace_secs: i64,
-    /// Deployments some object of which (the Deployment, an HPA, a
-    /// ScaledObject) carries a marker of a surge.
+    /// Deployments (in lower case) some object of which (the Deployment,
+    /// an HPA, a ScaledObject) carries a marker of a surge.
     pub surging: &'a BTreeSet<String>,
 }
 
@@ -575,7 +575,7 @@ fn one_per_pod(
 
 pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut out = plan_all(s);
-    out.extend(finalizer_releases(s));
+    out.extend(finalizer_releases(s.eas, s.pdbs, s.surging));
     // A surge of the Go project's older versions not yet taken over: its
     // baseline lives in the status of its EvictionAutoScaler (owned by its
     // PDB), and a delete of either would take it away before the surge
@@ -625,17 +625,21 @@ pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     out
 }
 
-/// The Go project's finalizers that may go from our deleted records (a
-/// surge's marker keeps `surge-revert`, so a surge of its older versions
-/// keeps the record that holds its baseline, as [`plan`] keeps it).
-fn finalizer_releases(s: &NamespaceSnapshot) -> Vec<Action> {
-    s.eas
-        .unwrap_or_default()
+/// The Go project's finalizers that may go from our deleted records:
+/// `surging` names (in lower case) the Deployments some object of which
+/// carries a marker of a surge. In a namespace being deleted, none of it
+/// matters any more: pass no PDB and no Deployment.
+pub(crate) fn finalizer_releases(
+    eas: Option<&[Arc<EvictionAutoScaler>]>,
+    pdbs: &[Arc<PodDisruptionBudget>],
+    surging: &BTreeSet<String>,
+) -> Vec<Action> {
+    eas.unwrap_or_default()
         .iter()
         .filter(|e| e.metadata.deletion_timestamp.is_some())
         .filter_map(|e| {
-            let pdb = s.pdbs.iter().find(|p| p.metadata.name == e.metadata.name);
-            let surging = s.surging.contains(&e.spec.target_name);
+            let pdb = pdbs.iter().find(|p| p.metadata.name == e.metadata.name);
+            let surging = surging.contains(&e.spec.target_name.to_ascii_lowercase());
             let remove = crate::finalizers::releasable(e, surging, pdb.map(|p| &**p));
             (!remove.is_empty()).then(|| Action::ReleaseFinalizers {
                 name: e.metadata.name.clone().unwrap_or_default(),

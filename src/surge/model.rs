@@ -190,6 +190,9 @@ struct State {
     /// The worker cannot list ScaledObjects (KEDA served, RBAC missing): it
     /// sees none, and sees KEDA's HPA over `web` while one exists.
     keda_blind: bool,
+    /// `web` taken down to the HPA's maxReplicas while it waited for the
+    /// ScaledObjects (`keda_blind`): a clamp no pass could see yet.
+    blind_clamp: Option<i32>,
     /// Writes to objects that are not ours to write (KEDA's HPA).
     foreign_writes: Vec<String>,
     /// `web` was just made again ([`Op::Remake`]): the autoscaler has not
@@ -384,6 +387,7 @@ impl State {
             seen_so: None,
             last_min: None,
             keda_blind: false,
+            blind_clamp: None,
             made_again: false,
             remade: None,
         };
@@ -719,11 +723,13 @@ impl State {
     /// unlisted): with the HPA gone nothing shows that maximum, and the
     /// value is taken for someone's. The known limit (docs/how-it-works.md).
     fn clamp_unseen(&mut self) {
-        let frozen = self.keda_blind && self.so.is_some();
         let (Some(h), Some(d)) = (self.hpa.as_ref(), self.deployments.get("web")) else {
             return;
         };
         let v = replicas_of(d);
+        // Only a clamp made while `web` waited (one a pass could see is
+        // recorded, and must come back).
+        let frozen = self.keda_blind && self.so.is_some() && self.blind_clamp == Some(v);
         let clamped = Markers::from_annotations(d.metadata.annotations.as_ref())
             .is_some_and(|m| m.clamped_at(v, true, [hpa_max(h)].into_iter()));
         if frozen && clamped {
@@ -787,6 +793,9 @@ impl State {
         if let Some(max) = self.hpa.as_ref().map(hpa_max).filter(|&m| cur > m) {
             if let Some(d) = self.deployments.get_mut("web") {
                 set_replicas(d, max, AUTOSCALER_MANAGER, Some("scale"));
+            }
+            if self.keda_blind && self.so.is_some() {
+                self.blind_clamp = Some(max);
             }
             let want = self
                 .user
@@ -1685,6 +1694,9 @@ impl Run {
             Op::Hold(_) => {}
             Op::KedaBlind(on) => self.with(|s| {
                 s.keda_blind = on;
+                if !on {
+                    s.blind_clamp = None;
+                }
                 if let Some(r) = s.remade.as_mut() {
                     r.unrecordable |= on;
                 }

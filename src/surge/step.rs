@@ -836,10 +836,16 @@ fn plan_step(
         && dep_s
             .as_ref()
             .is_some_and(|d| markers::lone_marker_at(d.annotations, d.raw).is_some());
+    // A ScaledObject beside a standalone HPA over the same Deployment: KEDA's
+    // webhook refuses every update of it while that lasts, so its clean
+    // waits (tried, it would fail the step, and the step's backoff would
+    // slow every surge and revert of the Deployment).
+    let so_frozen = !sos.is_empty() && hpas.iter().any(|h| !hpa_is_kedas(h));
     let (mut writes, cleaned): (Vec<Write>, Vec<ObjKey>) = all
         .iter()
         .filter(|o| Markers::any_present(o.annotations) && o.markers().is_none())
         .filter(|o| !((legacy.is_some() || maybe_legacy) && o.key.kind == ObjKind::Deployment))
+        .filter(|o| !(so_frozen && o.key.kind == ObjKind::ScaledObject))
         .filter_map(|o| o.clean().map(|w| (w, o.key.clone())))
         .unzip();
 
@@ -1966,8 +1972,9 @@ mod tests {
 
     /// An HPA surge in place when a ScaledObject carrying half a marker (a
     /// manifest's copy) comes: a conflict, in which KEDA's webhook refuses
-    /// every update of the ScaledObject. Its clean goes after the HPA's
-    /// revert, so the refusal holds nothing back (a review of session 44).
+    /// every update of the ScaledObject. Its clean waits for the conflict to
+    /// end, and the HPA's revert goes on (reviews of session 44: the clean
+    /// came first and its refusal held every write back).
     #[test]
     fn a_clean_refused_for_good_holds_back_no_revert() {
         let so = scaled_object(0, None);
@@ -1981,11 +1988,18 @@ mod tests {
         let over = run(&objs, &[], &quiet());
         assert_eq!(
             targets(&over),
-            vec![
-                (ObjKind::Hpa, "web-hpa".into()),
-                (ObjKind::ScaledObject, "web".into())
-            ],
+            vec![(ObjKind::Hpa, "web-hpa".into())],
             "{over:?}"
+        );
+        // The conflict over (the HPA deleted): the clean goes.
+        let alone = NsObjects {
+            hpas: vec![],
+            ..objs
+        };
+        let s = run(&alone, &[], &quiet());
+        assert!(
+            targets(&s).contains(&(ObjKind::ScaledObject, "web".into())),
+            "{s:?}"
         );
     }
 

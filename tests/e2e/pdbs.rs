@@ -205,6 +205,43 @@ async fn a_record_with_the_go_projects_finalizers_does_not_stay_terminating() {
     wait_gone(&eas, "gf", "the record", Duration::from_secs(30)).await;
 }
 
+/// The same record in a namespace being deleted: nothing of it is left to
+/// guard, and held, the Go project's finalizer would hold the namespace's
+/// deletion for good (NamespaceFinalizersRemaining).
+#[tokio::test]
+async fn a_namespace_holding_a_record_with_the_go_projects_finalizer_goes() {
+    let ns = TestNs::new("e2e-gofin-ns").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("gn", 1, None))
+        .await
+        .unwrap();
+    let eas = eas_api(&ns);
+    wait_for("EvictionAutoScaler gn", Duration::from_secs(30), || async {
+        eas.get_opt("gn").await.ok().flatten()
+    })
+    .await;
+    let finalizers =
+        json!({"metadata": {"finalizers": ["eviction-autoscaler.azure.com/surge-revert"]}});
+    eas.patch("gn", &PatchParams::default(), &Patch::Merge(&finalizers))
+        .await
+        .expect("the Go project's finalizer put on the record");
+    let namespaces: Api<Namespace> = Api::all(ns.client.clone());
+    namespaces
+        .delete(&ns.name, &DeleteParams::default())
+        .await
+        .expect("delete the namespace");
+    wait_for("the namespace gone", Duration::from_secs(90), || async {
+        namespaces
+            .get_opt(&ns.name)
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
 /// Scenario 3 (KEDA): a ScaledObject's minReplicaCount is the floor; KEDA's
 /// CRD is installed while the product runs.
 #[tokio::test]
