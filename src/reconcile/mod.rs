@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::core::Status;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource};
@@ -734,6 +734,30 @@ impl Reconciler {
                     field_manager: Some(names::MANAGER.into()),
                     ..Default::default()
                 };
+                // Planned from the cache: a PDB the user made just before
+                // (applied with the Deployment) may not be in it yet, and
+                // ours would be a second budget over the pods until the next
+                // pass stepped aside. A live list first; any PDB the cache
+                // does not hold yet, and the create waits for a pass that
+                // sees it.
+                let cached: HashSet<String> = self
+                    .cache
+                    .pdbs_in(ns)
+                    .iter()
+                    .filter_map(|c| c.metadata.uid.clone())
+                    .collect();
+                let behind = pdbs
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .iter()
+                    .any(|l| l.metadata.uid.as_ref().is_some_and(|u| !cached.contains(u)));
+                if behind {
+                    // Its watch event marks the namespace again once cached.
+                    tracing::debug!(namespace = ns, pdb = %name,
+                        "a PDB the cache does not hold yet: the create waits for a pass that sees it");
+                    return Ok(());
+                }
                 let created = match pdbs.create(&pp, &p).await {
                     Ok(c) => c,
                     // The webhook (or another pass) made it first.
@@ -742,13 +766,13 @@ impl Reconciler {
                 };
                 tracing::info!(namespace = ns, pdb = %name, "created PDB");
                 // The proof that this PDB is ours (its UID in the status of
-                // the EvictionAutoScaler of its name) written at once: it
-                // carries our controller reference from now, and a user who
-                // removed `ownedBy` before a later pass recorded the proof
-                // would keep that reference for good (deleting the
-                // Deployment would take their PDB). Best effort: the pass
-                // after makes the EvictionAutoScaler anyway, and an existing
-                // one is left to it.
+                // the EvictionAutoScaler of its name) written at once: our
+                // controller reference follows in a later pass, only once
+                // the proof is there (a user who removed `ownedBy` before
+                // would otherwise keep that reference for good, and
+                // deleting the Deployment would take their PDB). Best
+                // effort: the pass after makes the EvictionAutoScaler
+                // anyway, and an existing one is left to it.
                 let target = plan::target_of(&created).unwrap_or(&name).to_string();
                 if let Err(e) = self
                     .create_eas(

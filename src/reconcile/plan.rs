@@ -295,6 +295,7 @@ fn plan_matching(
     mutual: Option<&Arc<PodDisruptionBudget>>,
     floor: Option<i32>,
     opted_out: bool,
+    proven: &dyn Fn(&PodDisruptionBudget) -> bool,
     out: &mut Vec<Action>,
 ) {
     // The first PDB we do not own that selects these pods, or any PDB over
@@ -361,7 +362,11 @@ fn plan_matching(
                 .uid
                 .as_deref()
                 .is_some_and(|uid| deployment_ref(p, dep_name).is_some_and(|o| o.uid == uid));
-            if !has_owner {
+            // Only once the record of its name proves it ours: a user who
+            // took it over (`ownedBy` removed) before the proof existed would
+            // keep our reference for good (deleting the Deployment would take
+            // their PDB), as nothing could release it.
+            if !has_owner && proven(p) {
                 if let Some(owner) = owner_reference(dep) {
                     out.push(Action::SetOwner {
                         pdb: pdb_name,
@@ -575,6 +580,27 @@ fn one_per_pod(
 
 pub fn plan(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut out = plan_all(s);
+    // A record whose PDB, ours as it proves, is still there waits for it:
+    // with that delete failing (a policy, a conflict), the user may take the
+    // PDB over meanwhile, and only the record lets us release it then. It
+    // goes with the PDB (its owner), or in the pass after.
+    let proves_a_pdb_left = |name: &str| {
+        let recorded = s
+            .eas
+            .unwrap_or_default()
+            .iter()
+            .find(|e| e.metadata.name.as_deref() == Some(name))
+            .and_then(|e| e.status.as_ref())
+            .and_then(|st| st.pdb_uid.as_deref());
+        recorded.is_some_and(|uid| {
+            s.pdbs.iter().any(|p| {
+                p.metadata.name.as_deref() == Some(name)
+                    && p.metadata.uid.as_deref() == Some(uid)
+                    && owned_by_us(&p.metadata)
+            })
+        })
+    };
+    out.retain(|a| !matches!(a, Action::DeleteEas { name, .. } if proves_a_pdb_left(name)));
     out.extend(finalizer_releases(s.eas, s.pdbs, s.surging));
     // A surge of the Go project's older versions not yet taken over: its
     // baseline lives in the status of its EvictionAutoScaler (owned by its
@@ -682,6 +708,21 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
         return out;
     }
 
+    // Our PDBs whose record (of their name) holds their UID: the proof, to
+    // be in place before our reference is (`Action::SetOwner`).
+    let proofs: BTreeSet<(&str, &str)> = s
+        .eas
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| {
+            let uid = e.status.as_ref()?.pdb_uid.as_deref()?;
+            Some((e.metadata.name.as_deref()?, uid))
+        })
+        .collect();
+    let proven = |p: &PodDisruptionBudget| {
+        matches!((p.metadata.name.as_deref(), p.metadata.uid.as_deref()),
+            (Some(n), Some(u)) if proofs.contains(&(n, u)))
+    };
     // EvictionAutoScaler name → (target, owner, UID of the PDB when ours).
     let mut wanted_eas: BTreeMap<String, (String, Option<OwnerReference>, Option<String>)> =
         BTreeMap::new();
@@ -815,6 +856,7 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
             mutual,
             floor,
             opted_out,
+            &proven,
             &mut out,
         );
         // What protects the pods once the step-aside is done. Ours stepping
@@ -904,7 +946,11 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
                 // The floor not known yet: made once it is.
                 None => {
                     if let Some(floor) = floor {
-                        planned.push((dep, owned_pdb(dep, floor)));
+                        // Our reference comes once the record proves the
+                        // PDB ours (`SetOwner`), as for one made at admission.
+                        let mut p = owned_pdb(dep, floor);
+                        p.metadata.owner_references = None;
+                        planned.push((dep, p));
                     }
                 }
             }
@@ -1712,6 +1758,8 @@ mod tests {
         let mut p = owned_pdb(&dep("web", 3), 3); // admission time: no uid, no owner
         p.metadata.uid = Some("pdb-uid".into());
         w.pdbs = vec![Arc::new(p)];
+        // Once the record of its name proves the PDB ours.
+        w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
         assert!(w
             .plan()
             .iter()
@@ -1724,12 +1772,32 @@ mod tests {
         let mut p = owned_pdb(&dep("web", 3), 3); // admission time: no owner yet
         p.metadata.uid = Some("pdb-uid".into());
         w.pdbs = vec![Arc::new(p)];
+        // The record first, and no reference until it holds the PDB's UID
+        // (a failed create of it, then a take-over, could never be released).
         let a = w.plan();
-        let eas = a.iter().position(
-            |a| matches!(a, Action::CreateEas { pdb_uid: Some(u), .. } if u == "pdb-uid"),
+        assert!(
+            matches!(&a[..], [Action::CreateEas { pdb_uid: Some(u), .. }] if u == "pdb-uid"),
+            "{a:?}"
         );
-        let owner = a.iter().position(|a| matches!(a, Action::SetOwner { .. }));
-        assert!(matches!((eas, owner), (Some(e), Some(o)) if e < o), "{a:?}");
+        w.eas = vec![eas_with_pdb_uid("web", None)];
+        assert!(
+            !w.plan()
+                .iter()
+                .any(|a| matches!(a, Action::SetOwner { .. })),
+            "a record without the proof: {:?}",
+            w.plan()
+        );
+        w.eas = vec![eas_with_pdb_uid("web", Some("other-uid"))];
+        assert!(!w
+            .plan()
+            .iter()
+            .any(|a| matches!(a, Action::SetOwner { .. })));
+        w.eas = vec![eas_with_pdb_uid("web", Some("pdb-uid"))];
+        assert!(w
+            .plan()
+            .iter()
+            .any(|a| matches!(a, Action::SetOwner { .. })));
+        w.eas = vec![];
         // A user PDB's EvictionAutoScaler records nothing.
         w.pdbs = vec![user_pdb("mine", "web")];
         assert!(matches!(
@@ -2375,6 +2443,11 @@ mod tests {
             "{a:?}"
         );
         w.eas_known = true;
+        // Known again: the record that proves the PDB ours waits for it (a
+        // failed delete and a take-over meanwhile could not be released
+        // without it), then goes.
+        assert!(!w.plan().iter().any(eas_action), "{:?}", w.plan());
+        w.pdbs = vec![];
         assert!(w.plan().iter().any(eas_action), "{:?}", w.plan());
     }
 
