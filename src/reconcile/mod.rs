@@ -513,7 +513,12 @@ impl Reconciler {
             .iter()
             .filter_map(|d| d.metadata.name.clone())
             .collect();
-        let surging = surging(&self.cache, &name, &deployments, &hpas);
+        let surging = surging(
+            &deployments,
+            &hpas,
+            &self.cache.scaled_objects_in(&name),
+            !self.cache.keda_known(),
+        );
         // A Deployment being deleted gets no new PDB (garbage collection
         // is removing the old one).
         let deployments: Vec<_> = deployments
@@ -1256,13 +1261,12 @@ pub fn by_namespace<K: Resource>(all: Vec<Arc<K>>) -> HashMap<String, Vec<Arc<K>
 /// of a surge: the Deployment (being deleted too), an HPA, a ScaledObject.
 /// With the ScaledObjects unknown, every Deployment under KEDA's HPA counts.
 fn surging(
-    cache: &Cache,
-    ns: &str,
     deployments: &[Arc<Deployment>],
     hpas: &[Arc<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>],
+    scaled_objects: &[Arc<kube::core::DynamicObject>],
+    keda_unknown: bool,
 ) -> BTreeSet<String> {
     let marked = |a: Option<&BTreeMap<String, String>>| Markers::any_present(a);
-    let keda_unknown = !cache.keda_known();
     // Lower case, as a record's target is read (`markers::legacy_surge`).
     deployments
         .iter()
@@ -1277,8 +1281,7 @@ fn surging(
                 .filter_map(|h| crate::surge::view::hpa_carrier(h)),
         )
         .chain(
-            cache
-                .scaled_objects_in(ns)
+            scaled_objects
                 .iter()
                 .filter(|so| marked(so.metadata.annotations.as_ref()))
                 .filter_map(|so| crate::surge::view::scaled_object_carrier(so)),
@@ -1442,6 +1445,53 @@ fn forget_solved(reported: &mut BTreeSet<String>, ns: &str, still: &BTreeSet<Str
 mod tests {
     use super::*;
     use crate::pdb::owned_pdb;
+
+    /// What keeps the Go project's `surge-revert` on a deleted record: a
+    /// marker on the Deployment (being deleted too), on an HPA over it, on
+    /// its ScaledObject, or KEDA's HPA over it while the ScaledObjects are
+    /// unknown; by the name in lower case.
+    #[test]
+    fn a_surge_is_seen_on_every_object_that_may_carry_it() {
+        use crate::surge::view::kedas_hpa;
+        let marked = || -> Option<BTreeMap<String, String>> {
+            Some([(names::SURGE_REPLICAS.to_string(), "4".to_string())].into())
+        };
+        let mut d = crate::pdb::tests::dep("web", 3);
+        d.metadata.annotations = marked();
+        d.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        let plain = Arc::new(crate::pdb::tests::dep("api", 3));
+        assert_eq!(
+            surging(&[Arc::new(d), plain.clone()], &[], &[], false),
+            ["web".to_string()].into()
+        );
+        let mut h = kedas_hpa("ns", "Shop", 2, 9);
+        let kedas = Arc::new(h.clone());
+        h.metadata.owner_references = None;
+        h.metadata.annotations = marked();
+        assert_eq!(
+            surging(&[plain.clone()], &[Arc::new(h)], &[], false),
+            ["shop".to_string()].into()
+        );
+        assert!(surging(&[plain.clone()], &[kedas.clone()], &[], false).is_empty());
+        assert_eq!(
+            surging(&[plain.clone()], &[kedas], &[], true),
+            ["shop".to_string()].into(),
+            "KEDA's HPA while the ScaledObjects are unknown"
+        );
+        let ar = kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+            "scaledobjects",
+        );
+        let mut so = kube::core::DynamicObject::new("q", &ar).within("ns");
+        so.data = serde_json::json!({"spec": {"scaleTargetRef": {"name": "queue"}}});
+        so.metadata.annotations = marked();
+        assert_eq!(
+            surging(&[plain], &[], &[Arc::new(so)], false),
+            ["queue".to_string()].into()
+        );
+    }
 
     #[test]
     fn a_reason_is_kept_only_where_asked() {
