@@ -1471,12 +1471,18 @@ mod tests {
         h.metadata.owner_references = None;
         h.metadata.annotations = marked();
         assert_eq!(
-            surging(&[plain.clone()], &[Arc::new(h)], &[], false),
+            surging(std::slice::from_ref(&plain), &[Arc::new(h)], &[], false),
             ["shop".to_string()].into()
         );
-        assert!(surging(&[plain.clone()], &[kedas.clone()], &[], false).is_empty());
+        assert!(surging(
+            std::slice::from_ref(&plain),
+            std::slice::from_ref(&kedas),
+            &[],
+            false
+        )
+        .is_empty());
         assert_eq!(
-            surging(&[plain.clone()], &[kedas], &[], true),
+            surging(std::slice::from_ref(&plain), &[kedas], &[], true),
             ["shop".to_string()].into(),
             "KEDA's HPA while the ScaledObjects are unknown"
         );
