@@ -185,6 +185,11 @@ pub struct Reconciler {
     reported: Mutex<BTreeSet<String>>,
     /// Objects whose last write failed ("namespace/kind/name").
     backoff: Mutex<Backoff>,
+    /// UIDs of the PDBs this replica created (not at admission): their
+    /// creation is announced at the create, and a create's live check knows
+    /// them before the watch does. Lost on restart (then at worst one
+    /// `PDBCreated` said twice).
+    created: Mutex<HashSet<String>>,
 }
 
 /// How a failed write is accounted for.
@@ -273,6 +278,7 @@ impl Reconciler {
             orphan_grace,
             reported: Mutex::new(BTreeSet::new()),
             backoff: Mutex::new(Backoff::default()),
+            created: Mutex::new(HashSet::new()),
         }
     }
 
@@ -519,6 +525,11 @@ impl Reconciler {
             &self.cache.scaled_objects_in(&name),
             !self.cache.keda_known(),
         );
+        let deleting: BTreeSet<String> = deployments
+            .iter()
+            .filter(|d| d.metadata.deletion_timestamp.is_some())
+            .filter_map(|d| d.metadata.name.clone())
+            .collect();
         // A Deployment being deleted gets no new PDB (garbage collection
         // is removing the old one).
         let deployments: Vec<_> = deployments
@@ -570,6 +581,7 @@ impl Reconciler {
             pdb_age_secs: &age,
             orphan_grace_secs: self.orphan_grace.as_secs() as i64,
             surging: &surging,
+            deleting: &deleting,
         };
         let actions = plan::plan(&snapshot);
         // A `pdb-create` that is no boolean, on a Deployment in scope.
@@ -627,10 +639,10 @@ impl Reconciler {
         // Writes that failed before go after the others: one slow again
         // (a webhook on EvictionAutoScalers that hangs) would else come
         // first in every pass its backoff brings, and the writes after it
-        // (a step-aside among them) would wait for as long as it fails. Our
-        // reference on a PDB (its create, or SetOwner) stays behind the
-        // EvictionAutoScaler of its name, whose status is the proof that
-        // the PDB was ours (`Action::CreateEas`).
+        // (a step-aside among them) would wait for as long as it fails. A
+        // create of a PDB, or our reference on one (SetOwner, planned only
+        // once the proof is in place), stays behind the EvictionAutoScaler
+        // of its name, whose status is that proof (`Action::CreateEas`).
         let eas_failing = |pdb: &str| self.failing(&format!("{name}/eas/{pdb}"));
         let (retried, first): (Vec<Action>, Vec<Action>) = actions.into_iter().partition(|a| {
             self.failing(&format!("{name}/{}", a.object()))
@@ -745,18 +757,23 @@ impl Reconciler {
                 // pass stepped aside. A live list first; any PDB the cache
                 // does not hold yet, and the create waits for a pass that
                 // sees it.
-                let cached: HashSet<String> = self
+                let mut known: HashSet<String> = self
                     .cache
                     .pdbs_in(ns)
                     .iter()
                     .filter_map(|c| c.metadata.uid.clone())
                     .collect();
+                // Ours made in this pass (or one the watch has yet to show)
+                // were planned around already.
+                if let Ok(c) = self.created.lock() {
+                    known.extend(c.iter().cloned());
+                }
                 let behind = pdbs
                     .list(&ListParams::default())
                     .await?
                     .items
                     .iter()
-                    .any(|l| l.metadata.uid.as_ref().is_some_and(|u| !cached.contains(u)));
+                    .any(|l| l.metadata.uid.as_ref().is_some_and(|u| !known.contains(u)));
                 if behind {
                     // Its watch event marks the namespace again once cached.
                     tracing::debug!(namespace = ns, pdb = %name,
@@ -770,6 +787,15 @@ impl Reconciler {
                     Err(e) => return Err(e),
                 };
                 tracing::info!(namespace = ns, pdb = %name, "created PDB");
+                if let (Some(uid), Ok(mut c)) = (created.metadata.uid.clone(), self.created.lock())
+                {
+                    // Bounded: each goes at its SetOwner; forgetting one
+                    // costs at most a repeated Event or a create a pass later.
+                    if c.len() >= 10_000 {
+                        c.clear();
+                    }
+                    c.insert(uid);
+                }
                 // The proof that this PDB is ours (its UID in the status of
                 // the EvictionAutoScaler of its name) written at once: our
                 // controller reference follows in a later pass, only once
@@ -829,7 +855,13 @@ impl Reconciler {
                 // Deployment names it in its annotation) and owned by
                 // nothing yet: this is where its creation is announced (the
                 // Deployment did not exist when the webhook made it).
+                let made_here = cached
+                    .metadata
+                    .uid
+                    .as_ref()
+                    .is_some_and(|u| self.created.lock().is_ok_and(|c| c.contains(u)));
                 let made_at_admission = current.as_ref().is_none_or(Vec::is_empty)
+                    && !made_here
                     && deployments.iter().any(|d| {
                         d.metadata.name.as_deref() == Some(owner_name.as_str())
                             && d.metadata
@@ -846,6 +878,10 @@ impl Reconciler {
                 ));
                 pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
                 tracing::info!(namespace = ns, %pdb, "owner reference set");
+                if let (Some(uid), Ok(mut c)) = (cached.metadata.uid.as_ref(), self.created.lock())
+                {
+                    c.remove(uid);
+                }
                 if made_at_admission {
                     if let Some(r) = dep_ref(&owner_name) {
                         let min = min_available_text(&cached);

@@ -91,6 +91,10 @@ pub struct NamespaceSnapshot<'a> {
     /// Deployments (in lower case) some object of which (the Deployment,
     /// an HPA, a ScaledObject) carries a marker of a surge.
     pub surging: &'a BTreeSet<String>,
+    /// Deployments being deleted (left out of `deployments`): their pods
+    /// may run on for a while (a finalizer), and their PDB stays until
+    /// garbage collection takes it.
+    pub deleting: &'a BTreeSet<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -401,13 +405,18 @@ fn releases(s: &NamespaceSnapshot) -> Vec<Action> {
 
 /// A PDB of ours made at admission whose Deployment never appeared (no
 /// owner reference yet, and no Deployment of its target's name).
-fn admission_orphan(p: &PodDisruptionBudget, deployments: &[Arc<Deployment>]) -> bool {
+fn admission_orphan(
+    p: &PodDisruptionBudget,
+    deployments: &[Arc<Deployment>],
+    deleting: &BTreeSet<String>,
+) -> bool {
     let target = target_of(p).unwrap_or_default();
     owned_by_us(&p.metadata)
         && p.metadata
             .owner_references
             .as_ref()
             .is_none_or(|o| o.is_empty())
+        && !deleting.contains(target)
         && !deployments
             .iter()
             .any(|d| d.metadata.name.as_deref() == Some(target))
@@ -792,7 +801,7 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
                 let orphans = s
                     .pdbs
                     .iter()
-                    .filter(|p| has_own && admission_orphan(p, s.deployments));
+                    .filter(|p| has_own && admission_orphan(p, s.deployments, s.deleting));
                 let ignored: Vec<&Arc<PodDisruptionBudget>> = matching
                     .iter()
                     .copied()
@@ -963,7 +972,11 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
     );
 
     // Admission-time PDBs whose Deployment never appeared.
-    for p in s.pdbs.iter().filter(|p| admission_orphan(p, s.deployments)) {
+    for p in s
+        .pdbs
+        .iter()
+        .filter(|p| admission_orphan(p, s.deployments, s.deleting))
+    {
         // Within the grace it may select another workload's pods, and a
         // budget of someone else's over one of them makes two: the
         // apiserver then refuses every eviction of that pod.
@@ -1070,6 +1083,7 @@ mod tests {
         pods: Option<Vec<Arc<SlimPod>>>,
         age: i64,
         surging: BTreeSet<String>,
+        deleting: BTreeSet<String>,
     }
 
     impl World {
@@ -1087,6 +1101,7 @@ mod tests {
                 pods: Some(vec![]),
                 age: 0,
                 surging: BTreeSet::new(),
+                deleting: BTreeSet::new(),
             }
         }
         fn plan(&self) -> Vec<Action> {
@@ -1106,6 +1121,7 @@ mod tests {
                 pdb_age_secs: &f,
                 orphan_grace_secs: 60,
                 surging: &self.surging,
+                deleting: &self.deleting,
             })
         }
     }
@@ -2109,6 +2125,11 @@ mod tests {
         w.age = 10;
         assert!(w.plan().is_empty());
         w.age = 61;
+        // Its Deployment being deleted (held by a finalizer, its pods
+        // still running): garbage collection's to take, not an orphan.
+        w.deleting = ["ghost".to_string()].into();
+        assert!(w.plan().is_empty(), "{:?}", w.plan());
+        w.deleting.clear();
         assert!(matches!(
             &w.plan()[..],
             [Action::DeletePdb {

@@ -440,7 +440,12 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
         "kept's PDB and its record",
         Duration::from_secs(30),
         || async {
-            let uid = pdbs.get_opt("kept").await.ok()??.metadata.uid?;
+            // With our reference on it (it follows the proof, a pass later).
+            let p = pdbs.get_opt("kept").await.ok()??;
+            let uid = p.metadata.uid.clone()?;
+            if p.metadata.owner_references.unwrap_or_default().is_empty() {
+                return None;
+            }
             let out = kubectl(&[
                 "get",
                 "evictionautoscalers",
