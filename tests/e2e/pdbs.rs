@@ -230,15 +230,12 @@ async fn a_namespace_holding_a_record_with_the_go_projects_finalizer_goes() {
         .delete(&ns.name, &DeleteParams::default())
         .await
         .expect("delete the namespace");
-    wait_for("the namespace gone", Duration::from_secs(90), || async {
-        namespaces
-            .get_opt(&ns.name)
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
+    wait_gone(
+        &namespaces,
+        &ns.name,
+        "the namespace",
+        Duration::from_secs(90),
+    )
     .await;
 }
 
