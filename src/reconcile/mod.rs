@@ -583,7 +583,20 @@ impl Reconciler {
             surging: &surging,
             deleting: &deleting,
         };
-        let actions = plan::plan(&snapshot);
+        let mut actions = plan::plan(&snapshot);
+        // Creates are planned from the cache: a PDB the user made just
+        // before (applied with the Deployment) may not be in it yet, and
+        // ours would be a second budget over the pods until the next pass
+        // stepped aside. One live list per pass that creates; while it shows
+        // a PDB the cache lacks (or fails), the creates wait for a pass that
+        // sees it (its watch event marks the namespace again).
+        if actions.iter().any(|a| matches!(a, Action::CreatePdb(_)))
+            && !self.pdbs_cached(&name).await
+        {
+            tracing::debug!(namespace = %name,
+                "a PDB the cache does not hold yet: the namespace's creates wait for a pass that sees it");
+            actions.retain(|a| !matches!(a, Action::CreatePdb(_)));
+        }
         // A `pdb-create` that is no boolean, on a Deployment in scope.
         let mut bad_opt_outs = BTreeSet::new();
         for d in deployments.iter().filter(|_| sc.enabled) {
@@ -666,6 +679,29 @@ impl Reconciler {
                 .await;
         }
         planned
+    }
+
+    /// Does the cache hold every PDB a live list of namespace `ns` shows
+    /// (those this replica created count as held)? False when the list
+    /// fails or takes longer than [`WRITE_TIMEOUT`].
+    async fn pdbs_cached(&self, ns: &str) -> bool {
+        let mut known: HashSet<String> = self
+            .cache
+            .pdbs_in(ns)
+            .iter()
+            .filter_map(|c| c.metadata.uid.clone())
+            .collect();
+        if let Ok(c) = self.created.lock() {
+            known.extend(c.iter().cloned());
+        }
+        let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), ns);
+        match tokio::time::timeout(WRITE_TIMEOUT, api.list(&ListParams::default())).await {
+            Ok(Ok(live)) => live
+                .items
+                .iter()
+                .all(|l| l.metadata.uid.as_ref().is_none_or(|u| known.contains(u))),
+            _ => false,
+        }
     }
 
     /// Writes `actions` in turn, each within [`WRITE_TIMEOUT`] and its
@@ -751,35 +787,6 @@ impl Reconciler {
                     field_manager: Some(names::MANAGER.into()),
                     ..Default::default()
                 };
-                // Planned from the cache: a PDB the user made just before
-                // (applied with the Deployment) may not be in it yet, and
-                // ours would be a second budget over the pods until the next
-                // pass stepped aside. A live list first; any PDB the cache
-                // does not hold yet, and the create waits for a pass that
-                // sees it.
-                let mut known: HashSet<String> = self
-                    .cache
-                    .pdbs_in(ns)
-                    .iter()
-                    .filter_map(|c| c.metadata.uid.clone())
-                    .collect();
-                // Ours made in this pass (or one the watch has yet to show)
-                // were planned around already.
-                if let Ok(c) = self.created.lock() {
-                    known.extend(c.iter().cloned());
-                }
-                let behind = pdbs
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .iter()
-                    .any(|l| l.metadata.uid.as_ref().is_some_and(|u| !known.contains(u)));
-                if behind {
-                    // Its watch event marks the namespace again once cached.
-                    tracing::debug!(namespace = ns, pdb = %name,
-                        "a PDB the cache does not hold yet: the create waits for a pass that sees it");
-                    return Ok(());
-                }
                 let created = match pdbs.create(&pp, &p).await {
                     Ok(c) => c,
                     // The webhook (or another pass) made it first.
