@@ -1820,10 +1820,13 @@ impl Run {
                 // to zero) comes back to 1: we never scale one to 0.
                 // That value, lifted by an autoscaler still there at the end
                 // (reverted to its user's minimum) as it would lift it.
+                // With both (a conflict), each HPA lifts it to its minimum,
+                // KEDA's at the ScaledObject's: the higher one.
                 let floor = match (&s.hpa, &s.so) {
                     (Some(h), None) => Some(hpa_min(h)),
                     (None, Some(so)) => Some(so_min(so).max(1)),
-                    _ => None,
+                    (Some(h), Some(so)) => Some(hpa_min(h).max(so_min(so).max(1))),
+                    (None, None) => None,
                 };
                 // Never 0 by us (as for `want` below).
                 let also = s
@@ -1951,6 +1954,24 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 #[test]
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
+        (
+            // A KEDA surge, an HPA added (a conflict), the user's scale lifted
+            // to our number before a pass saw it (the known limit), then the
+            // HPA's minimum lowered to 3: the revert goes to the baseline
+            // lifted to the higher minimum, 3, as each HPA would lift it
+            // (`make model-long`, session 44: the model's known-limit values
+            // were not floored in a conflict).
+            1,
+            2,
+            "100%",
+            vec![
+                Op::SoAdd(2),
+                Op::Drain(1),
+                Op::HpaAdd(4),
+                Op::UserScale(0, 1),
+                Op::UserHpaMin(3),
+            ],
+        ),
         (
             // The conflict's lift recorded with no owner of the value (a
             // scale from 0), then the HPA's maxReplicas lowered below it:
