@@ -26,6 +26,8 @@ use crate::crd::EvictionAutoScaler;
 pub const SURGE_REVERT: &str = "eviction-autoscaler.azure.com/surge-revert";
 pub const PDB_FLOOR: &str = "eviction-autoscaler.azure.com/pdb-floor";
 pub const PDB_FLOOR_RESTORE: &str = "eviction-autoscaler.azure.com/pdb-floor-restore";
+/// Every finalizer of the Go project's on EvictionAutoScalers.
+pub const GO_FINALIZERS: [&str; 3] = [SURGE_REVERT, PDB_FLOOR, PDB_FLOOR_RESTORE];
 /// The Go project's annotations on a PDB whose floor it pinned.
 pub const PINNED_FLOOR: &str = "eviction-autoscaler.azure.com/pinned-floor";
 pub const ORIGINAL_PDB_SPEC: &str = "eviction-autoscaler.azure.com/original-pdb-spec";

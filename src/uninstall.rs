@@ -33,6 +33,7 @@ use serde_json::{json, Value};
 use crate::cache::{keda_resource, owned_by_us, KEDA_GROUP, KEDA_VERSION};
 use crate::client::{delete_ours, Deleted};
 use crate::crd::EvictionAutoScaler;
+use crate::finalizers::GO_FINALIZERS;
 use crate::leader::{can_hold, Observed};
 use crate::markers::{self, Markers};
 use crate::patch::{annotation_ops, deployment_revert_ops, guarded_set, json_patch};
@@ -229,58 +230,44 @@ fn legacy_revert_ops(d: &Deployment, eas: &[Arc<EvictionAutoScaler>]) -> Option<
     Some(ops)
 }
 
-/// The Go project's finalizers on EvictionAutoScalers.
-const GO_FINALIZERS: [&str; 3] = [
-    crate::finalizers::SURGE_REVERT,
-    crate::finalizers::PDB_FLOOR,
-    crate::finalizers::PDB_FLOOR_RESTORE,
-];
-
 /// Does an object of Deployment `target` in `ns` (the Deployment, an HPA,
 /// a ScaledObject) still carry a marker of a surge, read now (after this
-/// run's reverts)? With KEDA's API unknown, it may.
+/// run's reverts), as the reconciler reads it ([`crate::reconcile::surging`])?
+/// With KEDA's API unknown, it may.
 async fn target_surging(
     client: &Client,
     ns: &str,
     target: &str,
     keda: &Keda,
 ) -> Result<bool, kube::Error> {
-    let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    if let Some(d) = deps.get_opt(target).await? {
-        if Markers::any_present(d.metadata.annotations.as_ref()) {
-            return Ok(true);
-        }
-    }
-    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
-    let carries = |c: Option<String>| c.is_some_and(|c| c.eq_ignore_ascii_case(target));
-    let hpa_marked = hpas
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .any(|h| {
-            Markers::any_present(h.metadata.annotations.as_ref()) && carries(view::hpa_carrier(h))
-        });
-    if hpa_marked {
-        return Ok(true);
-    }
-    match keda {
-        Keda::Absent => Ok(false),
-        Keda::Unknown(_) => Ok(true),
+    let sos = match keda {
+        Keda::Absent => Vec::new(),
+        Keda::Unknown(_) => return Ok(true),
         Keda::Present => {
-            let sos: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), ns, &keda_resource());
-            Ok(sos
+            Api::<DynamicObject>::namespaced_with(client.clone(), ns, &keda_resource())
                 .list(&ListParams::default())
                 .await?
                 .items
-                .iter()
-                .any(|so| {
-                    Markers::any_present(so.metadata.annotations.as_ref())
-                        && carries(view::scaled_object_carrier(so))
-                }))
         }
-    }
+    };
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+    let deployment: Vec<Arc<Deployment>> = deps
+        .get_opt(target)
+        .await?
+        .map(Arc::new)
+        .into_iter()
+        .collect();
+    let hpas: Vec<Arc<HorizontalPodAutoscaler>> = hpas
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let sos: Vec<Arc<DynamicObject>> = sos.into_iter().map(Arc::new).collect();
+    let surging = crate::reconcile::surging(&deployment, &hpas, &sos, false);
+    Ok(surging.contains(&target.to_ascii_lowercase()))
 }
 
 /// Removes the Go project's finalizers from EvictionAutoScaler `name`, just

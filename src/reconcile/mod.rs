@@ -519,12 +519,22 @@ impl Reconciler {
             .iter()
             .filter_map(|d| d.metadata.name.clone())
             .collect();
-        let surging = surging(
-            &deployments,
-            &hpas,
-            &self.cache.scaled_objects_in(&name),
-            !self.cache.keda_known(),
-        );
+        // Read only by the release of the Go project's finalizers on records
+        // being deleted: not worked out on every pass.
+        let releasing = eas
+            .iter()
+            .flatten()
+            .any(|e| e.metadata.deletion_timestamp.is_some());
+        let surging = if releasing {
+            surging(
+                &deployments,
+                &hpas,
+                &self.cache.scaled_objects_in(&name),
+                !self.cache.keda_known(),
+            )
+        } else {
+            BTreeSet::new()
+        };
         let deleting: BTreeSet<String> = deployments
             .iter()
             .filter(|d| d.metadata.deletion_timestamp.is_some())
@@ -1303,7 +1313,7 @@ pub fn by_namespace<K: Resource>(all: Vec<Arc<K>>) -> HashMap<String, Vec<Arc<K>
 /// The Deployments of namespace `ns` some object of which carries a marker
 /// of a surge: the Deployment (being deleted too), an HPA, a ScaledObject.
 /// With the ScaledObjects unknown, every Deployment under KEDA's HPA counts.
-fn surging(
+pub(crate) fn surging(
     deployments: &[Arc<Deployment>],
     hpas: &[Arc<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>],
     scaled_objects: &[Arc<kube::core::DynamicObject>],
