@@ -1828,6 +1828,15 @@ impl Run {
                     (Some(h), Some(so)) => Some(hpa_min(h).max(so_min(so).max(1))),
                     (None, None) => None,
                 };
+                // And taken down to a standalone HPA's maxReplicas when above
+                // it, as the HPA controller takes any value (checked before
+                // the minimum); not where the two fight (a conflict with a
+                // ScaledObject's minimum above that maximum).
+                let cap = s
+                    .hpa
+                    .as_ref()
+                    .map(hpa_max)
+                    .filter(|&m| floor.is_none_or(|f| f <= m));
                 // Never 0 by us (as for `want` below).
                 let also = s
                     .also
@@ -1837,6 +1846,10 @@ impl Run {
                     .map(|a| (*a).max(1))
                     .map(|a| match floor {
                         Some(f) if a < f => f,
+                        _ => a,
+                    })
+                    .map(|a| match cap {
+                        Some(c) if dep == "web" && a > c => c,
                         _ => a,
                     });
                 let ok =
@@ -2716,6 +2729,30 @@ fn regression_histories() {
                 Op::Fault(Fault::Fail),
                 Op::UserScale(0, 5),
                 Op::HpaRemove,
+            ],
+        ),
+        (
+            // A ScaledObject's surge, an HPA added (a conflict) while the
+            // worker cannot list ScaledObjects (`web` waits), the HPA's
+            // maxReplicas lowered to 4 (a clamp), then the user's 1, lifted
+            // by KEDA's HPA and clamped to 4 again before any pass: the value
+            // lost (the known limit), the revert lands at the clamp, which
+            // the HPA would take any higher value down to (`make model-long`,
+            // session 44: the model's known-limit values were not capped at
+            // the HPA's maximum).
+            5,
+            1,
+            "100%",
+            vec![
+                Op::SoAdd(0),
+                Op::Cordon(0),
+                Op::UserSoMin(3),
+                Op::Drain(1),
+                Op::Drain(2),
+                Op::HpaAdd(1),
+                Op::KedaBlind(true),
+                Op::UserHpaMax(4),
+                Op::UserPatch(0, 1),
             ],
         ),
     ];
