@@ -273,7 +273,9 @@ async fn target_surging(
 /// Removes the Go project's finalizers from EvictionAutoScaler `name`, just
 /// deleted, once what they guard is done; one that stays (a PDB still
 /// carrying the Go project's floor) is reported, the record left
-/// Terminating.
+/// Terminating. A dry run (the record not deleted) reports what a run
+/// would remove, as if deleted.
+#[allow(clippy::too_many_arguments)]
 async fn release_go_finalizers(
     api: &Api<EvictionAutoScaler>,
     name: &str,
@@ -281,6 +283,7 @@ async fn release_go_finalizers(
     client: &Client,
     ns: &str,
     k: &str,
+    dry_run: bool,
     report: &mut Report,
 ) {
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
@@ -292,7 +295,12 @@ async fn release_go_finalizers(
             return;
         }
     };
-    let (e, pdb) = read;
+    let (mut e, pdb) = read;
+    if dry_run {
+        e.metadata.deletion_timestamp.get_or_insert_with(|| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
+        });
+    }
     let remove = crate::finalizers::releasable(&e, surging, pdb.as_ref());
     let stays: Vec<&String> = e
         .metadata
@@ -304,7 +312,11 @@ async fn release_go_finalizers(
     if !remove.is_empty() {
         let finalizers = e.metadata.finalizers.clone().unwrap_or_default();
         let ops = crate::finalizers::release_ops(e.metadata.uid.as_deref(), &finalizers, &remove);
-        let r = patch_ops(api, name, &PatchParams::default(), ops).await;
+        let r = if dry_run {
+            Ok(())
+        } else {
+            patch_ops(api, name, &PatchParams::default(), ops).await
+        };
         record(
             &mut report.released_finalizers,
             &mut report.failed,
@@ -888,15 +900,31 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
             .iter()
             .flatten()
             .any(|f| GO_FINALIZERS.contains(&f.as_str()));
-        if deleted && go_held && !opts.dry_run {
-            let surging = match target_surging(&client, &ns, &e.spec.target_name, &keda).await {
-                Ok(s) => s,
-                Err(err) => {
-                    report.failed.push(format!("{k}: {err}"));
-                    continue;
+        if deleted && go_held {
+            // A dry run reverts nothing: what a run would leave is no
+            // marker where its revert succeeds, which it reports itself.
+            let surging = if opts.dry_run {
+                false
+            } else {
+                match target_surging(&client, &ns, &e.spec.target_name, &keda).await {
+                    Ok(s) => s,
+                    Err(err) => {
+                        report.failed.push(format!("{k}: {err}"));
+                        continue;
+                    }
                 }
             };
-            release_go_finalizers(&api, name, surging, &client, &ns, &k, &mut report).await;
+            release_go_finalizers(
+                &api,
+                name,
+                surging,
+                &client,
+                &ns,
+                &k,
+                opts.dry_run,
+                &mut report,
+            )
+            .await;
         }
     }
     // A replica that took the Lease meanwhile (one released on a step-down

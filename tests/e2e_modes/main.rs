@@ -485,6 +485,36 @@ async fn uninstall_reverts_surges_and_removes_what_we_own() {
         r#"{"metadata":{"finalizers":["eviction-autoscaler.azure.com/surge-revert"]}}"#,
     ]);
     kubectl_ok(&["annotate", "pdb", "kept", "-n", &ns.name, "ownedBy-"]);
+    // A dry run says the finalizer would go (the surge reverted first) and
+    // changes nothing.
+    let out = Command::new(env!("CARGO_BIN_EXE_eviction-autoscaler"))
+        .args(["uninstall", "--dry-run"])
+        .env("KUBECONFIG", cluster_dir().join("kubeconfig"))
+        .output()
+        .expect("run uninstall --dry-run");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "the Go project's finalizers removed (dry run) (what they guard is done): {}/evictionautoscaler/un",
+            ns.name
+        )),
+        "{text}"
+    );
+    let held = kubectl(&[
+        "get",
+        "evictionautoscalers",
+        "un",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.metadata.finalizers}",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&held.stdout).contains("surge-revert"),
+        "the dry run removed nothing"
+    );
     // First with every update of a PDB refused: the release fails, and the
     // record that proves the PDB was ours is kept for the next run.
     let deny = DenyUpdates::apply(&ns, "policy", "poddisruptionbudgets", "false");
