@@ -1742,7 +1742,7 @@ fn is_not_found(e: &watcher::Error) -> bool {
 }
 
 /// Every watch cache's watcher settings: the apiserver ends each watch after
-/// `WATCH_SERVER_TIMEOUT_SECS`, so a dead one is noticed within a minute.
+/// `WATCH_SERVER_TIMEOUT_SECS`, so a dead one is noticed within 35 s.
 fn watch_config() -> watcher::Config {
     watcher::Config::default().timeout(crate::client::WATCH_SERVER_TIMEOUT_SECS)
 }

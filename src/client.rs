@@ -32,12 +32,15 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// watcher then watches again from where it was. kube's default is 290 s,
 /// and its client-side idle bound 5 s more: a watch on a connection that
 /// died without a reset went unnoticed for 5 minutes, its cache fresh.
-pub const WATCH_SERVER_TIMEOUT_SECS: u32 = 60;
+/// At 30 s one goes unnoticed for 35 s, then `WATCH_STALE_AFTER` counts;
+/// the cost is one watch request per cache every 30 s, resumed from its
+/// resourceVersion (no list).
+pub const WATCH_SERVER_TIMEOUT_SECS: u32 = 30;
 /// The watch client's read bound: no byte for this long fails the request.
 /// Above the watch's own timeout (a quiet watch ends before it), and it
 /// bounds what the watcher's list pages had no bound for: a list on a hung
 /// connection waited for ever, its cache syncing or stale all that time.
-pub const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(75);
+pub const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(45);
 
 #[derive(Clone)]
 pub struct Clients {
