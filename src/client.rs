@@ -294,6 +294,19 @@ where
     Err(last.unwrap_or_else(|| api_status_error(409, "delete kept conflicting")))
 }
 
+/// A write refused because the object changed since it was read: a 409
+/// Conflict, or a JSON patch `test` that failed (422 Invalid with no
+/// causes). An admission webhook's or policy's refusal keeps whatever code
+/// it gives (422 and 409 too) and says it denied the request: no re-read
+/// makes that one pass, so it is not taken for a change (retried every few
+/// seconds for as long as the policy stands, and logged as expected).
+pub fn changed_since_read(s: &kube::core::Status) -> bool {
+    let denied = s.message.contains("denied the request") || s.message.contains("denied request");
+    !denied
+        && (s.code == 409
+            || (s.code == 422 && s.details.as_ref().is_none_or(|d| d.causes.is_empty())))
+}
+
 fn api_status_error(code: u16, message: &str) -> kube::Error {
     kube::Error::Api(Box::new(kube::core::Status {
         code,

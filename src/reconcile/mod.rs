@@ -232,15 +232,12 @@ fn resource_type_missing(s: &Status) -> bool {
 pub fn classify(e: &kube::Error) -> Refusal {
     match e {
         kube::Error::Api(s) if s.code == 404 && resource_type_missing(s) => Refusal::Error,
-        kube::Error::Api(s) if matches!(s.code, 404 | 409) => Refusal::Expected,
-        // A JSON patch `test` that failed: the object changed since it was
-        // read (a user's edit, ownership handed over); the next pass re-plans.
-        // A 422 with causes is a value refused, an error.
-        kube::Error::Api(s)
-            if s.code == 422 && s.details.as_ref().is_none_or(|d| d.causes.is_empty()) =>
-        {
-            Refusal::Expected
-        }
+        kube::Error::Api(s) if s.code == 404 => Refusal::Expected,
+        // A conflict, or a JSON patch `test` that failed: the object changed
+        // since it was read (a user's edit, ownership handed over); the next
+        // pass re-plans. A 422 with causes is a value refused, and a policy's
+        // denial (any code) a refusal: errors, to be seen.
+        kube::Error::Api(s) if crate::client::changed_since_read(s) => Refusal::Expected,
         kube::Error::Api(s) if s.code == 403 && namespace_terminating(s) => Refusal::Expected,
         _ => Refusal::Error,
     }
@@ -1858,6 +1855,17 @@ mod tests {
             )),
             Refusal::Expected
         );
+        // An admission webhook's denial with its own code: an error to see,
+        // not a change to re-plan for.
+        for code in [409, 422] {
+            let denied = api_error(
+                code,
+                "",
+                "admission webhook \"lock.example.com\" denied the request: locked",
+                None,
+            );
+            assert_eq!(classify(&denied), Refusal::Error, "{code}");
+        }
         let no_crd = api_error(
             404,
             "NotFound",

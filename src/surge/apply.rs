@@ -58,15 +58,12 @@ impl From<kube::Error> for ApiError {
     fn from(e: kube::Error) -> Self {
         match e {
             kube::Error::Api(s) if s.code == 404 => ApiError::NotFound,
-            // A failed `test` op answers 422 (Invalid) with no causes; 409 is
-            // a conflict. A 422 with causes is validation refusing the value
-            // (a minimum above a maximum): no re-read makes it pass, so it
-            // backs off like any failure instead of retrying every 2 s.
-            kube::Error::Api(s)
-                if s.code == 409
-                    || (s.code == 422
-                        && s.details.as_ref().is_none_or(|d| d.causes.is_empty())) =>
-            {
+            // A failed `test` op, or a 409. A 422 with causes is validation
+            // refusing the value (a minimum above a maximum), and a policy's
+            // denial is a refusal whatever its code: no re-read makes either
+            // pass, so they back off like any failure instead of retrying
+            // every 2 s.
+            kube::Error::Api(s) if crate::client::changed_since_read(&s) => {
                 ApiError::Conflict(s.message.clone())
             }
             e => ApiError::Other(e.to_string()),
@@ -750,6 +747,26 @@ mod tests {
             "code": 422
         });
         assert!(matches!(ApiError::from(api(invalid)), ApiError::Other(_)));
+        // A ValidatingAdmissionPolicy with `reason: Invalid` (the body the
+        // local control plane answered), and an admission webhook's denial
+        // with its own code and no causes: refusals, whatever the code.
+        let policy = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "configmaps \"c\" is forbidden: ValidatingAdmissionPolicy 'probe-deny' with binding 'probe-deny' denied request: no updates",
+            "reason": "Invalid",
+            "details": {"name": "c", "kind": "configmaps", "causes": [{"message":
+                "ValidatingAdmissionPolicy 'probe-deny' with binding 'probe-deny' denied request: no updates"}]},
+            "code": 422
+        });
+        assert!(matches!(ApiError::from(api(policy)), ApiError::Other(_)));
+        for code in [409, 422] {
+            let webhook = json!({"status": "Failure", "code": code, "details": {},
+                "message": "admission webhook \"lock.example.com\" denied the request: replicas are locked"});
+            assert!(
+                matches!(ApiError::from(api(webhook)), ApiError::Other(_)),
+                "{code}"
+            );
+        }
         let gone =
             json!({"status": "Failure", "message": "not found", "reason": "NotFound", "code": 404});
         assert_eq!(ApiError::from(api(gone)), ApiError::NotFound);
