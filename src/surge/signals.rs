@@ -28,6 +28,12 @@ pub fn window(cooldown: Duration) -> Duration {
 const DURABLE_EVERY: Duration = Duration::from_secs(5);
 /// How often the signal memory is pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(30);
+/// Durable writes in flight at once, and the bound on each with its
+/// retries: a hung apiserver must not pile up a task per drained
+/// Deployment every `DURABLE_EVERY` (the client's read timeout bounds a
+/// silent answer, not one that trickles).
+const DURABLE_IN_FLIGHT: usize = 16;
+const DURABLE_WRITE_BOUND: Duration = Duration::from_secs(20);
 
 #[derive(Default)]
 struct Entry {
@@ -178,6 +184,7 @@ pub async fn consume(
     keep: Duration,
 ) {
     let mut pruned = Instant::now();
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(DURABLE_IN_FLIGHT));
     while let Some(s) = rx.recv().await {
         let now = Instant::now();
         if now.saturating_duration_since(pruned) >= PRUNE_EVERY {
@@ -195,27 +202,39 @@ pub async fn consume(
             "podName": s.pod,
             "evictionTime": Time(k8s_openapi::jiff::Timestamp::now()),
         }}});
+        // Every slot taken (the apiserver hung): the next signal retries.
+        let Ok(slot) = in_flight.clone().try_acquire_owned() else {
+            book.written_failed(&s);
+            continue;
+        };
         let book = book.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             // A Deployment drained right after its creation may not have its
             // EvictionAutoScaler yet: the reconciler makes it within a second.
-            for attempt in 0..5 {
-                match api
-                    .patch(&s.pdb, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
-                    Ok(_) => return,
-                    Err(kube::Error::Api(st)) if st.code == 404 && attempt < 4 => {
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(namespace = %s.namespace, eas = %s.pdb, error = %e,
-                            "lastEviction not written; the next signal retries");
-                        book.written_failed(&s);
-                        return;
+            let write = async {
+                for attempt in 0..5 {
+                    match api
+                        .patch(&s.pdb, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        Ok(_) => return Ok(()),
+                        Err(kube::Error::Api(st)) if st.code == 404 && attempt < 4 => {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                        Err(e) => return Err(e.to_string()),
                     }
                 }
-            }
+                Ok(())
+            };
+            let failed = match tokio::time::timeout(DURABLE_WRITE_BOUND, write).await {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => e,
+                Err(_) => format!("no answer within {DURABLE_WRITE_BOUND:?}"),
+            };
+            tracing::warn!(namespace = %s.namespace, eas = %s.pdb, error = %failed,
+                "lastEviction not written; the next signal retries");
+            book.written_failed(&s);
         });
     }
 }
