@@ -72,6 +72,8 @@ fn look(busy: bool, was_busy: bool, beside: bool, leading: bool) -> (bool, bool)
 /// How long a lead may be lost and still be taken back as the same one
 /// (the Lease's duration: a flap, not an outage).
 const FLAP: Duration = Duration::from_secs(15);
+/// How long a surge's start is kept for `surge_duration` (see `note_start`).
+const STARTED_KEPT: Duration = Duration::from_secs(24 * 3600);
 
 /// The last lead of this replica: its term, its start, and when it was lost.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -413,6 +415,17 @@ impl Worker {
         }
     }
 
+    /// When a surge started, for `surge_duration`. Entries whose revert this
+    /// replica never saw (the Deployment deleted mid-surge, reverted under
+    /// another leader) are dropped after a day, so the map stays bounded.
+    fn note_start(&self, key: (String, String)) {
+        if let Ok(mut st) = self.started.lock() {
+            let now = Instant::now();
+            st.retain(|_, t| now.saturating_duration_since(*t) < STARTED_KEPT);
+            st.insert(key, now);
+        }
+    }
+
     /// Events and the Degraded reason for a step whose writes all succeeded.
     fn announce(&self, o: &Outcome) {
         let s = &o.step;
@@ -426,9 +439,7 @@ impl Worker {
             .ok()
             .and_then(|mut u| u.remove(&key));
         if let Some(m) = start_found(unconfirmed, s.active, &s.action) {
-            if let Ok(mut st) = self.started.lock() {
-                st.insert(key.clone(), Instant::now());
-            }
+            self.note_start(key.clone());
             tracing::info!(
                 namespace = ns,
                 deployment = name,
@@ -495,9 +506,7 @@ impl Worker {
                 let event = match kind {
                     SurgeKind::TopUp => Some(("SurgeToppedUp", format!("surge topped up to {target} replicas (baseline {baseline}): more pods displaced; PDB {pdb}"))),
                     SurgeKind::Start => {
-                        if let Ok(mut st) = self.started.lock() {
-                            st.insert(key, Instant::now());
-                        }
+                        self.note_start(key);
                         Some(("SurgeStarted", started_note(*baseline, *target, &pdb)))
                     }
                     SurgeKind::Resume => None,
