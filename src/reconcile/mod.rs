@@ -222,6 +222,25 @@ fn namespace_terminating(s: &Status) -> bool {
 }
 
 /// The apiserver's 404 for a path it does not serve at all (a plain-text
+/// Whether every PDB of a live list was planned around: in the plan's read
+/// of the cache (`planned_from`), or created by this replica (`created`).
+fn all_planned_around(
+    live: &[PodDisruptionBudget],
+    planned_from: &[Arc<PodDisruptionBudget>],
+    created: &HashSet<String>,
+) -> bool {
+    let seen: HashSet<&str> = planned_from
+        .iter()
+        .filter_map(|c| c.metadata.uid.as_deref())
+        .collect();
+    live.iter().all(|l| {
+        l.metadata
+            .uid
+            .as_deref()
+            .is_none_or(|u| seen.contains(u) || created.contains(u))
+    })
+}
+
 /// "404 page not found" when the whole API group is gone): our CRD is
 /// missing. That is an error to see, not a namespace going away.
 fn resource_type_missing(s: &Status) -> bool {
@@ -598,7 +617,7 @@ impl Reconciler {
         // a PDB the cache lacks (or fails), the creates wait for a pass that
         // sees it (its watch event marks the namespace again).
         if actions.iter().any(|a| matches!(a, Action::CreatePdb(_)))
-            && !self.pdbs_cached(&name).await
+            && !self.pdbs_cached(&name, &pdbs).await
         {
             tracing::debug!(namespace = %name,
                 "a PDB the cache does not hold yet: the namespace's creates wait for a pass that sees it");
@@ -688,25 +707,18 @@ impl Reconciler {
         planned
     }
 
-    /// Does the cache hold every PDB a live list of namespace `ns` shows
-    /// (those this replica created count as held)? False when the list
+    /// Did the plan see every PDB a live list of namespace `ns` shows
+    /// (`planned_from`, the pass's read of the cache; those this replica
+    /// created count as seen)? Not the cache as it is now: a PDB that reached
+    /// it after the pass read it was not planned around. False when the list
     /// fails or takes longer than [`WRITE_TIMEOUT`].
-    async fn pdbs_cached(&self, ns: &str) -> bool {
-        let mut known: HashSet<String> = self
-            .cache
-            .pdbs_in(ns)
-            .iter()
-            .filter_map(|c| c.metadata.uid.clone())
-            .collect();
-        if let Ok(c) = self.created.lock() {
-            known.extend(c.iter().cloned());
-        }
+    async fn pdbs_cached(&self, ns: &str, planned_from: &[Arc<PodDisruptionBudget>]) -> bool {
         let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), ns);
         match tokio::time::timeout(WRITE_TIMEOUT, api.list(&ListParams::default())).await {
-            Ok(Ok(live)) => live
-                .items
-                .iter()
-                .all(|l| l.metadata.uid.as_ref().is_none_or(|u| known.contains(u))),
+            Ok(Ok(live)) => match self.created.lock() {
+                Ok(created) => all_planned_around(&live.items, planned_from, &created),
+                Err(_) => false,
+            },
             _ => false,
         }
     }
@@ -1809,6 +1821,35 @@ mod tests {
             spec.min_available,
             Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(3))
         );
+    }
+
+    /// The live list before creates is held against the read the plan was
+    /// made from: a user's PDB that reached the cache after the pass read
+    /// it was not planned around, and the creates wait (a review, session
+    /// 45: it was held against the cache as it is now).
+    #[test]
+    fn creates_wait_for_a_pdb_the_plan_did_not_see() {
+        let pdb_of = |uid: &str| {
+            let mut p = PodDisruptionBudget::default();
+            p.metadata.uid = Some(uid.into());
+            p
+        };
+        let planned_from = vec![Arc::new(pdb_of("seen"))];
+        let mut created = HashSet::new();
+        let live = [pdb_of("seen")];
+        assert!(all_planned_around(&live, &planned_from, &created));
+        let live = [pdb_of("seen"), pdb_of("users")];
+        assert!(
+            !all_planned_around(&live, &planned_from, &created),
+            "a PDB the plan did not see, wherever the cache is now"
+        );
+        created.insert("ours".to_string());
+        let live = [pdb_of("seen"), pdb_of("ours")];
+        assert!(
+            all_planned_around(&live, &planned_from, &created),
+            "this replica's own creates count as seen"
+        );
+        assert!(all_planned_around(&[], &planned_from, &created));
     }
 
     #[test]
