@@ -261,6 +261,28 @@ pub fn plan_for_new_deployment(
     CreatePlan::Create(Box::new(owned_pdb(dep, min_available)))
 }
 
+/// Whether a PDB the watch cache does not hold yet may protect pods that
+/// `dep`'s selector selects, judged from its selector alone (the Deployment
+/// of those pods may not be cached either when both were applied together,
+/// so [`overlapping`] cannot see it): its matchLabels taken as a pod's
+/// labels. One with matchExpressions is taken to overlap.
+pub fn may_overlap_unseen(dep: &Deployment, pdb: &PodDisruptionBudget) -> bool {
+    let Some(sel) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
+        return false;
+    };
+    if sel
+        .match_expressions
+        .as_ref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return true;
+    }
+    let Ok(ours) = Selector::compile(dep.spec.as_ref().map(|s| &s.selector)) else {
+        return true;
+    };
+    ours.selects_for_eviction(&sel.match_labels.clone().unwrap_or_default())
+}
+
 /// A PDB that already protects pods a PDB made for `dep` would select too:
 /// one selecting the pod template of another Deployment of the namespace that
 /// `dep`'s selector also selects (overlapping Deployment selectors). Creating
@@ -565,6 +587,52 @@ pub(crate) mod tests {
             plan_for_new_deployment(&shop, true, true, &[], &deps, 1, &[]),
             CreatePlan::Create(_)
         ));
+    }
+
+    /// `api`'s PDB and `shop` applied together: at `shop`'s admission
+    /// neither `api` nor its PDB is cached, and the live PDB alone says its
+    /// pods may be `shop`'s too (a review, session 45).
+    #[test]
+    fn an_unseen_pdb_over_pods_the_selector_covers_is_an_overlap() {
+        let api = labelled(
+            "api",
+            &[("app", "shop"), ("role", "api")],
+            &[("app", "shop"), ("role", "api")],
+        );
+        let shop = labelled(
+            "shop",
+            &[("app", "shop")],
+            &[("app", "shop"), ("role", "web")],
+        );
+        let other = labelled("other", &[("app", "other")], &[("app", "other")]);
+        let api_pdb = owned_pdb(&api, 3);
+        // Neither `api` nor its PDB cached: the plan alone makes ours.
+        assert!(matches!(
+            plan_for_new_deployment(&shop, true, true, &[Arc::new(api_pdb.clone())], &[], 1, &[]),
+            CreatePlan::Create(_)
+        ));
+        assert!(may_overlap_unseen(&shop, &api_pdb));
+        assert!(!may_overlap_unseen(&other, &api_pdb));
+        // `shop`'s PDB does not cover `api`'s selector's every pod, but a
+        // plan sees that one (it selects `api`'s template).
+        assert!(!may_overlap_unseen(&api, &owned_pdb(&shop, 1)));
+        // A selector with expressions is taken to overlap; none, to select
+        // nothing.
+        let mut exprs = api_pdb.clone();
+        if let Some(sel) = exprs.spec.as_mut().and_then(|s| s.selector.as_mut()) {
+            sel.match_labels = None;
+            sel.match_expressions = Some(vec![LabelSelectorRequirement {
+                key: "app".into(),
+                operator: "Exists".into(),
+                values: None,
+            }]);
+        }
+        assert!(may_overlap_unseen(&other, &exprs));
+        let mut none = api_pdb.clone();
+        if let Some(spec) = none.spec.as_mut() {
+            spec.selector = None;
+        }
+        assert!(!may_overlap_unseen(&shop, &none));
     }
 
     #[test]

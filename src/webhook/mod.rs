@@ -762,6 +762,26 @@ impl Webhooks {
         let CreatePlan::Create(want) = plan(&live) else {
             return skip("skipped", None);
         };
+        // A PDB the cache lacks was made for pods of a Deployment the cache
+        // may lack too (applied together: `api`'s PDB, then `shop` whose
+        // selector covers `api`'s pods): ours would be a second budget over
+        // them. The reconciler makes ours once it sees both.
+        let cached: std::collections::HashSet<String> = self
+            .cache
+            .pdbs_in(&ns)
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        let unseen = live.iter().find(|p| {
+            p.metadata.uid.as_ref().is_some_and(|u| !cached.contains(u))
+                && pdb::may_overlap_unseen(&dep, p)
+        });
+        if let Some(p) = unseen {
+            tracing::debug!(namespace = %ns, deployment = %name,
+                pdb = p.metadata.name.as_deref().unwrap_or_default(),
+                "a PDB not in the cache yet may cover its pods: the reconciler decides");
+            return skip("skipped", None);
+        }
         let name = want.metadata.name.clone().unwrap_or_default();
         match self.create_pdb(&ns, &want, &dep, deadline).await {
             Ok(()) => {
