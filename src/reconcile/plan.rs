@@ -488,6 +488,30 @@ fn with_releases(s: &NamespaceSnapshot, out: Vec<Action>) -> Vec<Action> {
     all
 }
 
+/// Ours for another Deployment of the namespace whose pod template `dep`'s
+/// selector does not cover: made for a broader one (`shop`, selector
+/// `app=shop`, over `api`'s pods, template `app=shop, role=api`). Of two
+/// that cover each other, `mutual_pdb` decides.
+fn broader_ours(
+    p: &PodDisruptionBudget,
+    dep: &Deployment,
+    dep_name: &str,
+    deployments: &[Arc<Deployment>],
+) -> bool {
+    let Some(other) = target_of(p).filter(|t| owned_by_us(&p.metadata) && *t != dep_name) else {
+        return false;
+    };
+    let Some(b) = deployments
+        .iter()
+        .filter(|d| d.metadata.namespace == dep.metadata.namespace)
+        .find(|d| d.metadata.name.as_deref() == Some(other))
+    else {
+        return false;
+    };
+    Selector::compile(dep.spec.as_ref().map(|s| &s.selector))
+        .is_ok_and(|s| !s.selects_for_eviction(&pdb::template_labels(b)))
+}
+
 /// Our PDB for another Deployment that selects `dep`'s pods while ours for
 /// `dep` selects that Deployment's pods too (the same or mutually covering
 /// selectors): two budgets over both Deployments' pods. The PDB of the
@@ -740,6 +764,9 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
     let protected = pdb::protected_pods(&compiled, s.name, s.pods.unwrap_or_default());
     // PDBs to create, kept apart until the pass has seen every Deployment.
     let mut planned = Vec::new();
+    // Ours for a broader Deployment, over the pods of a narrower one that
+    // has none of its own (see the loop).
+    let mut for_narrower: Vec<Arc<PodDisruptionBudget>> = Vec::new();
     // Deployments under KEDA's HPAs while the ScaledObjects are unknown.
     let waiting: BTreeSet<&str> = s
         .hpas
@@ -901,6 +928,35 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
             }
         }
 
+        // Only PDBs of ours made for broader Deployments select these pods
+        // (`shop`'s over `api`'s, `shop` admitted first): each is sized for
+        // its own Deployment, and would let all of these go at once. They
+        // step aside now, and this Deployment gets its own in the next
+        // pass (deleted first: never two budgets over a pod), as when both
+        // exist; only when that create can be made (floor and pods known,
+        // its name free, no other overlap).
+        if !matching.is_empty()
+            && edited.is_empty()
+            && s.pdb_create
+            && !opted_out
+            && overlap.is_none()
+            && floor.is_some()
+            && s.pods.is_some()
+            && !s
+                .pdbs
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(dep_name.as_str()))
+            && matching
+                .iter()
+                .all(|p| broader_ours(p, dep, &dep_name, s.deployments))
+        {
+            for p in &matching {
+                if !for_narrower.iter().any(|q| Arc::ptr_eq(q, p)) {
+                    for_narrower.push(Arc::clone(p));
+                }
+            }
+        }
+
         if matching.is_empty() && s.pdb_create && !opted_out {
             if let Some((p, other)) = overlap {
                 out.push(Action::SelectorOverlap {
@@ -963,6 +1019,24 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
                     }
                 }
             }
+        }
+    }
+    if !for_narrower.is_empty() {
+        let going = |name: &str| {
+            for_narrower
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(name))
+        };
+        out.retain(|a| {
+            !matches!(a, Action::SetMinAvailable { pdb, .. } | Action::SetOwner { pdb, .. } if going(pdb))
+        });
+        for p in &for_narrower {
+            out.push(Action::DeletePdb {
+                pdb: p.metadata.name.clone().unwrap_or_default(),
+                uid: p.metadata.uid.clone(),
+                why: "it covers the pods of a narrower Deployment with no PDB of its own, which \
+                      gets its own next (and this one's Deployment reports PDBSelectorOverlap)",
+            });
         }
     }
     out.extend(
@@ -1268,6 +1342,39 @@ mod tests {
         w.pods = World::new().pods;
         w.deps = vec![api.clone(), shop.clone()];
 
+        // Only the broader one's (shop admitted first, over api's pods too,
+        // sized for shop's alone): it goes, nothing is made beside it, and
+        // the next pass makes api's (a review, session 45: api was left
+        // with shop's budget over its pods for good).
+        w.pdbs = vec![pdb_of(&shop)];
+        let a = w.plan();
+        assert_eq!(deleted(&a), ["shop"], "{a:?}");
+        assert!(created(&a).is_empty(), "{a:?}");
+        assert!(
+            !a.iter()
+                .any(|x| matches!(x, Action::SetMinAvailable { .. })),
+            "{a:?}"
+        );
+        w.pdbs = vec![];
+        assert_eq!(created(&w.plan()), ["api"]);
+        // Not while api's own could not be made (its pods unknown), nor for
+        // an api opted out: shop's budget is better than none.
+        w.pdbs = vec![pdb_of(&shop)];
+        let pods = w.pods.take();
+        let a = w.plan();
+        assert!(deleted(&a).is_empty(), "{a:?}");
+        w.pods = pods;
+        let mut out_api = (*api).clone();
+        out_api
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(crate::names::PDB_CREATE.into(), "false".into());
+        w.deps = vec![Arc::new(out_api), shop.clone()];
+        let a = w.plan();
+        assert!(deleted(&a).is_empty(), "{a:?}");
+        w.deps = vec![api.clone(), shop.clone()];
+
         // Both of ours exist already: the broader (shop's, over api's pods
         // too) steps aside for api's; api's stays, and nothing is re-made.
         w.pdbs = vec![pdb_of(&api), pdb_of(&shop)];
@@ -1321,6 +1428,15 @@ mod tests {
         a.iter()
             .filter_map(|x| match x {
                 Action::CreatePdb(p) => p.metadata.name.clone(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn deleted(a: &[Action]) -> Vec<String> {
+        a.iter()
+            .filter_map(|x| match x {
+                Action::DeletePdb { pdb, .. } => Some(pdb.clone()),
                 _ => None,
             })
             .collect()

@@ -478,7 +478,8 @@ async fn wait_owned_pdb(ns: &TestNs, name: &str) {
 /// Overlapping Deployment selectors: `shop` selects `app=shop`, which also
 /// covers the pods of `api`, protected by our PDB `api`. Neither the
 /// admission webhook nor the reconciler makes a second PDB over api's pods;
-/// Degraded and an Event on `shop` say why. Then the user protects api's
+/// Degraded and an Event on `shop` say why. In the other order (shop's
+/// first), shop's steps aside and api gets its own. Then the user protects api's
 /// pods with a PDB of their own while ours for `shop` would cover them: none
 /// of ours stays over them.
 #[tokio::test]
@@ -555,18 +556,57 @@ async fn overlapping_selectors_never_make_a_second_pdb() {
         .await
         .expect("create shop");
     wait_owned_pdb(&ns2, "shop").await;
-    // api's pods are covered by shop's PDB: api gets none of its own.
+    // api's pods are covered by shop's PDB, sized for shop's pods alone: it
+    // steps aside and api gets its own, as in the first order, with never
+    // two PDBs at once (the admission webhook leaves api's to the
+    // reconciler, which deletes shop's first). Before session 45, shop's
+    // stayed over api's pods for good.
     let mut api = labelled("api", api_labels, api_labels);
     api.metadata.annotations = None;
     deps2
         .create(&PostParams::default(), &api)
         .await
         .expect("create api");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let l = names(pdbs2.list(&Default::default()).await.expect("list").items);
+        assert!(l.len() <= 1, "two PDBs over api's pods: {l:?}");
+        if l == vec!["api".to_string()] {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "api's own PDB in place of shop's: {l:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let eas_yaml2 = || {
+        kubectl(&[
+            "get",
+            "evictionautoscalers",
+            "shop",
+            "-n",
+            &ns2.name,
+            "-o",
+            "yaml",
+        ])
+    };
+    wait_for(
+        "Degraded PDBSelectorOverlap on shop",
+        Duration::from_secs(60),
+        || async {
+            let out = eas_yaml2();
+            String::from_utf8_lossy(&out.stdout)
+                .contains("PDBSelectorOverlap")
+                .then_some(())
+        },
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         names(pdbs2.list(&Default::default()).await.expect("list").items),
-        vec!["shop".to_string()],
-        "api is protected by shop's PDB: no second one"
+        vec!["api".to_string()],
+        "nothing made again"
     );
     let mut theirs = user_pdb("api-budget", "api", Some(IntOrString::Int(1)), None);
     if let Some(spec) = theirs.spec.as_mut() {
