@@ -1059,7 +1059,23 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
                 over.iter().any(|q| Arc::ptr_eq(q, p)) && over.iter().any(|q| !Arc::ptr_eq(q, p))
             })
         };
-        let why = if (s.pdb_age_secs)(p) >= s.orphan_grace_secs {
+        // Its record, made by a pass that saw the Deployment, says it did
+        // appear: deleted since (before our reference was on the PDB, which
+        // waits for that record's proof), it is not coming.
+        let seen = || {
+            s.eas.unwrap_or_default().iter().any(|e| {
+                owned_by_us(&e.metadata)
+                    && e.metadata.name == p.metadata.name
+                    && Some(e.spec.target_name.as_str()) == target_of(p)
+                    && p.metadata.uid.is_some()
+                    && e.metadata.owner_references.iter().flatten().any(|o| {
+                        o.kind == "PodDisruptionBudget" && Some(&o.uid) == p.metadata.uid.as_ref()
+                    })
+            })
+        };
+        let why = if seen() {
+            "its Deployment was deleted before our owner reference was on it"
+        } else if (s.pdb_age_secs)(p) >= s.orphan_grace_secs {
             "its Deployment never appeared"
         } else if beside_theirs() {
             "its Deployment never appeared, and another PDB selects its pods"
@@ -2299,6 +2315,62 @@ mod tests {
         .expect("a pod");
         w.pods = Some(vec![Arc::new(SlimPod::from(&done))]);
         assert!(w.plan().is_empty());
+    }
+
+    /// A PDB made at admission whose Deployment a pass saw (its record,
+    /// owned by it, was made) and that was deleted before our reference was
+    /// on the PDB (that waits for the record's proof): gone at once, not
+    /// after the grace for one whose Deployment never appeared (e2e
+    /// `deployment_deleted_mid_surge_leaves_nothing_of_ours`, session 45).
+    #[test]
+    fn a_pdb_whose_deployment_was_seen_and_deleted_goes_at_once() {
+        let mut w = World::new();
+        w.deps.clear();
+        let mut p = owned_pdb(&dep("ghost", 3), 3);
+        p.metadata.uid = Some("pdb-ghost".into());
+        w.pdbs = vec![Arc::new(p)];
+        w.age = 10;
+        let record = |owner_uid: &str| {
+            let mut e = (*eas_with_pdb_uid("ghost", None)).clone();
+            e.metadata.owner_references = Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    kind: "PodDisruptionBudget".into(),
+                    name: "ghost".into(),
+                    uid: owner_uid.into(),
+                    ..Default::default()
+                },
+            ]);
+            Arc::new(e)
+        };
+        w.eas = vec![record("pdb-ghost")];
+        let a = w.plan();
+        assert!(
+            a.iter().any(|x| matches!(x, Action::DeletePdb {
+                pdb,
+                why: "its Deployment was deleted before our owner reference was on it",
+                ..
+            } if pdb == "ghost")),
+            "{a:?}"
+        );
+        // A record of an earlier PDB under the name proves nothing of this one.
+        w.eas = vec![record("pdb-earlier")];
+        assert!(
+            !w.plan()
+                .iter()
+                .any(|x| matches!(x, Action::DeletePdb { .. })),
+            "{:?}",
+            w.plan()
+        );
+        // Its Deployment being deleted: garbage collection's, as before.
+        w.eas = vec![record("pdb-ghost")];
+        w.deleting = ["ghost".to_string()].into();
+        assert!(
+            !w.plan()
+                .iter()
+                .any(|x| matches!(x, Action::DeletePdb { .. })),
+            "{:?}",
+            w.plan()
+        );
     }
 
     /// An admission-time orphan of ours (`aaa`, no Deployment) over a pod
