@@ -221,7 +221,6 @@ fn namespace_terminating(s: &Status) -> bool {
         || s.message.contains("because it is being terminated")
 }
 
-/// The apiserver's 404 for a path it does not serve at all (a plain-text
 /// Whether every PDB of a live list was planned around: in the plan's read
 /// of the cache (`planned_from`), or created by this replica (`created`).
 fn all_planned_around(
@@ -241,6 +240,7 @@ fn all_planned_around(
     })
 }
 
+/// The apiserver's 404 for a path it does not serve at all (a plain-text
 /// "404 page not found" when the whole API group is gone): our CRD is
 /// missing. That is an error to see, not a namespace going away.
 fn resource_type_missing(s: &Status) -> bool {

@@ -508,8 +508,15 @@ fn broader_ours(
     else {
         return false;
     };
-    Selector::compile(dep.spec.as_ref().map(|s| &s.selector))
-        .is_ok_and(|s| !s.selects_for_eviction(&pdb::template_labels(b)))
+    // One whose selector is not its Deployment's is being set back (the
+    // `edited` path), not stepping aside.
+    let faithful = same_selector(
+        p.spec.as_ref().and_then(|sp| sp.selector.as_ref()),
+        b.spec.as_ref().map(|sp| &sp.selector),
+    );
+    faithful
+        && Selector::compile(dep.spec.as_ref().map(|s| &s.selector))
+            .is_ok_and(|s| !s.selects_for_eviction(&pdb::template_labels(b)))
 }
 
 /// Our PDB for another Deployment that selects `dep`'s pods while ours for
@@ -766,7 +773,8 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut planned = Vec::new();
     // Ours for a broader Deployment, over the pods of a narrower one that
     // has none of its own (see the loop).
-    let mut for_narrower: Vec<Arc<PodDisruptionBudget>> = Vec::new();
+    // With the narrower Deployments that can have their own.
+    let mut for_narrower: Vec<(Arc<PodDisruptionBudget>, BTreeSet<String>)> = Vec::new();
     // Deployments under KEDA's HPAs while the ScaledObjects are unknown.
     let waiting: BTreeSet<&str> = s
         .hpas
@@ -951,8 +959,11 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
                 .all(|p| broader_ours(p, dep, &dep_name, s.deployments))
         {
             for p in &matching {
-                if !for_narrower.iter().any(|q| Arc::ptr_eq(q, p)) {
-                    for_narrower.push(Arc::clone(p));
+                match for_narrower.iter_mut().find(|(q, _)| Arc::ptr_eq(q, p)) {
+                    Some((_, asked)) => {
+                        asked.insert(dep_name.clone());
+                    }
+                    None => for_narrower.push((Arc::clone(p), [dep_name.clone()].into())),
                 }
             }
         }
@@ -1021,16 +1032,26 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
             }
         }
     }
+    // Only where every other Deployment under it gets its own: one that
+    // cannot (its name taken, its floor unknown, opted out) keeps it.
+    for_narrower.retain(|(p, asked)| {
+        let owner = target_of(p).unwrap_or_default();
+        s.deployments
+            .iter()
+            .filter(|d| d.metadata.name.as_deref() != Some(owner))
+            .filter(|d| compiled.matching(d).iter().any(|q| Arc::ptr_eq(q, p)))
+            .all(|d| d.metadata.name.as_ref().is_some_and(|n| asked.contains(n)))
+    });
     if !for_narrower.is_empty() {
         let going = |name: &str| {
             for_narrower
                 .iter()
-                .any(|p| p.metadata.name.as_deref() == Some(name))
+                .any(|(p, _)| p.metadata.name.as_deref() == Some(name))
         };
         out.retain(|a| {
             !matches!(a, Action::SetMinAvailable { pdb, .. } | Action::SetOwner { pdb, .. } if going(pdb))
         });
-        for p in &for_narrower {
+        for (p, _) in &for_narrower {
             out.push(Action::DeletePdb {
                 pdb: p.metadata.name.clone().unwrap_or_default(),
                 uid: p.metadata.uid.clone(),
@@ -1386,10 +1407,44 @@ mod tests {
             .annotations
             .get_or_insert_with(Default::default)
             .insert(crate::names::PDB_CREATE.into(), "false".into());
-        w.deps = vec![Arc::new(out_api), shop.clone()];
+        w.deps = vec![Arc::new(out_api.clone()), shop.clone()];
         let a = w.plan();
         assert!(deleted(&a).is_empty(), "{a:?}");
+        // Nor while another Deployment under it cannot have its own (a
+        // review: api alone took shop's budget from `worker`'s pods).
+        let worker_l: &[(&str, &str)] = &[("app", "shop"), ("role", "worker")];
+        let mut worker = labelled("worker", worker_l, worker_l);
+        worker
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(crate::names::PDB_CREATE.into(), "false".into());
+        w.deps = vec![api.clone(), shop.clone(), with_uid(worker)];
+        let a = w.plan();
+        assert!(deleted(&a).is_empty(), "{a:?}");
+        // Both can: it goes once.
+        w.deps = vec![
+            api.clone(),
+            shop.clone(),
+            with_uid(labelled("worker", worker_l, worker_l)),
+        ];
+        assert_eq!(deleted(&w.plan()), ["shop"]);
+        // Nor one whose selector is not its Deployment's: being set back.
+        let mut loose = (*pdb_of(&shop)).clone();
+        if let Some(sel) = loose.spec.as_mut().and_then(|sp| sp.selector.as_mut()) {
+            sel.match_expressions = Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: "tier".into(),
+                    operator: "NotIn".into(),
+                    values: Some(vec!["batch".into()]),
+                },
+            ]);
+        }
+        w.pdbs = vec![Arc::new(loose)];
         w.deps = vec![api.clone(), shop.clone()];
+        let a = w.plan();
+        assert!(deleted(&a).is_empty(), "{a:?}");
+        w.pdbs = vec![pdb_of(&shop)];
 
         // Both of ours exist already: the broader (shop's, over api's pods
         // too) steps aside for api's; api's stays, and nothing is re-made.

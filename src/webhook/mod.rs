@@ -762,19 +762,22 @@ impl Webhooks {
         let CreatePlan::Create(want) = plan(&live) else {
             return skip("skipped", None);
         };
-        // A PDB the cache lacks was made for pods of a Deployment the cache
-        // may lack too (applied together: `api`'s PDB, then `shop` whose
-        // selector covers `api`'s pods): ours would be a second budget over
-        // them. The reconciler makes ours once it sees both.
-        let cached: std::collections::HashSet<String> = self
-            .cache
-            .pdbs_in(&ns)
-            .iter()
-            .filter_map(|p| p.metadata.uid.clone())
-            .collect();
+        // A PDB no cached Deployment's template explains may be for pods
+        // of a Deployment the cache lacks (applied together: `api`'s PDB
+        // and `api`, then `shop` whose selector covers `api`'s pods): ours
+        // would be a second budget over them. The reconciler makes ours
+        // once it sees that Deployment, or the pods.
         let unseen = live.iter().find(|p| {
-            p.metadata.uid.as_ref().is_some_and(|u| !cached.contains(u))
-                && pdb::may_overlap_unseen(&dep, p)
+            let explained = crate::budget::Selector::compile(
+                p.spec.as_ref().and_then(|sp| sp.selector.as_ref()),
+            )
+            .is_ok_and(|sel| {
+                deployments
+                    .iter()
+                    .filter(|d| d.metadata.namespace.as_deref() == Some(ns.as_str()))
+                    .any(|d| sel.selects_for_eviction(&pdb::template_labels(d)))
+            });
+            !explained && pdb::may_overlap_unseen(&dep, p)
         });
         if let Some(p) = unseen {
             tracing::debug!(namespace = %ns, deployment = %name,
