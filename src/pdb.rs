@@ -545,10 +545,9 @@ pub(crate) mod tests {
         }
     }
 
-    /// Overlapping Deployment selectors: `shop` selects `app=shop` only, so it
-    /// also selects the pods of `api` (template `app=shop, role=api`).
-    #[test]
-    fn a_selector_covering_pods_another_pdb_protects_gets_no_pdb() {
+    /// `api` (template `app=shop, role=api`), `shop` (selector `app=shop`,
+    /// over api's pods too) and `other`.
+    fn shop_api_other() -> (Deployment, Deployment, Deployment) {
         let api = labelled(
             "api",
             &[("app", "shop"), ("role", "api")],
@@ -560,6 +559,14 @@ pub(crate) mod tests {
             &[("app", "shop"), ("role", "web")],
         );
         let other = labelled("other", &[("app", "other")], &[("app", "other")]);
+        (api, shop, other)
+    }
+
+    /// Overlapping Deployment selectors: `shop` selects `app=shop` only, so it
+    /// also selects the pods of `api` (template `app=shop, role=api`).
+    #[test]
+    fn a_selector_covering_pods_another_pdb_protects_gets_no_pdb() {
+        let (api, shop, other) = shop_api_other();
         let api_pdb = vec![Arc::new(owned_pdb(&api, 3))];
         let deps = vec![
             Arc::new(api.clone()),
@@ -594,17 +601,7 @@ pub(crate) mod tests {
     /// pods may be `shop`'s too (a review, session 45).
     #[test]
     fn an_unseen_pdb_over_pods_the_selector_covers_is_an_overlap() {
-        let api = labelled(
-            "api",
-            &[("app", "shop"), ("role", "api")],
-            &[("app", "shop"), ("role", "api")],
-        );
-        let shop = labelled(
-            "shop",
-            &[("app", "shop")],
-            &[("app", "shop"), ("role", "web")],
-        );
-        let other = labelled("other", &[("app", "other")], &[("app", "other")]);
+        let (api, shop, other) = shop_api_other();
         let api_pdb = owned_pdb(&api, 3);
         // Neither `api` nor its PDB cached: the plan alone makes ours.
         assert!(matches!(

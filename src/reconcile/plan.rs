@@ -2398,34 +2398,21 @@ mod tests {
             Arc::new(e)
         };
         w.eas = vec![record("pdb-ghost")];
-        let a = w.plan();
-        assert!(
-            a.iter().any(|x| matches!(x, Action::DeletePdb {
-                pdb,
-                why: "its Deployment was deleted before our owner reference was on it",
-                ..
-            } if pdb == "ghost")),
-            "{a:?}"
+        let why = w.plan().iter().find_map(|x| match x {
+            Action::DeletePdb { pdb, why, .. } if pdb == "ghost" => Some(*why),
+            _ => None,
+        });
+        assert_eq!(
+            why,
+            Some("its Deployment was deleted before our owner reference was on it")
         );
         // A record of an earlier PDB under the name proves nothing of this one.
         w.eas = vec![record("pdb-earlier")];
-        assert!(
-            !w.plan()
-                .iter()
-                .any(|x| matches!(x, Action::DeletePdb { .. })),
-            "{:?}",
-            w.plan()
-        );
+        assert!(deleted(&w.plan()).is_empty());
         // Its Deployment being deleted: garbage collection's, as before.
         w.eas = vec![record("pdb-ghost")];
         w.deleting = ["ghost".to_string()].into();
-        assert!(
-            !w.plan()
-                .iter()
-                .any(|x| matches!(x, Action::DeletePdb { .. })),
-            "{:?}",
-            w.plan()
-        );
+        assert!(deleted(&w.plan()).is_empty());
     }
 
     /// An admission-time orphan of ours (`aaa`, no Deployment) over a pod

@@ -475,6 +475,29 @@ async fn wait_owned_pdb(ns: &TestNs, name: &str) {
     .await;
 }
 
+/// Waits for the Degraded PDBSelectorOverlap condition on `shop`'s record.
+async fn wait_shop_overlap(ns: &TestNs) {
+    wait_for(
+        "Degraded PDBSelectorOverlap on shop",
+        Duration::from_secs(60),
+        || async {
+            let out = kubectl(&[
+                "get",
+                "evictionautoscalers",
+                "shop",
+                "-n",
+                &ns.name,
+                "-o",
+                "yaml",
+            ]);
+            String::from_utf8_lossy(&out.stdout)
+                .contains("PDBSelectorOverlap")
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// Overlapping Deployment selectors: `shop` selects `app=shop`, which also
 /// covers the pods of `api`, protected by our PDB `api`. Neither the
 /// admission webhook nor the reconciler makes a second PDB over api's pods;
@@ -505,28 +528,7 @@ async fn overlapping_selectors_never_make_a_second_pdb() {
     )
     .await
     .expect("create shop");
-    let eas_yaml = || {
-        kubectl(&[
-            "get",
-            "evictionautoscalers",
-            "shop",
-            "-n",
-            &ns.name,
-            "-o",
-            "yaml",
-        ])
-    };
-    wait_for(
-        "Degraded PDBSelectorOverlap on shop",
-        Duration::from_secs(60),
-        || async {
-            let out = eas_yaml();
-            String::from_utf8_lossy(&out.stdout)
-                .contains("PDBSelectorOverlap")
-                .then_some(())
-        },
-    )
-    .await;
+    wait_shop_overlap(&ns).await;
     // Two reconcile passes later (RESYNC is 30 s; events mark the namespace at once).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let names = |l: Vec<PodDisruptionBudget>| -> Vec<String> {
@@ -580,28 +582,7 @@ async fn overlapping_selectors_never_make_a_second_pdb() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let eas_yaml2 = || {
-        kubectl(&[
-            "get",
-            "evictionautoscalers",
-            "shop",
-            "-n",
-            &ns2.name,
-            "-o",
-            "yaml",
-        ])
-    };
-    wait_for(
-        "Degraded PDBSelectorOverlap on shop",
-        Duration::from_secs(60),
-        || async {
-            let out = eas_yaml2();
-            String::from_utf8_lossy(&out.stdout)
-                .contains("PDBSelectorOverlap")
-                .then_some(())
-        },
-    )
-    .await;
+    wait_shop_overlap(&ns2).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         names(pdbs2.list(&Default::default()).await.expect("list").items),
