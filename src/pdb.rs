@@ -261,11 +261,29 @@ pub fn plan_for_new_deployment(
     CreatePlan::Create(Box::new(owned_pdb(dep, min_available)))
 }
 
-/// Whether a PDB the watch cache does not hold yet may protect pods that
-/// `dep`'s selector selects, judged from its selector alone (the Deployment
-/// of those pods may not be cached either when both were applied together,
-/// so [`overlapping`] cannot see it): its matchLabels taken as a pod's
-/// labels. One with matchExpressions is taken to overlap.
+/// A PDB of a live list that no cached Deployment's template explains
+/// (`deployments`) and that may protect pods `dep`'s selector selects
+/// ([`may_overlap_unseen`]): one made for a Deployment not cached yet
+/// (`api`, its PDB and `shop` applied together). Ours for `dep` would be a
+/// second budget over those pods: the reconciler decides once it sees them.
+pub fn unexplained_overlap<'a>(
+    dep: &Deployment,
+    live: &'a [Arc<PodDisruptionBudget>],
+    deployments: &[Arc<Deployment>],
+) -> Option<&'a Arc<PodDisruptionBudget>> {
+    let compiled = CompiledPdbs::new(live);
+    let explained: Vec<&Arc<PodDisruptionBudget>> = deployments
+        .iter()
+        .flat_map(|d| compiled.matching(d))
+        .collect();
+    live.iter()
+        .find(|p| !explained.iter().any(|e| Arc::ptr_eq(e, p)) && may_overlap_unseen(dep, p))
+}
+
+/// Whether a PDB whose Deployment may not be cached may protect pods that
+/// `dep`'s selector selects, judged from its selector alone (with that
+/// Deployment unseen, [`overlapping`] cannot see it): its matchLabels taken
+/// as a pod's labels. One with matchExpressions is taken to overlap.
 pub fn may_overlap_unseen(dep: &Deployment, pdb: &PodDisruptionBudget) -> bool {
     let Some(sel) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
         return false;
@@ -630,6 +648,13 @@ pub(crate) mod tests {
             spec.selector = None;
         }
         assert!(!may_overlap_unseen(&shop, &none));
+        // In a live list: api's PDB is unexplained while api is not cached,
+        // and explained once it is.
+        let live = vec![Arc::new(api_pdb.clone())];
+        let found = unexplained_overlap(&shop, &live, &[]).and_then(|p| p.metadata.name.clone());
+        assert_eq!(found.as_deref(), Some("api"));
+        assert!(unexplained_overlap(&shop, &live, &[Arc::new(api.clone())]).is_none());
+        assert!(unexplained_overlap(&other, &live, &[]).is_none());
     }
 
     #[test]

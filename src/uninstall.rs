@@ -275,9 +275,7 @@ async fn target_surging(
 /// carrying the Go project's floor) is reported, the record left
 /// Terminating. A dry run (the record not deleted) reports what a run
 /// would remove, as if deleted.
-#[allow(clippy::too_many_arguments)]
 async fn release_go_finalizers(
-    api: &Api<EvictionAutoScaler>,
     name: &str,
     surging: bool,
     client: &Client,
@@ -286,6 +284,7 @@ async fn release_go_finalizers(
     dry_run: bool,
     report: &mut Report,
 ) {
+    let api: Api<EvictionAutoScaler> = Api::namespaced(client.clone(), ns);
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
     let read = match (api.get_opt(name).await, pdbs.get_opt(name).await) {
         (Ok(Some(e)), Ok(p)) => (e, p),
@@ -315,7 +314,7 @@ async fn release_go_finalizers(
         let r = if dry_run {
             Ok(())
         } else {
-            patch_ops(api, name, &PatchParams::default(), ops).await
+            patch_ops(&api, name, &PatchParams::default(), ops).await
         };
         record(
             &mut report.released_finalizers,
@@ -914,17 +913,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                     }
                 }
             };
-            release_go_finalizers(
-                &api,
-                name,
-                surging,
-                &client,
-                &ns,
-                &k,
-                opts.dry_run,
-                &mut report,
-            )
-            .await;
+            release_go_finalizers(name, surging, &client, &ns, &k, opts.dry_run, &mut report).await;
         }
     }
     // A replica that took the Lease meanwhile (one released on a step-down

@@ -771,9 +771,8 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
     let protected = pdb::protected_pods(&compiled, s.name, s.pods.unwrap_or_default());
     // PDBs to create, kept apart until the pass has seen every Deployment.
     let mut planned = Vec::new();
-    // Ours for a broader Deployment, over the pods of a narrower one that
-    // has none of its own (see the loop).
-    // With the narrower Deployments that can have their own.
+    // Ours for a broader Deployment over the pods of narrower ones that
+    // have none of their own, with those that can have one (see the loop).
     let mut for_narrower: Vec<(Arc<PodDisruptionBudget>, BTreeSet<String>)> = Vec::new();
     // Deployments under KEDA's HPAs while the ScaledObjects are unknown.
     let waiting: BTreeSet<&str> = s

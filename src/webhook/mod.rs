@@ -762,27 +762,10 @@ impl Webhooks {
         let CreatePlan::Create(want) = plan(&live) else {
             return skip("skipped", None);
         };
-        // A PDB no cached Deployment's template explains may be for pods
-        // of a Deployment the cache lacks (applied together: `api`'s PDB
-        // and `api`, then `shop` whose selector covers `api`'s pods): ours
-        // would be a second budget over them. The reconciler makes ours
-        // once it sees that Deployment, or the pods.
-        let unseen = live.iter().find(|p| {
-            let explained = crate::budget::Selector::compile(
-                p.spec.as_ref().and_then(|sp| sp.selector.as_ref()),
-            )
-            .is_ok_and(|sel| {
-                deployments
-                    .iter()
-                    .filter(|d| d.metadata.namespace.as_deref() == Some(ns.as_str()))
-                    .any(|d| sel.selects_for_eviction(&pdb::template_labels(d)))
-            });
-            !explained && pdb::may_overlap_unseen(&dep, p)
-        });
-        if let Some(p) = unseen {
+        if let Some(p) = pdb::unexplained_overlap(&dep, &live, &deployments) {
             tracing::debug!(namespace = %ns, deployment = %name,
                 pdb = p.metadata.name.as_deref().unwrap_or_default(),
-                "a PDB not in the cache yet may cover its pods: the reconciler decides");
+                "a PDB of a Deployment not cached yet may cover its pods: the reconciler decides");
             return skip("skipped", None);
         }
         let name = want.metadata.name.clone().unwrap_or_default();
