@@ -1549,3 +1549,45 @@ async fn a_surge_whose_pdb_went_goes_back_while_its_node_stays_cordoned() {
     );
     uncordon(node);
 }
+
+/// A narrower Deployment added mid-surge under ours for a broader one
+/// (`shop`'s PDB selects `app=shop`; `api`'s pods are `app=shop, role=api`):
+/// shop's PDB, sized for shop's pods alone, steps aside and api gets its
+/// own, with never two PDBs at once; shop's surge still goes back to
+/// exactly its baseline without markers (session 45's rule for a broader
+/// PDB made first, checked against a surge in place).
+#[tokio::test]
+async fn a_narrower_deployment_added_mid_surge_gets_its_own_pdb_and_the_surge_reverts() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-narrow").await;
+    let node = "kwok-node-1";
+    let watch = surged_on(&ns, "shop", node).await;
+    let api_l: &[(&str, &str)] = &[("app", "shop"), ("role", "api")];
+    create_deployment(&ns, &labelled("api", api_l, api_l)).await;
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let names: Vec<String> = pdbs
+            .list(&ListParams::default())
+            .await
+            .expect("list PDBs")
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        assert!(names.len() <= 1, "two PDBs over api's pods: {names:?}");
+        if names == ["api"] {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "api's own PDB in place of shop's: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    uncordon(node);
+    assert_settled_at(&ns, "shop", 3, REVERT_TIMEOUT).await;
+    assert_eq!(owned_pdbs(&ns).await, ["api"], "nothing made again");
+    // Never below its baseline's worth of Ready pods while that went on.
+    assert!(watch.finish().await >= 3);
+}
