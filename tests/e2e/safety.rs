@@ -569,19 +569,7 @@ async fn overlapping_selectors_never_make_a_second_pdb() {
         .create(&PostParams::default(), &api)
         .await
         .expect("create api");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let l = names(pdbs2.list(&Default::default()).await.expect("list").items);
-        assert!(l.len() <= 1, "two PDBs over api's pods: {l:?}");
-        if l == vec!["api".to_string()] {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "api's own PDB in place of shop's: {l:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_sole_pdb(&ns2, "api").await;
     wait_shop_overlap(&ns2).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(

@@ -1202,6 +1202,34 @@ pub fn is_owned(p: &PodDisruptionBudget) -> bool {
 }
 
 /// Names of the PDBs in the namespace that carry `ownedBy: EvictionAutoScaler`.
+/// Polls the namespace's PDBs every 100 ms until `want` is the only one
+/// (60 s at most); fails at once if two ever exist together (the
+/// namespace's pods are all under one selector family in the tests using
+/// it: two PDBs there are two budgets over a pod).
+pub async fn wait_sole_pdb(ns: &TestNs, want: &str) {
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let names: Vec<String> = pdbs
+            .list(&ListParams::default())
+            .await
+            .expect("list PDBs")
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        assert!(names.len() <= 1, "two PDBs at once: {names:?}");
+        if names == [want] {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{want} the only PDB: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 pub async fn owned_pdbs(ns: &TestNs) -> Vec<String> {
     let api: Api<PodDisruptionBudget> = ns.api();
     api.list(&ListParams::default())

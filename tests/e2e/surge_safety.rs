@@ -1564,27 +1564,7 @@ async fn a_narrower_deployment_added_mid_surge_gets_its_own_pdb_and_the_surge_re
     let watch = surged_on(&ns, "shop", node).await;
     let api_l: &[(&str, &str)] = &[("app", "shop"), ("role", "api")];
     create_deployment(&ns, &labelled("api", api_l, api_l)).await;
-    let pdbs: Api<PodDisruptionBudget> = ns.api();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let names: Vec<String> = pdbs
-            .list(&ListParams::default())
-            .await
-            .expect("list PDBs")
-            .items
-            .into_iter()
-            .filter_map(|p| p.metadata.name)
-            .collect();
-        assert!(names.len() <= 1, "two PDBs over api's pods: {names:?}");
-        if names == ["api"] {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "api's own PDB in place of shop's: {names:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_sole_pdb(&ns, "api").await;
     uncordon(node);
     assert_settled_at(&ns, "shop", 3, REVERT_TIMEOUT).await;
     assert_eq!(owned_pdbs(&ns).await, ["api"], "nothing made again");
