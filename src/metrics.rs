@@ -165,7 +165,7 @@ impl Metrics {
         let reconcile_passes = Family::<PassLabel, Counter>::default();
         registry.register(
             "reconcile_passes",
-            "Reconciler passes, over every namespace (full) or only those that changed (marked)",
+            "Reconciler passes: resync sweeps over every namespace (full), or starts of jobs for namespaces that changed (marked)",
             reconcile_passes.clone(),
         );
         let reconcile_namespaces = Family::<PassLabel, Counter>::default();

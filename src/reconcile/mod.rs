@@ -2,22 +2,25 @@
 //! Deployments, PDBs, autoscalers, EvictionAutoScalers or annotations changed
 //! (marked by the watch caches, `crate::dirty`), for those holding an object
 //! whose backoff is over, and for every namespace each resync interval; then
-//! performs the writes, `CONCURRENCY` namespaces at a time. Pod and node
-//! updates cost it nothing. Its writes are conflict-aware patches. A failing write is retried with
-//! per-object backoff (`backoff`, 1 s doubling to 5 min, reset on success)
-//! while every other object is written as planned; passes come no sooner than
-//! `MIN_PASS_INTERVAL`. Namespaces being deleted are skipped, and the refusals
-//! a namespace deletion causes (403 NamespaceTerminating, 404, 409) are
-//! expected answers, logged at debug, not reconcile errors. A pass stops
-//! writing as soon as this replica stops leading.
+//! performs the writes in one job per namespace, `CONCURRENCY` at a time
+//! (`schedule`: a slow job gives up its slot). Pod and node updates cost it
+//! nothing. Its writes are conflict-aware patches. A failing write is
+//! retried with per-object backoff (`backoff`, 1 s doubling to 5 min, reset
+//! on success) while every other object is written as planned; marks are
+//! taken no more often than `MIN_PASS_INTERVAL`. Namespaces being deleted are
+//! skipped, and the refusals a namespace deletion causes (403
+//! NamespaceTerminating, 404, 409) are expected answers, logged at debug, not
+//! reconcile errors. Jobs stop writing as soon as this replica stops leading.
 
 pub mod backoff;
 pub mod plan;
+pub mod schedule;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -44,13 +47,26 @@ use crate::pdb::baseline_replicas;
 use crate::scope;
 use backoff::Backoff;
 use plan::{Action, NamespaceSnapshot};
+use schedule::{Limits, Origin, Schedule};
 
 const MIN_PASS_INTERVAL: Duration = Duration::from_millis(500);
 /// A full pass this often, whatever was marked: the safety net for anything
 /// a watch missed, and the clock for time-based rules (an orphan PDB's grace).
 const RESYNC: Duration = Duration::from_secs(30);
-/// Namespaces planned and written at once.
+/// Namespaces planned and written at once, those whose job has run for
+/// `SLOW_WRITE` aside: a namespace whose writes hang keeps its job but no
+/// slot, up to `MAX_JOBS` jobs in all (`schedule`).
 const CONCURRENCY: usize = 8;
+const MAX_JOBS: usize = 32;
+const LIMITS: Limits = Limits {
+    fast: CONCURRENCY,
+    total: MAX_JOBS,
+    slow_after: SLOW_WRITE,
+};
+
+/// A running namespace job: its namespace, and the keys it planned to write.
+type Job<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (String, BTreeSet<String>)> + Send + 'a>>;
 /// Bound on one write of a pass. The client's read timeout counts per
 /// attempt and per read; a hung admission webhook on PDBs or a throttled
 /// apiserver must not hold a pass for longer. (Events are not awaited at
@@ -343,11 +359,14 @@ impl Reconciler {
         self.backoff.lock().ok().and_then(|b| b.next_retry())
     }
 
-    /// Runs passes while `leader` is true, until the process ends. Until the
-    /// stores it decides on sync it only waits for marks, at most one look
-    /// per `MIN_PASS_INTERVAL` (a missing EvictionAutoScaler CRD does not
-    /// hold it: see [`Reader::Reconciler`]). Each pass plans what
-    /// was marked since the last; every `RESYNC` it plans everything.
+    /// Runs namespace jobs while `leader` is true, until the process ends.
+    /// Until the stores it decides on sync it only waits for marks, at most
+    /// one look per `MIN_PASS_INTERVAL` (a missing EvictionAutoScaler CRD
+    /// does not hold it: see [`Reader::Reconciler`]). Each look queues what
+    /// was marked since the last (and the namespaces holding an object whose
+    /// backoff is over); every `RESYNC` it queues every namespace. Jobs start
+    /// from the queue as [`schedule::Schedule`] leaves room, each as soon as
+    /// another ends, not in passes that wait for their slowest namespace.
     pub async fn run(self: Arc<Self>, mut leader: watch::Receiver<bool>) {
         let dirty = self.cache.ns_dirty.clone();
         let mut marked = dirty.subscribe();
@@ -355,6 +374,9 @@ impl Reconciler {
         // Leadership gained: plan everything (another replica did the work
         // so far, and this one's marks were taken without writing).
         let mut was_leading = false;
+        let mut schedule = Schedule::new(LIMITS);
+        let mut jobs: FuturesUnordered<Job<'_>> = FuturesUnordered::new();
+        let this: &Reconciler = &self;
         loop {
             // The election gone: stop rather than write on a stale flag
             // (the process then stops, see crate::supervise).
@@ -362,67 +384,151 @@ impl Reconciler {
                 tracing::error!("the leader flag's sender is gone: the reconciler stops");
                 return;
             }
-            let mut wait = RESYNC;
+            let looked = Instant::now();
             let leading = *leader.borrow_and_update();
-            if leading && self.cache.ready_for(Reader::Reconciler) {
+            let working = leading && self.cache.ready_for(Reader::Reconciler);
+            let mut next_look = looked + RESYNC;
+            if working {
                 marked.borrow_and_update();
                 let mut marks = dirty.take();
                 if !was_leading || last_full.elapsed() >= RESYNC {
                     marks.all = true;
                 }
                 if marks.all {
-                    last_full = Instant::now();
+                    last_full = looked;
                 }
                 was_leading = true;
-                // Stepping down cancels the pass, even mid-request.
-                let mut lost = leader.clone();
-                tokio::select! {
-                    _ = self.pass(&leader, marks) => {},
-                    _ = lost.wait_for(|leading| !*leading) => {
-                        tracing::info!("no longer leading: reconcile pass abandoned");
-                        // Its marks were taken and not all planned: the next
-                        // lead plans everything, even if it comes back before
-                        // this loop sees it gone.
-                        was_leading = false;
-                    },
-                }
-                // Wake up for the first object whose backoff ends.
-                if let Some(at) = self.next_retry() {
-                    wait = wait.min(at.saturating_duration_since(Instant::now()));
-                }
-                wait = wait.min(RESYNC.saturating_sub(last_full.elapsed()));
+                self.queue(&mut schedule, marks);
+                next_look = last_full + RESYNC;
             } else if !leading {
                 was_leading = false;
                 // A follower's marks are never planned (the lead's first
-                // pass plans everything): drop them, or every namespace name
-                // seen would pile up here.
+                // look plans everything): drop them, or every namespace
+                // name seen would pile up here.
                 marked.borrow_and_update();
                 drop(dirty.take());
             }
-            tokio::time::sleep(MIN_PASS_INTERVAL).await;
-            tokio::select! {
-                _ = marked.changed() => {},
-                _ = leader.changed() => {},
-                _ = tokio::time::sleep(wait) => {},
+            // Until the next look: start jobs as room comes, book each as it
+            // ends, and wake for a mark, a backoff that ends, the resync, or
+            // the leader flag.
+            let mut mark_seen = false;
+            let mut lost = false;
+            loop {
+                let now = Instant::now();
+                if working && *leader.borrow() && self.cache.ready_for(Reader::Reconciler) {
+                    let started = schedule.start(now);
+                    if !started.is_empty() {
+                        for job in self.jobs(started, &mut schedule) {
+                            let lead = leader.clone();
+                            jobs.push(Box::pin(async move {
+                                let name = job.name.clone();
+                                let planned = this.namespace_pass(job, &lead).await;
+                                (name, planned)
+                            }));
+                        }
+                    }
+                }
+                let mut at = next_look;
+                if working {
+                    if let Some(r) = self.next_retry() {
+                        at = at.min(r);
+                    }
+                }
+                if mark_seen || marked.has_changed().unwrap_or(true) {
+                    at = at.min(looked);
+                }
+                let at = at.max(looked + MIN_PASS_INTERVAL);
+                if now >= at {
+                    break;
+                }
+                // A full slot turning slow makes room without a job ending.
+                let wake = schedule.next_free(now).map_or(at, |f| f.min(at));
+                tokio::select! {
+                    // A step-down first: its jobs are dropped before any of
+                    // them is polled again (and sends another write).
+                    biased;
+                    // The flag is sent only when it changes: leading at
+                    // the look, any change is a lead lost (maybe back).
+                    _ = leader.changed() => {
+                        lost = leading;
+                        break;
+                    }
+                    Some((name, planned)) = jobs.next() => {
+                        schedule.finished(&name);
+                        if let Ok(mut b) = self.backoff.lock() {
+                            b.settle_pass(&planned, &BTreeSet::from([name]));
+                        }
+                    }
+                    _ = marked.changed(), if !mark_seen => mark_seen = true,
+                    _ = tokio::time::sleep_until(wake.into()) => {},
+                }
+            }
+            // Stepping down drops the running jobs at once, even
+            // mid-request, and even if the lead is back before the next
+            // look: their marks were taken and not all planned, so the next
+            // lead plans everything.
+            if lost || (!*leader.borrow() && was_leading) {
+                if !jobs.is_empty() {
+                    tracing::info!(
+                        jobs = jobs.len(),
+                        "no longer leading: reconcile jobs abandoned"
+                    );
+                }
+                jobs = FuturesUnordered::new();
+                schedule.clear();
+                was_leading = false;
             }
         }
     }
 
-    /// One pass over the namespaces `marks` names (and those holding an
-    /// object whose backoff is over); stops writing as soon as `leader`
-    /// turns false.
-    pub async fn pass(&self, leader: &watch::Receiver<bool>, mut marks: Marks) {
+    /// One look's queueing: `marks` and the namespaces holding an object
+    /// whose backoff is over; with `marks.all`, every namespace after them
+    /// (and what is kept per namespace forgotten for those gone).
+    fn queue(&self, schedule: &mut Schedule, mut marks: Marks) {
         if let Ok(b) = self.backoff.lock() {
             marks
                 .namespaces
                 .extend(b.due_namespaces(Instant::now()).map(str::to_string));
         }
-        // One read of each store per pass, grouped by namespace, keeping
-        // only the namespaces to plan.
-        let mut deployments_by_ns = marked_by_namespace(self.cache.deployments.state(), &marks);
+        for ns in &marks.namespaces {
+            schedule.mark(ns);
+        }
         let all_pdbs = self.cache.pdbs.state();
         let managed = all_pdbs.iter().filter(|p| owned_by_us(&p.metadata)).count() as i64;
-        let mut pdbs_by_ns = marked_by_namespace(all_pdbs, &marks);
+        self.metrics.managed_pdbs.set(managed);
+        if !marks.all {
+            return;
+        }
+        let existing: BTreeSet<String> = self
+            .cache
+            .namespaces
+            .state()
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        schedule.sweep(existing.iter().map(String::as_str));
+        let kind = PassLabel { pass: "full" };
+        tracing::debug!(pass = kind.pass, namespaces = ?existing, "reconcile pass");
+        self.metrics.reconcile_passes.get_or_create(&kind).inc();
+        // Objects of namespaces deleted while no job of this replica
+        // planned them (it was not leading, or a job outlasted the deletion).
+        if let Ok(mut b) = self.backoff.lock() {
+            b.forget_gone_namespaces(|ns| existing.contains(ns));
+        }
+        self.degraded.forget_gone(|ns, _| existing.contains(ns));
+    }
+
+    /// The jobs of the namespaces `started` names, from one read of each
+    /// store (the freshest copy at their start). A namespace the cache does
+    /// not hold (deleted, or not seen yet: its own event marks it again)
+    /// gets none and is finished at once.
+    fn jobs(&self, started: Vec<(String, Origin)>, schedule: &mut Schedule) -> Vec<NamespaceJob> {
+        let marks = Marks {
+            all: false,
+            namespaces: started.iter().map(|(n, _)| n.clone()).collect(),
+        };
+        let mut deployments_by_ns = marked_by_namespace(self.cache.deployments.state(), &marks);
+        let mut pdbs_by_ns = marked_by_namespace(self.cache.pdbs.state(), &marks);
         let mut hpas_by_ns = marked_by_namespace(self.cache.hpas.state(), &marks);
         // Without the EvictionAutoScaler store (its CRD deleted), the PDBs
         // are still planned: a PDB a user adds meanwhile must still make
@@ -433,63 +539,50 @@ impl Reconciler {
         } else {
             HashMap::new()
         };
-        let jobs: Vec<NamespaceJob> = self
+        let mut namespaces: HashMap<String, Arc<k8s_openapi::api::core::v1::Namespace>> = self
             .cache
             .namespaces
             .state()
             .into_iter()
             .filter_map(|ns| {
                 let name = ns.metadata.name.clone()?;
-                if !marks.covers(&name) {
-                    return None;
-                }
-                Some(NamespaceJob {
-                    deployments: deployments_by_ns.remove(&name).unwrap_or_default(),
-                    pdbs: pdbs_by_ns.remove(&name).unwrap_or_default(),
-                    hpas: hpas_by_ns.remove(&name).unwrap_or_default(),
-                    eas: eas_known.then(|| eas_by_ns.remove(&name).unwrap_or_default()),
-                    ns,
-                    name,
-                })
+                marks.covers(&name).then_some((name, ns))
             })
             .collect();
-        let planned_ns: BTreeSet<String> = jobs.iter().map(|j| j.name.clone()).collect();
-        let kind = PassLabel {
-            pass: if marks.all { "full" } else { "marked" },
-        };
-        if marks.all || !planned_ns.is_empty() {
-            tracing::debug!(pass = kind.pass, namespaces = ?planned_ns, eas_known, "reconcile pass");
+        let mut jobs = Vec::new();
+        let mut by_origin: [BTreeSet<String>; 2] = Default::default();
+        for (name, origin) in started {
+            let Some(ns) = namespaces.remove(&name) else {
+                schedule.finished(&name);
+                continue;
+            };
+            by_origin[(origin == Origin::Sweep) as usize].insert(name.clone());
+            jobs.push(NamespaceJob {
+                deployments: deployments_by_ns.remove(&name).unwrap_or_default(),
+                pdbs: pdbs_by_ns.remove(&name).unwrap_or_default(),
+                hpas: hpas_by_ns.remove(&name).unwrap_or_default(),
+                eas: eas_known.then(|| eas_by_ns.remove(&name).unwrap_or_default()),
+                ns,
+                name,
+            });
+        }
+        let [marked, swept] = by_origin;
+        if !marked.is_empty() {
+            let kind = PassLabel { pass: "marked" };
+            tracing::debug!(pass = kind.pass, namespaces = ?marked, eas_known, "reconcile pass");
             self.metrics.reconcile_passes.get_or_create(&kind).inc();
             self.metrics
                 .reconcile_namespaces
                 .get_or_create(&kind)
-                .inc_by(planned_ns.len() as u64);
+                .inc_by(marked.len() as u64);
         }
-        let planned: BTreeSet<String> = futures::stream::iter(jobs)
-            .map(|job| self.namespace_pass(job, leader))
-            .buffer_unordered(CONCURRENCY)
-            .concat()
-            .await;
-        // Objects of a namespace planned this pass that were not planned
-        // again are fixed or gone: forget their backoff. Other namespaces'
-        // entries wait for their own pass.
-        let existing: HashSet<String> = self
-            .cache
-            .namespaces
-            .state()
-            .iter()
-            .filter_map(|n| n.metadata.name.clone())
-            .collect();
-        if let Ok(mut b) = self.backoff.lock() {
-            b.settle_pass(&planned, &planned_ns);
-            b.forget_gone_namespaces(|ns| existing.contains(ns));
+        if !swept.is_empty() {
+            self.metrics
+                .reconcile_namespaces
+                .get_or_create(&PassLabel { pass: "full" })
+                .inc_by(swept.len() as u64);
         }
-        self.degraded.forget_gone(|ns, _| existing.contains(ns));
-        // A replica that stopped leading keeps the gauge at the 0 its
-        // step-down set.
-        if *leader.borrow() {
-            self.metrics.managed_pdbs.set(managed);
-        }
+        jobs
     }
 
     /// Plans and writes one namespace; returns the keys it planned to write.

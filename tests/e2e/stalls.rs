@@ -185,3 +185,105 @@ async fn a_hung_webhook_in_one_namespace_does_not_hold_back_another() {
         asked.elapsed().as_secs_f64()
     ));
 }
+
+/// Namespaces whose PDB updates hang, more than the reconciler's 8 slots.
+const HUNG_SPACES: usize = 16;
+/// Their webhooks' timeoutSeconds.
+const HUNG_SPACES_DELAY: Duration = Duration::from_secs(8);
+
+/// A hung admission webhook on the PDBs of many namespaces at once (more
+/// than the namespaces planned at once): each of their jobs waits for one
+/// timeout. Those jobs keep running but give up their slots, so a
+/// step-aside in a healthy namespace is not queued behind them. When a
+/// pass waited for all its namespaces, 16 of them took two rounds of 8 s,
+/// and the step-aside waited for the pass to end.
+#[tokio::test]
+async fn hung_webhooks_in_many_namespaces_do_not_hold_back_another() {
+    let _counter = crate::safety::ERROR_COUNTER.lock().await;
+    let mut spaces = Vec::new();
+    for i in 0..HUNG_SPACES {
+        let ns = TestNs::new(&format!("e2e-hungs-{i}")).await;
+        let deps: Api<Deployment> = ns.api();
+        deps.create(&PostParams::default(), &deployment("h", 1, None))
+            .await
+            .expect("create Deployment");
+        spaces.push(ns);
+    }
+    for ns in &spaces {
+        wait_pdb(ns, "h", "our PDB", |_| true).await;
+    }
+    let hung: Vec<HungWebhook> = spaces
+        .iter()
+        .map(|ns| {
+            HungWebhook::apply(
+                ns,
+                &["policy"],
+                "poddisruptionbudgets",
+                &["UPDATE"],
+                "Fail",
+                HUNG_SPACES_DELAY,
+            )
+        })
+        .collect();
+    for ns in &spaces {
+        wait_for(
+            "the hung webhook in force (a PDB update there slow, then refused)",
+            Duration::from_secs(30),
+            || async {
+                let t = Instant::now();
+                let out = kubectl(&[
+                    "annotate",
+                    "-n",
+                    &ns.name,
+                    "pdb/h",
+                    "e2e-probe=1",
+                    "--overwrite",
+                    "--dry-run=server",
+                ]);
+                (!out.status.success()
+                    && t.elapsed() >= HUNG_SPACES_DELAY - Duration::from_millis(500))
+                .then_some(())
+            },
+        )
+        .await;
+    }
+
+    let other = TestNs::new("e2e-hungs-other").await;
+    let other_deps: Api<Deployment> = other.api();
+    other_deps
+        .create(&PostParams::default(), &deployment("o", 1, None))
+        .await
+        .expect("create Deployment");
+    wait_pdb(&other, "o", "our PDB", |_| true).await;
+
+    // One PDB update owed in each hung namespace (minAvailable follows
+    // replicas), all marked at once.
+    for ns in &spaces {
+        kubectl_ok(&["scale", "-n", &ns.name, "deployment/h", "--replicas=2"]);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = other.api();
+    let asked = Instant::now();
+    pdbs.create(
+        &PostParams::default(),
+        &user_pdb(
+            "o-user",
+            "o",
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)),
+            None,
+        ),
+    )
+    .await
+    .expect("create the user's PDB");
+    wait_for(
+        "ours stepping aside in the healthy namespace",
+        HUNG_SPACES_DELAY,
+        || async { pdbs.get_opt("o").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    record_figure(format!(
+        "hung PDB webhooks in {HUNG_SPACES} namespaces ({HUNG_SPACES_DELAY:?} each): a step-aside in another namespace {:.1}s after its cause",
+        asked.elapsed().as_secs_f64()
+    ));
+    drop(hung);
+}
