@@ -64,6 +64,16 @@ impl Backoff {
         self.entries.values().map(|e| e.retry_at).min()
     }
 
+    /// [`Backoff::next_retry`] among the objects not due yet at `t` (those
+    /// due by then were already queued).
+    pub fn next_retry_after(&self, t: Instant) -> Option<Instant> {
+        self.entries
+            .values()
+            .map(|e| e.retry_at)
+            .filter(|at| *at > t)
+            .min()
+    }
+
     /// The objects whose wait is over at `now` (their namespaces are planned
     /// again even if nothing in them changed).
     pub fn due_keys(&self, now: Instant) -> impl Iterator<Item = &str> {

@@ -62,6 +62,7 @@ const LIMITS: Limits = Limits {
     fast: CONCURRENCY,
     total: MAX_JOBS,
     slow_after: SLOW_WRITE,
+    restart_after: MIN_PASS_INTERVAL,
 };
 
 /// A running namespace job: its namespace, and the keys it planned to write.
@@ -354,9 +355,9 @@ impl Reconciler {
         }
     }
 
-    /// When the earliest object in backoff becomes due.
-    fn next_retry(&self) -> Option<Instant> {
-        self.backoff.lock().ok().and_then(|b| b.next_retry())
+    /// When the earliest object in backoff becomes due after `t`.
+    fn next_retry_after(&self, t: Instant) -> Option<Instant> {
+        self.backoff.lock().ok().and_then(|b| b.next_retry_after(t))
     }
 
     /// Runs namespace jobs while `leader` is true, until the process ends.
@@ -415,22 +416,26 @@ impl Reconciler {
             let mut lost = false;
             loop {
                 let now = Instant::now();
-                if working && *leader.borrow() && self.cache.ready_for(Reader::Reconciler) {
+                // Until no room or nothing startable is left: a namespace
+                // the cache does not hold takes room and gives it back at once.
+                while working && *leader.borrow() && self.cache.ready_for(Reader::Reconciler) {
                     let started = schedule.start(now);
-                    if !started.is_empty() {
-                        for job in self.jobs(started, &mut schedule) {
-                            let lead = leader.clone();
-                            jobs.push(Box::pin(async move {
-                                let name = job.name.clone();
-                                let planned = this.namespace_pass(job, &lead).await;
-                                (name, planned)
-                            }));
-                        }
+                    if started.is_empty() {
+                        break;
+                    }
+                    for job in self.jobs(started, &mut schedule) {
+                        let lead = leader.clone();
+                        jobs.push(Box::pin(async move {
+                            let name = job.name.clone();
+                            let planned = this.namespace_pass(job, &lead).await;
+                            (name, planned)
+                        }));
                     }
                 }
                 let mut at = next_look;
+                // Objects whose backoff ended by the look were queued then.
                 if working {
-                    if let Some(r) = self.next_retry() {
+                    if let Some(r) = self.next_retry_after(looked) {
                         at = at.min(r);
                     }
                 }
@@ -441,8 +446,9 @@ impl Reconciler {
                 if now >= at {
                     break;
                 }
-                // A full slot turning slow makes room without a job ending.
-                let wake = schedule.next_free(now).map_or(at, |f| f.min(at));
+                // A full slot turning slow, or a namespace's pause between
+                // two jobs ending, lets a job start without another ending.
+                let wake = schedule.next_wake(now).map_or(at, |f| f.min(at));
                 tokio::select! {
                     // A step-down first: its jobs are dropped before any of
                     // them is polled again (and sends another write).
@@ -454,7 +460,7 @@ impl Reconciler {
                         break;
                     }
                     Some((name, planned)) = jobs.next() => {
-                        schedule.finished(&name);
+                        schedule.finished(&name, Instant::now());
                         if let Ok(mut b) = self.backoff.lock() {
                             b.settle_pass(&planned, &BTreeSet::from([name]));
                         }
@@ -553,7 +559,11 @@ impl Reconciler {
         let mut by_origin: [BTreeSet<String>; 2] = Default::default();
         for (name, origin) in started {
             let Some(ns) = namespaces.remove(&name) else {
-                schedule.finished(&name);
+                schedule.finished(&name, Instant::now());
+                // Gone (an object of it retried would be due for good).
+                if let Ok(mut b) = self.backoff.lock() {
+                    b.forget_gone_namespaces(|n| n != name);
+                }
                 continue;
             };
             by_origin[(origin == Origin::Sweep) as usize].insert(name.clone());

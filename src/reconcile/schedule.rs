@@ -9,7 +9,12 @@
 //! [`Limits::slow_after`]: a namespace whose writes hang (an admission
 //! webhook there that never answers, each write waiting for its timeout)
 //! keeps its job, not a slot, so it holds back no other namespace (a
-//! step-aside among them). [`Limits::total`] bounds all jobs at once.
+//! step-aside among them). [`Limits::total`] bounds all jobs at once. A
+//! namespace's next job waits [`Limits::restart_after`] after its last one
+//! ended, for the watch events of that job's last writes (planned from a
+//! cache without them, they would be written again, and refused). A sweep
+//! entry still waiting at the next sweep joins the marked ones, so a steady
+//! stream of changes never holds the resync (an orphan PDB's grace) back.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -22,6 +27,8 @@ pub struct Limits {
     pub total: usize,
     /// Age after which a job no longer holds a slot of `fast`.
     pub slow_after: Duration,
+    /// Time between the end of a namespace's job and the start of its next.
+    pub restart_after: Duration,
 }
 
 /// Where a queued namespace came from.
@@ -43,6 +50,8 @@ pub struct Schedule {
     queued: HashMap<String, Origin>,
     /// Namespace → when its job started.
     running: HashMap<String, Instant>,
+    /// Namespace → when its last job ended (kept for `restart_after`).
+    ended: HashMap<String, Instant>,
 }
 
 impl Schedule {
@@ -53,6 +62,7 @@ impl Schedule {
             sweep: VecDeque::new(),
             queued: HashMap::new(),
             running: HashMap::new(),
+            ended: HashMap::new(),
         }
     }
 
@@ -67,14 +77,36 @@ impl Schedule {
         }
     }
 
-    /// The resync: every namespace of `all` not queued yet, after the marked.
+    /// The resync: every namespace of `all` not queued yet, after the
+    /// marked; one the last sweep queued that still waits joins the marked.
     pub fn sweep<'a>(&mut self, all: impl IntoIterator<Item = &'a str>) {
+        let late: Vec<String> = self
+            .sweep
+            .iter()
+            .filter(|n| self.queued.get(*n) == Some(&Origin::Sweep))
+            .cloned()
+            .collect();
+        for ns in &late {
+            self.mark(ns);
+        }
+        // Without the entries left behind by marks and starts.
+        self.sweep.clear();
         for ns in all {
             if !self.queued.contains_key(ns) {
                 self.queued.insert(ns.to_string(), Origin::Sweep);
                 self.sweep.push_back(ns.to_string());
             }
         }
+    }
+
+    /// Whether `ns` may not start at `now`: its job runs, or ended less than
+    /// `restart_after` ago.
+    fn waits(&self, ns: &str, now: Instant) -> bool {
+        self.running.contains_key(ns)
+            || self
+                .ended
+                .get(ns)
+                .is_some_and(|t| now.saturating_duration_since(*t) < self.limits.restart_after)
     }
 
     fn fast_running(&self, now: Instant) -> usize {
@@ -90,13 +122,17 @@ impl Schedule {
 
     /// Whether [`Schedule::start`] would start a job at `now`.
     pub fn startable(&self, now: Instant) -> bool {
-        self.has_room(now) && self.queued.keys().any(|ns| !self.running.contains_key(ns))
+        self.has_room(now) && self.queued.keys().any(|ns| !self.waits(ns, now))
     }
 
     /// Takes the namespaces whose job starts at `now` (with where each came
     /// from), as many as the limits leave room for, in queue order. A
-    /// namespace whose job still runs stays queued, in its place.
+    /// namespace whose job still runs (or just ended) stays queued, in its
+    /// place.
     pub fn start(&mut self, now: Instant) -> Vec<(String, Origin)> {
+        let gap = self.limits.restart_after;
+        self.ended
+            .retain(|_, t| now.saturating_duration_since(*t) < gap);
         let mut out = Vec::new();
         let mut fast = self.fast_running(now);
         for origin in [Origin::Marked, Origin::Sweep] {
@@ -115,7 +151,7 @@ impl Schedule {
                 if self.queued.get(&ns) != Some(&origin) {
                     continue; // a stale sweep entry: marked since, or started
                 }
-                if self.running.contains_key(&ns) {
+                if self.waits(&ns, now) {
                     kept.push_back(ns);
                     continue;
                 }
@@ -135,24 +171,35 @@ impl Schedule {
         out
     }
 
-    /// The job of `ns` ended.
-    pub fn finished(&mut self, ns: &str) {
+    /// The job of `ns` ended at `now`.
+    pub fn finished(&mut self, ns: &str, now: Instant) {
         self.running.remove(ns);
+        self.ended.insert(ns.to_string(), now);
     }
 
-    /// When a slot of [`Limits::fast`] frees without a job ending (the
-    /// youngest of the full slots turns slow), if a queued namespace waits
-    /// for one.
-    pub fn next_free(&self, now: Instant) -> Option<Instant> {
+    /// When something may start without a job ending, after `now`: a queued
+    /// namespace's `restart_after` is over, or (a queued namespace waiting
+    /// for a slot) the first of the full slots turns slow.
+    pub fn next_wake(&self, now: Instant) -> Option<Instant> {
+        let restart = self
+            .queued
+            .keys()
+            .filter(|ns| !self.running.contains_key(*ns))
+            .filter_map(|ns| self.ended.get(ns))
+            .map(|t| *t + self.limits.restart_after)
+            .filter(|at| *at > now)
+            .min();
         let waiting = self.queued.keys().any(|ns| !self.running.contains_key(ns));
-        if !waiting || self.running.len() >= self.limits.total || self.has_room(now) {
-            return None;
-        }
-        self.running
-            .values()
-            .filter(|t| now.saturating_duration_since(**t) < self.limits.slow_after)
-            .map(|t| *t + self.limits.slow_after)
-            .min()
+        let slot = if !waiting || self.running.len() >= self.limits.total || self.has_room(now) {
+            None
+        } else {
+            self.running
+                .values()
+                .filter(|t| now.saturating_duration_since(**t) < self.limits.slow_after)
+                .map(|t| *t + self.limits.slow_after)
+                .min()
+        };
+        restart.into_iter().chain(slot).min()
     }
 
     pub fn is_running(&self, ns: &str) -> bool {
@@ -170,6 +217,7 @@ impl Schedule {
         self.sweep.clear();
         self.queued.clear();
         self.running.clear();
+        self.ended.clear();
     }
 }
 
@@ -181,6 +229,7 @@ mod tests {
         fast: 2,
         total: 3,
         slow_after: Duration::from_secs(2),
+        restart_after: Duration::ZERO,
     };
 
     fn names(started: &[(String, Origin)]) -> Vec<&str> {
@@ -195,16 +244,26 @@ mod tests {
         s.mark("c");
         s.mark("d");
         s.mark("d");
-        s.sweep(["a", "d", "e"]);
-        assert_eq!(s.queued(), 5);
+        assert_eq!(s.queued(), 4);
         let started = s.start(t);
         assert_eq!(names(&started), ["c", "d", "a"], "the limit of 3 jobs");
         let origins: Vec<Origin> = started.iter().map(|(_, o)| *o).collect();
         assert_eq!(origins, [Origin::Marked, Origin::Marked, Origin::Sweep]);
-        s.finished("c");
-        s.finished("d");
+        s.finished("c", t);
+        s.finished("d", t);
+        s.sweep(["a", "b", "d", "e"]);
+        assert_eq!(s.queued(), 4, "b queued once; a (running), d and e swept");
         let started = s.start(t);
-        assert_eq!(names(&started), ["b", "e"]);
+        assert_eq!(names(&started), ["b", "d"]);
+        assert_eq!(started[0].1, Origin::Marked, "b waited a whole sweep");
+        s.finished("a", t);
+        s.finished("b", t);
+        s.finished("d", t);
+        assert_eq!(
+            names(&s.start(t)),
+            ["a", "e"],
+            "a after its job, in its place"
+        );
         assert!(s.start(t).is_empty() && s.queued() == 0);
     }
 
@@ -219,7 +278,7 @@ mod tests {
         assert!(s.is_running("a"));
         assert_eq!(names(&s.start(t)), ["b"], "a waits for its job");
         assert!(!s.startable(t), "b started, a still runs");
-        s.finished("a");
+        s.finished("a", t);
         assert!(s.startable(t));
         assert_eq!(names(&s.start(t)), ["a"]);
         assert_eq!(s.queued(), 0);
@@ -235,18 +294,18 @@ mod tests {
         assert_eq!(names(&s.start(t)), ["hung-1", "hung-2"]);
         assert!(!s.startable(t + Duration::from_secs(1)));
         assert_eq!(
-            s.next_free(t + Duration::from_secs(1)),
+            s.next_wake(t + Duration::from_secs(1)),
             Some(t + LIMITS.slow_after),
             "woken when the first full slot turns slow"
         );
         let later = t + LIMITS.slow_after;
         assert_eq!(names(&s.start(later)), ["ok"], "the total of 3 jobs");
         assert_eq!(
-            s.next_free(later),
+            s.next_wake(later),
             None,
             "the total is full: a job's end frees room"
         );
-        s.finished("ok");
+        s.finished("ok", later);
         assert_eq!(names(&s.start(later)), ["late"]);
     }
 
@@ -254,12 +313,12 @@ mod tests {
     fn nothing_to_wake_for_with_room_or_nothing_queued() {
         let mut s = Schedule::new(LIMITS);
         let t = Instant::now();
-        assert_eq!(s.next_free(t), None);
+        assert_eq!(s.next_wake(t), None);
         s.mark("a");
-        assert_eq!(s.next_free(t), None, "room now: start, no wait");
+        assert_eq!(s.next_wake(t), None, "room now: start, no wait");
         s.start(t);
         s.mark("a");
-        assert_eq!(s.next_free(t), None, "only a, which waits for its own job");
+        assert_eq!(s.next_wake(t), None, "only a, which waits for its own job");
     }
 
     #[test]
@@ -273,5 +332,55 @@ mod tests {
         assert!(!s.is_running("c") && s.queued() == 0 && s.start(t).is_empty());
         s.sweep(["a"]);
         assert_eq!(names(&s.start(t)), ["a"]);
+    }
+
+    #[test]
+    fn a_namespace_starts_again_only_after_its_pause() {
+        let gap = Duration::from_millis(500);
+        let mut s = Schedule::new(Limits {
+            restart_after: gap,
+            ..LIMITS
+        });
+        let t = Instant::now();
+        s.mark("a");
+        s.start(t);
+        s.mark("a");
+        s.mark("b");
+        let end = t + Duration::from_millis(100);
+        s.finished("a", end);
+        assert_eq!(names(&s.start(end)), ["b"], "a waits for its pause");
+        assert!(!s.startable(end));
+        assert_eq!(s.next_wake(end), Some(end + gap), "woken when it is over");
+        assert_eq!(names(&s.start(end + gap)), ["a"]);
+        assert_eq!(s.next_wake(end + gap), None);
+    }
+
+    #[test]
+    fn a_sweep_entry_still_waiting_at_the_next_sweep_joins_the_marked() {
+        let mut s = Schedule::new(Limits {
+            fast: 1,
+            total: 1,
+            ..LIMITS
+        });
+        let t = Instant::now();
+        s.sweep(["old"]);
+        s.mark("busy-1");
+        assert_eq!(names(&s.start(t)), ["busy-1"]);
+        s.mark("busy-2");
+        s.sweep(["old", "new"]);
+        s.mark("busy-3");
+        s.finished("busy-1", t);
+        let mut order = Vec::new();
+        for _ in 0..4 {
+            let started = s.start(t);
+            order.extend(started.iter().map(|(n, o)| (n.clone(), *o)));
+            for (n, _) in started {
+                s.finished(&n, t);
+            }
+        }
+        let names: Vec<&str> = order.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["busy-2", "old", "busy-3", "new"]);
+        assert_eq!(order[1].1, Origin::Marked, "old waited a whole sweep");
+        assert_eq!(s.queued(), 0);
     }
 }
