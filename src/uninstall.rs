@@ -633,7 +633,10 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                 Ok(list) => {
                     for so in list {
                         let current = so.data["spec"].get("minReplicaCount").cloned();
+                        // Paused, KEDA deleted its HPA: its minimum holds no
+                        // Deployment (no floor, nothing to wait for).
                         let target = so_target(&so);
+                        let floor_of = target.clone().filter(|_| !view::scaled_object_paused(&so));
                         let Some(ops) = autoscaler_revert_ops(
                             so.metadata.annotations.as_ref(),
                             "/spec/minReplicaCount",
@@ -641,7 +644,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                             writer(&so.metadata, Field::MinReplicaCount) == ReplicasWriter::Someone,
                         ) else {
                             if let (Some(t), Some(min)) =
-                                (target, current.as_ref().and_then(Value::as_i64))
+                                (floor_of, current.as_ref().and_then(Value::as_i64))
                             {
                                 keda_minimum.insert(t, min);
                             }
@@ -661,7 +664,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                         if let Some(t) = target {
                             if not_done(&r) {
                                 held.insert(t, format!("its ScaledObject {name} was not reverted"));
-                            } else if let Some(min) = left_at {
+                            } else if let (Some(min), Some(t)) = (left_at, floor_of) {
                                 keda_minimum.insert(t, min);
                             }
                         }

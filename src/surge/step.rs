@@ -49,7 +49,8 @@ use crate::patch::{annotation_ops, escape, guarded_set, version_guard};
 use crate::pdb::{matching_pdbs, pdbs_over_pods};
 use crate::surge::plan::{self, Action, Applier, PodState, Snapshot};
 use crate::surge::view::{
-    hpa_carrier, hpa_is_kedas, kedas_hpa_lags, scaled_object_carrier, NsObjects,
+    hpa_carrier, hpa_is_kedas, kedas_hpa_lags, scaled_object_carrier, scaled_object_paused,
+    NsObjects,
 };
 use crate::surge::writer::{replicas_writer, writer, Field, ReplicasWriter};
 
@@ -875,13 +876,20 @@ fn plan_step(
         adopting: Vec::new(),
         lifting: None,
         // KEDA's HPA left out: a copy its operator makes of the
-        // ScaledObject's minimum, late (see `keda_lags`).
+        // ScaledObject's minimum, late (see `keda_lags`). So is a paused
+        // ScaledObject's: KEDA deleted its HPA, nothing lifts the
+        // Deployment to it, and the revert goes to the exact baseline.
         autoscaler_min: hpa_s
             .iter()
             .zip(&hpas)
             .filter(|(_, h)| !hpa_is_kedas(h))
             .map(|(o, _)| o.value())
-            .chain(so_s.iter().map(|o| o.value()))
+            .chain(
+                so_s.iter()
+                    .zip(&sos)
+                    .filter(|(_, so)| !scaled_object_paused(so))
+                    .map(|(o, _)| o.value()),
+            )
             .max(),
         nodes: BTreeSet::new(),
         legacy: None,
@@ -2161,6 +2169,63 @@ mod tests {
             "{:?}",
             down.writes
         );
+    }
+
+    /// A ScaledObject paused (KEDA deleted its HPA and stopped scaling) at
+    /// minimum 3, its Deployment scaled to 1 by hand, then surged to 4. The
+    /// ScaledObject goes back to 3, and the Deployment to exactly 1: no HPA
+    /// would lift it to 3, so 3 is no floor (it stayed at 3 before).
+    #[test]
+    fn under_a_paused_scaled_object_the_deployment_goes_back_to_its_exact_baseline() {
+        let paused = |key: &str, value: &str, status: serde_json::Value| {
+            let mut so = (*scaled_object(3, None)).clone();
+            so.metadata.annotations = Some([(key.to_string(), value.to_string())].into());
+            so.data["status"] = status;
+            Arc::new(so)
+        };
+        let objs = |so: Arc<DynamicObject>| NsObjects {
+            scaled_objects: vec![so],
+            ..world_of((*dep(4, Some((1, 4)))).clone(), vec![], 3)
+        };
+        let down_to = |so: Arc<DynamicObject>, facts: &Facts| {
+            let s = run(&objs(so), &[], facts);
+            s.writes
+                .iter()
+                .find(|w| w.target.kind == ObjKind::Deployment)
+                .and_then(|w| op_value(w, "replace", "/spec/replicas"))
+        };
+        let none = json!(null);
+        for (so, why) in [
+            (
+                paused("autoscaling.keda.sh/paused", "true", none.clone()),
+                "paused",
+            ),
+            (
+                paused("autoscaling.keda.sh/paused", "yes", none.clone()),
+                "not a boolean",
+            ),
+            (
+                paused(
+                    "autoscaling.keda.sh/paused-replicas",
+                    "1",
+                    json!({"pausedReplicaCount": 1}),
+                ),
+                "paused-replicas applied",
+            ),
+        ] {
+            assert!(scaled_object_paused(&so), "{why}");
+            assert_eq!(down_to(so, &quiet()), Some(json!(1)), "{why}");
+        }
+        // Not paused (or paused-replicas KEDA has not applied yet): its HPA
+        // holds the Deployment at 3, which stays the floor.
+        for so in [
+            scaled_object(3, None),
+            paused("autoscaling.keda.sh/paused", "false", none.clone()),
+            paused("autoscaling.keda.sh/paused-replicas", "1", none),
+        ] {
+            assert!(!scaled_object_paused(&so));
+            assert_eq!(down_to(so, &stood_at(3)), Some(json!(3)));
+        }
     }
 
     #[test]

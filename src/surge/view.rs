@@ -221,6 +221,25 @@ pub fn hpa_is_kedas(h: &HorizontalPodAutoscaler) -> bool {
     controller_of(&h.metadata).is_some_and(|o| o.kind == "ScaledObject")
 }
 
+/// Is this ScaledObject paused by its annotations, as KEDA's operator reads
+/// them (`NeedToBePausedByAnnotation`)? `paused-replicas` once KEDA has
+/// applied it (its status records the count), or `paused` true or not a
+/// boolean. Paused, KEDA deletes its HPA and stops scaling: nothing holds
+/// the Deployment at the ScaledObject's minimum any more.
+pub fn scaled_object_paused(so: &DynamicObject) -> bool {
+    let ann = so.metadata.annotations.as_ref();
+    let get = |k: &str| ann.and_then(|a| a.get(k));
+    if get("autoscaling.keda.sh/paused-replicas").is_some() {
+        return !so.data["status"]["pausedReplicaCount"].is_null();
+    }
+    match get("autoscaling.keda.sh/paused").map(String::as_str) {
+        None => false,
+        // Go's strconv.ParseBool; anything else pauses too.
+        Some("0" | "f" | "F" | "false" | "FALSE" | "False") => false,
+        Some(_) => true,
+    }
+}
+
 /// KEDA's HPA has not yet followed its ScaledObject: its minimum is not
 /// the ScaledObject's (KEDA writes at least 1). KEDA's operator copies a
 /// reverted minimum over late; lowering the Deployment before it has, the
