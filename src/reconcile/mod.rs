@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::stream::FuturesUnordered;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -459,10 +459,19 @@ impl Reconciler {
                         lost = leading;
                         break;
                     }
-                    Some((name, planned)) = jobs.next() => {
-                        schedule.finished(&name, Instant::now());
-                        if let Ok(mut b) = self.backoff.lock() {
-                            b.settle_pass(&planned, &BTreeSet::from([name]));
+                    Some(first) = jobs.next() => {
+                        // With every other job already done: the next
+                        // starts read the stores once for all of them.
+                        let mut done = vec![first];
+                        while let Some(Some(d)) = jobs.next().now_or_never() {
+                            done.push(d);
+                        }
+                        let now = Instant::now();
+                        for (name, planned) in done {
+                            schedule.finished(&name, now);
+                            if let Ok(mut b) = self.backoff.lock() {
+                                b.settle_pass(&planned, &BTreeSet::from([name]));
+                            }
                         }
                     }
                     _ = marked.changed(), if !mark_seen => mark_seen = true,
