@@ -112,41 +112,9 @@ async fn a_hung_webhook_in_one_namespace_does_not_hold_back_another() {
     for n in &names {
         wait_pdb(&slow_ns, n, "our PDB", |_| true).await;
     }
-    let _hung = HungWebhook::apply(
-        &slow_ns,
-        &["policy"],
-        "poddisruptionbudgets",
-        &["UPDATE"],
-        "Fail",
-        HUNG_DELAY,
-    );
-    wait_for(
-        "the hung webhook in force (a PDB update there slow, then refused)",
-        Duration::from_secs(30),
-        || async {
-            let t = Instant::now();
-            let out = kubectl(&[
-                "annotate",
-                "-n",
-                &slow_ns.name,
-                "pdb/h-0",
-                "e2e-probe=1",
-                "--overwrite",
-                "--dry-run=server",
-            ]);
-            (!out.status.success() && t.elapsed() >= HUNG_DELAY - Duration::from_millis(500))
-                .then_some(())
-        },
-    )
-    .await;
-
+    let _hung = hung_pdb_updates(&slow_ns, "h-0", HUNG_DELAY).await;
     let other = TestNs::new("e2e-hung-other").await;
-    let other_deps: Api<Deployment> = other.api();
-    other_deps
-        .create(&PostParams::default(), &deployment("o", 1, None))
-        .await
-        .expect("create Deployment");
-    wait_pdb(&other, "o", "our PDB", |_| true).await;
+    let pdbs = one_of_ours(&other).await;
 
     // HUNG PDB updates owed in the slow namespace (minAvailable follows
     // replicas), all at once: one pass plans them together.
@@ -159,8 +127,62 @@ async fn a_hung_webhook_in_one_namespace_does_not_hold_back_another() {
         "--replicas=2",
     ]);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    // A user's PDB over o's pods: ours steps aside (one budget per pod).
-    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = other.api();
+    let took = steps_aside_within(&pdbs, HUNG_DELAY * (HUNG as u32) / 3).await;
+    record_figure(format!(
+        "hung PDB webhook ({HUNG_DELAY:?}, {HUNG} updates owed in its namespace): a step-aside in another namespace {:.1}s after its cause",
+        took.as_secs_f64()
+    ));
+}
+
+/// A hung webhook on PDB updates in `ns` (see [`HungWebhook`]), once an
+/// update of its PDB `pdb` is seen taking `delay` and failing.
+async fn hung_pdb_updates(ns: &TestNs, pdb: &str, delay: Duration) -> HungWebhook {
+    let hung = HungWebhook::apply(
+        ns,
+        &["policy"],
+        "poddisruptionbudgets",
+        &["UPDATE"],
+        "Fail",
+        delay,
+    );
+    wait_for(
+        "the hung webhook in force (a PDB update there slow, then refused)",
+        Duration::from_secs(30),
+        || async {
+            let t = Instant::now();
+            let out = kubectl(&[
+                "annotate",
+                "-n",
+                &ns.name,
+                &format!("pdb/{pdb}"),
+                "e2e-probe=1",
+                "--overwrite",
+                "--dry-run=server",
+            ]);
+            (!out.status.success() && t.elapsed() >= delay - Duration::from_millis(500))
+                .then_some(())
+        },
+    )
+    .await;
+    hung
+}
+
+/// Deployment `o` in `ns`, once our PDB is over it; the namespace's PDBs.
+async fn one_of_ours(ns: &TestNs) -> Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> {
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("o", 1, None))
+        .await
+        .expect("create Deployment");
+    wait_pdb(ns, "o", "our PDB", |_| true).await;
+    ns.api()
+}
+
+/// A user's PDB over `o`'s pods: how long ours took to step aside (one
+/// budget per pod), failing after `within`.
+async fn steps_aside_within(
+    pdbs: &Api<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    within: Duration,
+) -> Duration {
     let asked = Instant::now();
     pdbs.create(
         &PostParams::default(),
@@ -173,17 +195,13 @@ async fn a_hung_webhook_in_one_namespace_does_not_hold_back_another() {
     )
     .await
     .expect("create the user's PDB");
-    let within = HUNG_DELAY * (HUNG as u32) / 3;
     wait_for(
-        "ours stepping aside in the other namespace",
+        "ours stepping aside in the healthy namespace",
         within,
         || async { pdbs.get_opt("o").await.ok()?.is_none().then_some(()) },
     )
     .await;
-    record_figure(format!(
-        "hung PDB webhook ({HUNG_DELAY:?}, {HUNG} updates owed in its namespace): a step-aside in another namespace {:.1}s after its cause",
-        asked.elapsed().as_secs_f64()
-    ));
+    asked.elapsed()
 }
 
 /// Namespaces whose PDB updates hang, more than the reconciler's 8 slots.
@@ -212,49 +230,12 @@ async fn hung_webhooks_in_many_namespaces_do_not_hold_back_another() {
     for ns in &spaces {
         wait_pdb(ns, "h", "our PDB", |_| true).await;
     }
-    let hung: Vec<HungWebhook> = spaces
-        .iter()
-        .map(|ns| {
-            HungWebhook::apply(
-                ns,
-                &["policy"],
-                "poddisruptionbudgets",
-                &["UPDATE"],
-                "Fail",
-                HUNG_SPACES_DELAY,
-            )
-        })
-        .collect();
+    let mut hung = Vec::new();
     for ns in &spaces {
-        wait_for(
-            "the hung webhook in force (a PDB update there slow, then refused)",
-            Duration::from_secs(30),
-            || async {
-                let t = Instant::now();
-                let out = kubectl(&[
-                    "annotate",
-                    "-n",
-                    &ns.name,
-                    "pdb/h",
-                    "e2e-probe=1",
-                    "--overwrite",
-                    "--dry-run=server",
-                ]);
-                (!out.status.success()
-                    && t.elapsed() >= HUNG_SPACES_DELAY - Duration::from_millis(500))
-                .then_some(())
-            },
-        )
-        .await;
+        hung.push(hung_pdb_updates(ns, "h", HUNG_SPACES_DELAY).await);
     }
-
     let other = TestNs::new("e2e-hungs-other").await;
-    let other_deps: Api<Deployment> = other.api();
-    other_deps
-        .create(&PostParams::default(), &deployment("o", 1, None))
-        .await
-        .expect("create Deployment");
-    wait_pdb(&other, "o", "our PDB", |_| true).await;
+    let pdbs = one_of_ours(&other).await;
 
     // One PDB update owed in each hung namespace (minAvailable follows
     // replicas), all marked at once.
@@ -262,28 +243,10 @@ async fn hung_webhooks_in_many_namespaces_do_not_hold_back_another() {
         kubectl_ok(&["scale", "-n", &ns.name, "deployment/h", "--replicas=2"]);
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = other.api();
-    let asked = Instant::now();
-    pdbs.create(
-        &PostParams::default(),
-        &user_pdb(
-            "o-user",
-            "o",
-            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)),
-            None,
-        ),
-    )
-    .await
-    .expect("create the user's PDB");
-    wait_for(
-        "ours stepping aside in the healthy namespace",
-        HUNG_SPACES_DELAY,
-        || async { pdbs.get_opt("o").await.ok()?.is_none().then_some(()) },
-    )
-    .await;
+    let took = steps_aside_within(&pdbs, HUNG_SPACES_DELAY).await;
     record_figure(format!(
         "hung PDB webhooks in {HUNG_SPACES} namespaces ({HUNG_SPACES_DELAY:?} each): a step-aside in another namespace {:.1}s after its cause",
-        asked.elapsed().as_secs_f64()
+        took.as_secs_f64()
     ));
     drop(hung);
 }
