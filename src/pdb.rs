@@ -274,6 +274,7 @@ pub fn unexplained_overlap<'a>(
     let compiled = CompiledPdbs::new(live);
     let explained: Vec<&Arc<PodDisruptionBudget>> = deployments
         .iter()
+        .filter(|d| d.metadata.namespace == dep.metadata.namespace)
         .flat_map(|d| compiled.matching(d))
         .collect();
     live.iter()

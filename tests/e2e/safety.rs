@@ -665,14 +665,6 @@ async fn web_overlapping_db_0(ns: &TestNs) {
     .await;
 }
 
-/// The names of the namespace's PDBs, sorted.
-async fn pdb_names(pdbs: &Api<PodDisruptionBudget>) -> Vec<String> {
-    let l = pdbs.list(&Default::default()).await.expect("list").items;
-    let mut n: Vec<String> = l.into_iter().filter_map(|p| p.metadata.name).collect();
-    n.sort();
-    n
-}
-
 /// A Deployment whose selector (`app=web`) is broader than its template
 /// also selects pods that are not its own: here a bare pod `app=web,
 /// tier=db` (a StatefulSet's of the same chart would do the same) under the

@@ -1201,7 +1201,14 @@ pub fn is_owned(p: &PodDisruptionBudget) -> bool {
         .is_some_and(|v| v == "EvictionAutoScaler")
 }
 
-/// Names of the PDBs in the namespace that carry `ownedBy: EvictionAutoScaler`.
+/// The names of the namespace's PDBs, sorted.
+pub async fn pdb_names(pdbs: &Api<PodDisruptionBudget>) -> Vec<String> {
+    let l = pdbs.list(&Default::default()).await.expect("list").items;
+    let mut n: Vec<String> = l.into_iter().filter_map(|p| p.metadata.name).collect();
+    n.sort();
+    n
+}
+
 /// Polls the namespace's PDBs every 100 ms until `want` is the only one
 /// (60 s at most); fails at once if two ever exist together (the
 /// namespace's pods are all under one selector family in the tests using
@@ -1210,14 +1217,7 @@ pub async fn wait_sole_pdb(ns: &TestNs, want: &str) {
     let pdbs: Api<PodDisruptionBudget> = ns.api();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let names: Vec<String> = pdbs
-            .list(&ListParams::default())
-            .await
-            .expect("list PDBs")
-            .items
-            .into_iter()
-            .filter_map(|p| p.metadata.name)
-            .collect();
+        let names = pdb_names(&pdbs).await;
         assert!(names.len() <= 1, "two PDBs at once: {names:?}");
         if names == [want] {
             return;
@@ -1230,6 +1230,7 @@ pub async fn wait_sole_pdb(ns: &TestNs, want: &str) {
     }
 }
 
+/// Names of the PDBs in the namespace that carry `ownedBy: EvictionAutoScaler`.
 pub async fn owned_pdbs(ns: &TestNs) -> Vec<String> {
     let api: Api<PodDisruptionBudget> = ns.api();
     api.list(&ListParams::default())

@@ -1308,14 +1308,7 @@ async fn the_first_pass_never_makes_two_budgets_over_one_pod() {
     .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     watch.abort();
-    let left: Vec<String> = pdbs
-        .list(&Default::default())
-        .await
-        .expect("list")
-        .items
-        .into_iter()
-        .filter_map(|p| p.metadata.name)
-        .collect();
+    let left = pdb_names(&pdbs).await;
     assert_eq!(left, ["op"], "{}", event_log(&ns.name));
     assert_eq!(
         most.load(std::sync::atomic::Ordering::SeqCst),
