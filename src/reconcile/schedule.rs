@@ -121,6 +121,7 @@ impl Schedule {
     }
 
     /// Whether [`Schedule::start`] would start a job at `now`.
+    #[cfg(test)]
     pub fn startable(&self, now: Instant) -> bool {
         self.has_room(now) && self.queued.keys().any(|ns| !self.waits(ns, now))
     }
@@ -202,11 +203,13 @@ impl Schedule {
         restart.into_iter().chain(slot).min()
     }
 
+    #[cfg(test)]
     pub fn is_running(&self, ns: &str) -> bool {
         self.running.contains_key(ns)
     }
 
     /// Namespaces queued (their job not started).
+    #[cfg(test)]
     pub fn queued(&self) -> usize {
         self.queued.len()
     }
