@@ -1,7 +1,7 @@
 //! Owned PDBs (behaviour.md section 3): what we create for a Deployment and
 //! the pure checks around it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -75,29 +75,69 @@ pub fn pdbs_over_pods<'a>(
 /// PDBs with their selectors compiled once, for a pass that matches every
 /// Deployment of a namespace against every PDB (compiling per pair was the
 /// bulk of an idle replica's CPU at 2,000 Deployments, per the profile in
-/// BENCHMARKS.md). An invalid selector selects nothing, as in `eviction.go`.
-pub struct CompiledPdbs<'a>(Vec<(&'a Arc<PodDisruptionBudget>, Option<Selector>)>);
+/// BENCHMARKS.md), and indexed by the label each requires, so a lookup
+/// tests the few PDBs that may select the labels, not all (a namespace's
+/// plan looks up each of its Deployments and pods). An invalid selector
+/// selects nothing, as in `eviction.go`.
+pub struct CompiledPdbs<'a> {
+    pdbs: Vec<(&'a Arc<PodDisruptionBudget>, Option<Selector>)>,
+    /// Label key, then value: the positions of the PDBs whose selector
+    /// requires that label ([`Selector::required_label`]).
+    keyed: HashMap<String, HashMap<String, Vec<usize>>>,
+    /// The positions of the valid selectors that require no one label
+    /// (`{}`, or expressions only): tested on every lookup.
+    unkeyed: Vec<usize>,
+}
 
 impl<'a> CompiledPdbs<'a> {
     pub fn new(pdbs: &'a [Arc<PodDisruptionBudget>]) -> CompiledPdbs<'a> {
-        CompiledPdbs(
-            pdbs.iter()
-                .map(|p| {
-                    let sel = p.spec.as_ref().and_then(|s| s.selector.as_ref());
-                    (p, Selector::compile(sel).ok())
-                })
-                .collect(),
-        )
+        let pdbs: Vec<_> = pdbs
+            .iter()
+            .map(|p| {
+                let sel = p.spec.as_ref().and_then(|s| s.selector.as_ref());
+                (p, Selector::compile(sel).ok())
+            })
+            .collect();
+        let mut keyed: HashMap<String, HashMap<String, Vec<usize>>> = HashMap::new();
+        let mut unkeyed = Vec::new();
+        for (i, (_, sel)) in pdbs.iter().enumerate() {
+            match sel {
+                None | Some(Selector::Nothing) => {}
+                Some(s) => match s.required_label() {
+                    Some((k, v)) => keyed
+                        .entry(k.to_string())
+                        .or_default()
+                        .entry(v.to_string())
+                        .or_default()
+                        .push(i),
+                    None => unkeyed.push(i),
+                },
+            }
+        }
+        CompiledPdbs {
+            pdbs,
+            keyed,
+            unkeyed,
+        }
     }
 
-    /// The PDBs of `ns` whose selector selects these labels (a pod's).
+    /// The PDBs of `ns` whose selector selects these labels (a pod's), in
+    /// the order of the list they were compiled from.
     pub fn selecting<L: crate::budget::LabelSet + ?Sized>(
         &self,
         ns: &str,
         labels: &L,
     ) -> Vec<&'a Arc<PodDisruptionBudget>> {
-        self.0
-            .iter()
+        let mut at = self.unkeyed.clone();
+        for (key, by_value) in &self.keyed {
+            if let Some(ix) = labels.label(key).and_then(|v| by_value.get(v)) {
+                at.extend_from_slice(ix);
+            }
+        }
+        at.sort_unstable();
+        at.dedup();
+        at.into_iter()
+            .map(|i| &self.pdbs[i])
             .filter(|(p, _)| p.metadata.namespace.as_deref() == Some(ns))
             .filter(|(_, s)| s.as_ref().is_some_and(|s| s.selects_for_eviction(labels)))
             .map(|(p, _)| *p)
@@ -107,18 +147,94 @@ impl<'a> CompiledPdbs<'a> {
     /// [`matching_pdbs`] over the compiled selectors.
     pub fn matching(&self, dep: &Deployment) -> Vec<&'a Arc<PodDisruptionBudget>> {
         let empty = BTreeMap::new();
-        let labels = dep
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.metadata.as_ref())
-            .and_then(|m| m.labels.as_ref())
-            .unwrap_or(&empty);
-        self.0
-            .iter()
-            .filter(|(p, _)| p.metadata.namespace == dep.metadata.namespace)
-            .filter(|(_, s)| s.as_ref().is_some_and(|s| s.selects_for_eviction(labels)))
-            .map(|(p, _)| *p)
-            .collect()
+        let labels = template_labels_of(dep).unwrap_or(&empty);
+        match dep.metadata.namespace.as_deref() {
+            Some(ns) => self.selecting(ns, labels),
+            // Compared as `Option`s before: a Deployment of no namespace
+            // matches the PDBs of none.
+            None => self
+                .pdbs
+                .iter()
+                .filter(|(p, _)| p.metadata.namespace.is_none())
+                .filter(|(_, s)| s.as_ref().is_some_and(|s| s.selects_for_eviction(labels)))
+                .map(|(p, _)| *p)
+                .collect(),
+        }
+    }
+}
+
+/// The pod-template labels of a Deployment, borrowed.
+fn template_labels_of(dep: &Deployment) -> Option<&BTreeMap<String, String>> {
+    dep.spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.as_ref())
+}
+
+/// Positions of labelled items (Deployments' pod templates, pods) by each
+/// of their labels: the candidates a selector may select are those carrying
+/// the label it requires, so a namespace's plan tests each selector against
+/// a few items, not all.
+struct LabelIndex<'a> {
+    by_label: HashMap<&'a str, HashMap<&'a str, Vec<usize>>>,
+    len: usize,
+}
+
+impl<'a> LabelIndex<'a> {
+    fn new<I, L>(items: I) -> LabelIndex<'a>
+    where
+        I: IntoIterator<Item = L>,
+        L: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let mut by_label: HashMap<&'a str, HashMap<&'a str, Vec<usize>>> = HashMap::new();
+        let mut len = 0;
+        for (i, labels) in items.into_iter().enumerate() {
+            len = i + 1;
+            for (k, v) in labels {
+                by_label.entry(k).or_default().entry(v).or_default().push(i);
+            }
+        }
+        LabelIndex { by_label, len }
+    }
+
+    /// The positions, ascending, of the items `sel` may select: those that
+    /// carry its required label, else all. Each is still to be tested.
+    fn candidates(&self, sel: &Selector) -> std::borrow::Cow<'_, [usize]> {
+        match (sel, sel.required_label()) {
+            (Selector::Nothing, _) => std::borrow::Cow::Borrowed(&[]),
+            (_, Some((k, v))) => std::borrow::Cow::Borrowed(
+                self.by_label
+                    .get(k)
+                    .and_then(|m| m.get(v))
+                    .map_or(&[][..], Vec::as_slice),
+            ),
+            (_, None) => std::borrow::Cow::Owned((0..self.len).collect()),
+        }
+    }
+}
+
+/// A namespace's Deployments indexed by their pod-template labels (for
+/// [`overlapping`]).
+pub struct Templates<'a> {
+    deployments: &'a [Arc<Deployment>],
+    index: LabelIndex<'a>,
+}
+
+impl<'a> Templates<'a> {
+    pub fn new(deployments: &'a [Arc<Deployment>]) -> Templates<'a> {
+        let index = LabelIndex::new(deployments.iter().map(|d| {
+            template_labels_of(d)
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+        }));
+        Templates { deployments, index }
+    }
+
+    /// The Deployments whose pod template `sel` may select, in list order.
+    fn candidates<'s>(&'s self, sel: &Selector) -> impl Iterator<Item = &'a Arc<Deployment>> + 's {
+        let at = self.index.candidates(sel);
+        (0..at.len()).map(move |i| &self.deployments[at[i]])
     }
 }
 
@@ -253,8 +369,8 @@ pub fn plan_for_new_deployment(
         return CreatePlan::Skip("a PDB already selects its pods");
     }
     let ns = dep.metadata.namespace.as_deref().unwrap_or_default();
-    if overlapping(dep, deployments, &compiled).is_some()
-        || pod_overlap(dep, &protected_pods(&compiled, ns, pods), &[]).is_some()
+    if overlapping(dep, &Templates::new(deployments), &compiled).is_some()
+        || pod_overlap(dep, &protected_pods(&compiled, ns, pods), |_| false).is_some()
     {
         return CreatePlan::Skip("its selector covers pods another PDB protects");
     }
@@ -309,18 +425,19 @@ pub fn may_overlap_unseen(dep: &Deployment, pdb: &PodDisruptionBudget) -> bool {
 /// every eviction of them with a 500. Returns that PDB and the Deployment.
 pub fn overlapping<'a>(
     dep: &Deployment,
-    deployments: &'a [Arc<Deployment>],
+    templates: &Templates<'a>,
     compiled: &CompiledPdbs<'a>,
 ) -> Option<(&'a Arc<PodDisruptionBudget>, &'a Arc<Deployment>)> {
     let ours = Selector::compile(dep.spec.as_ref().map(|s| &s.selector)).ok()?;
     // A PDB over `dep`'s own pods is no overlap here: the rules for the PDBs
     // that select a Deployment (ours, theirs, step aside) handle it.
     let own = compiled.matching(dep);
-    deployments
-        .iter()
+    let empty = BTreeMap::new();
+    templates
+        .candidates(&ours)
         .filter(|d| d.metadata.namespace == dep.metadata.namespace)
         .filter(|d| d.metadata.name != dep.metadata.name)
-        .filter(|d| ours.selects_for_eviction(&template_labels(d)))
+        .filter(|d| ours.selects_for_eviction(template_labels_of(d).unwrap_or(&empty)))
         .find_map(|d| {
             compiled
                 .matching(d)
@@ -328,6 +445,22 @@ pub fn overlapping<'a>(
                 .find(|p| !own.iter().any(|o| Arc::ptr_eq(o, p)))
                 .map(|p| (p, d))
         })
+}
+
+/// The pods of a namespace that some PDB protects, each with those PDBs
+/// (what [`pod_overlap`] reads), indexed by their labels.
+pub struct Protected<'a> {
+    pods: Vec<(&'a crate::cache::SlimPod, Vec<&'a Arc<PodDisruptionBudget>>)>,
+    index: LabelIndex<'a>,
+}
+
+impl<'a> Protected<'a> {
+    /// Each protected pod with the PDBs over it.
+    pub fn iter(
+        &self,
+    ) -> impl Iterator<Item = &(&'a crate::cache::SlimPod, Vec<&'a Arc<PodDisruptionBudget>>)> {
+        self.pods.iter()
+    }
 }
 
 /// The pods of `ns` that some PDB protects, each with those PDBs (what
@@ -346,12 +479,15 @@ pub fn protected_pods<'a>(
     compiled: &CompiledPdbs<'a>,
     ns: &str,
     pods: &'a [Arc<crate::cache::SlimPod>],
-) -> Vec<(&'a crate::cache::SlimPod, Vec<&'a Arc<PodDisruptionBudget>>)> {
-    pods.iter()
+) -> Protected<'a> {
+    let pods: Vec<_> = pods
+        .iter()
         .filter(|p| !p.is_completed() && (!p.is_terminating() || p.replaced_once_gone()))
         .map(|p| (p.as_ref(), compiled.selecting(ns, p.labels())))
         .filter(|(_, pdbs)| !pdbs.is_empty())
-        .collect()
+        .collect();
+    let index = LabelIndex::new(pods.iter().map(|(p, _)| p.labels().iter()));
+    Protected { pods, index }
 }
 
 /// A running pod that `dep`'s selector selects and that a PDB protects
@@ -359,24 +495,22 @@ pub fn protected_pods<'a>(
 /// a second budget over that pod. Overlapping Deployment templates are
 /// [`overlapping`]'s; this covers every other pod: a StatefulSet's or a bare
 /// pod's under the user's PDB, or labels a pod set on itself at run time.
-/// `pods`: the namespace's pods with the PDBs selecting each (those that no
-/// PDB selects left out). Returns that PDB and the pod's name.
+/// `ignored`: the PDBs that do not count (`dep`'s own among them). Returns
+/// that PDB and the pod's name.
 pub fn pod_overlap<'a>(
     dep: &Deployment,
-    pods: &[(&'a crate::cache::SlimPod, Vec<&'a Arc<PodDisruptionBudget>>)],
-    own: &[&'a Arc<PodDisruptionBudget>],
+    protected: &Protected<'a>,
+    ignored: impl Fn(&Arc<PodDisruptionBudget>) -> bool,
 ) -> Option<(&'a Arc<PodDisruptionBudget>, String)> {
     let ours = Selector::compile(dep.spec.as_ref().map(|s| &s.selector)).ok()?;
     // The pod of the smallest name: the cache's order changes as pods come
     // and go, and the name is in the Degraded message (a new name, a new
     // status write, on every rollout).
-    pods.iter()
+    let at = protected.index.candidates(&ours);
+    at.iter()
+        .map(|i| &protected.pods[*i])
         .filter(|(pod, _)| ours.selects_for_eviction(pod.labels()))
-        .filter_map(|(pod, pdbs)| {
-            pdbs.iter()
-                .find(|p| !own.iter().any(|o| Arc::ptr_eq(o, p)))
-                .map(|p| (*p, pod.name()))
-        })
+        .filter_map(|(pod, pdbs)| pdbs.iter().find(|p| !ignored(p)).map(|p| (*p, pod.name())))
         .min_by_key(|(_, name)| *name)
         .map(|(p, name)| (p, name.to_string()))
 }
@@ -597,13 +731,13 @@ pub(crate) mod tests {
             CreatePlan::Skip("its selector covers pods another PDB protects")
         );
         let compiled = CompiledPdbs::new(&api_pdb);
-        let (p, d) = overlapping(&shop, &deps, &compiled).expect("overlap");
+        let (p, d) = overlapping(&shop, &Templates::new(&deps), &compiled).expect("overlap");
         assert_eq!(
             (p.metadata.name.as_deref(), d.metadata.name.as_deref()),
             (Some("api"), Some("api"))
         );
         // api's own PDB is not an overlap for api; `other` selects nothing of api's.
-        assert!(overlapping(&api, &deps, &compiled).is_none());
+        assert!(overlapping(&api, &Templates::new(&deps), &compiled).is_none());
         assert!(matches!(
             plan_for_new_deployment(&other, true, true, &api_pdb, &deps, 1, &[]),
             CreatePlan::Create(_)
@@ -674,5 +808,143 @@ pub(crate) mod tests {
         h.metadata.annotations = d.metadata.annotations.clone();
         assert_eq!(min_available_for(&d, Some(&h)), 3);
         assert_eq!(min_available_for(&d, Some(&hpa("web", 5))), 5);
+    }
+
+    mod indexed {
+        //! The indexes return what a scan of every object would.
+        use super::*;
+        use crate::cache::{PodWire, SlimPod};
+        use proptest::prelude::*;
+
+        type Pairs = Vec<(String, String)>;
+
+        fn pairs() -> impl Strategy<Value = Pairs> {
+            prop::collection::vec(("[abc]", "[xy]"), 0..3)
+        }
+
+        fn map(p: &Pairs) -> BTreeMap<String, String> {
+            p.iter().cloned().collect()
+        }
+
+        /// A selector of matchLabels and expressions over few keys and
+        /// values; None is a nil selector.
+        fn selector() -> impl Strategy<Value = Option<LabelSelector>> {
+            let expr = ("[abc]", 0..4usize, prop::collection::vec("[xy]", 0..3)).prop_map(
+                |(key, op, values)| {
+                    let op = ["In", "NotIn", "Exists", "DoesNotExist"][op];
+                    let values = matches!(op, "In" | "NotIn").then_some(values);
+                    LabelSelectorRequirement {
+                        key,
+                        operator: op.into(),
+                        values,
+                    }
+                },
+            );
+            prop::option::weighted(
+                0.9,
+                (pairs(), prop::collection::vec(expr, 0..2)).prop_map(|(ml, ex)| LabelSelector {
+                    match_labels: Some(map(&ml)),
+                    match_expressions: Some(ex),
+                }),
+            )
+        }
+
+        fn pdb(i: usize, ns: bool, sel: Option<LabelSelector>) -> Arc<PodDisruptionBudget> {
+            Arc::new(PodDisruptionBudget {
+                metadata: ObjectMeta {
+                    name: Some(format!("p{i}")),
+                    namespace: Some(if ns { "ns" } else { "other" }.into()),
+                    ..Default::default()
+                },
+                spec: Some(PodDisruptionBudgetSpec {
+                    selector: sel,
+                    ..Default::default()
+                }),
+                status: None,
+            })
+        }
+
+        fn deployment(i: usize, sel: Option<LabelSelector>, template: &Pairs) -> Arc<Deployment> {
+            let mut d = dep(&format!("d{i}"), 1);
+            if let Some(spec) = d.spec.as_mut() {
+                spec.selector = sel.unwrap_or_default();
+                spec.template.metadata = Some(ObjectMeta {
+                    labels: Some(map(template)),
+                    ..Default::default()
+                });
+            }
+            Arc::new(d)
+        }
+
+        fn pod(i: usize, labels: &Pairs) -> Arc<SlimPod> {
+            let wire: PodWire = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("pod-{}", i % 4), "namespace": "ns", "labels": map(labels)},
+                "status": {"phase": "Running"}
+            }))
+            .expect("a pod");
+            Arc::new(SlimPod::from(&wire))
+        }
+
+        fn same(a: &[&Arc<PodDisruptionBudget>], b: &[&Arc<PodDisruptionBudget>]) -> bool {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+        }
+
+        proptest! {
+            #[test]
+            fn lookups_find_what_a_scan_finds(
+                pdbs in prop::collection::vec((any::<bool>(), selector()), 0..8),
+                deps in prop::collection::vec((selector(), pairs()), 1..8),
+                pods in prop::collection::vec(pairs(), 0..8),
+            ) {
+                let pdbs: Vec<_> = pdbs.into_iter().enumerate().map(|(i, (ns, s))| pdb(i, ns, s)).collect();
+                let deps: Vec<_> = deps.into_iter().enumerate().map(|(i, (s, t))| deployment(i, s, &t)).collect();
+                let pods: Vec<_> = pods.iter().enumerate().map(|(i, l)| pod(i, l)).collect();
+                let compiled = CompiledPdbs::new(&pdbs);
+                let scan = |labels: &dyn Fn(&Selector) -> bool| -> Vec<&Arc<PodDisruptionBudget>> {
+                    pdbs.iter()
+                        .filter(|p| p.metadata.namespace.as_deref() == Some("ns"))
+                        .filter(|p| Selector::compile(p.spec.as_ref().and_then(|s| s.selector.as_ref()))
+                            .is_ok_and(|s| labels(&s)))
+                        .collect()
+                };
+                for p in &pods {
+                    let want = scan(&|s| s.selects_for_eviction(p.labels()));
+                    prop_assert!(same(&compiled.selecting("ns", p.labels()), &want));
+                }
+                let templates = Templates::new(&deps);
+                let protected = protected_pods(&compiled, "ns", &pods);
+                for d in &deps {
+                    let t = template_labels(d);
+                    let want = scan(&|s| s.selects_for_eviction(&t));
+                    let own = compiled.matching(d);
+                    prop_assert!(same(&own, &want));
+                    // `overlapping` as a scan of every Deployment.
+                    let want = Selector::compile(Some(&d.spec.as_ref().expect("spec").selector)).ok().and_then(|ours| {
+                        deps.iter()
+                            .filter(|o| o.metadata.name != d.metadata.name)
+                            .filter(|o| ours.selects_for_eviction(&template_labels(o)))
+                            .find_map(|o| compiled.matching(o).into_iter()
+                                .find(|p| !own.iter().any(|q| Arc::ptr_eq(p, q)))
+                                .map(|p| (p, o)))
+                    });
+                    let got = overlapping(d, &templates, &compiled);
+                    prop_assert_eq!(
+                        got.map(|(p, o)| (Arc::as_ptr(p), Arc::as_ptr(o))),
+                        want.map(|(p, o)| (Arc::as_ptr(p), Arc::as_ptr(o)))
+                    );
+                    // `pod_overlap` as a scan of every protected pod.
+                    let ignored = |p: &Arc<PodDisruptionBudget>| own.iter().any(|q| Arc::ptr_eq(p, q));
+                    let want = Selector::compile(Some(&d.spec.as_ref().expect("spec").selector)).ok().and_then(|ours| {
+                        protected.iter()
+                            .filter(|(pod, _)| ours.selects_for_eviction(pod.labels()))
+                            .filter_map(|(pod, over)| over.iter().find(|p| !ignored(p)).map(|p| (*p, pod.name())))
+                            .min_by_key(|(_, n)| *n)
+                            .map(|(p, n)| (Arc::as_ptr(p), n.to_string()))
+                    });
+                    let got = pod_overlap(d, &protected, ignored).map(|(p, n)| (Arc::as_ptr(p), n));
+                    prop_assert_eq!(got, want);
+                }
+            }
+        }
     }
 }

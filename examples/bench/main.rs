@@ -9,9 +9,12 @@
 //! 2. The eviction decision over real reflector stores at 10k and 100k pods:
 //!    time per decision and the ratio between the two sizes.
 //! 3. The AdmissionReview codec: parse a review and encode the answer.
-//! 4. Admission over HTTPS against the stack's limit ([`http`]).
+//! 4. The reconciler's plan of a steady namespace at 100 and 1,000
+//!    Deployments ([`plan`]): time per plan and the ratio between them.
+//! 5. Admission over HTTPS against the stack's limit ([`http`]).
 
 mod http;
+mod plan;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
@@ -402,6 +405,11 @@ fn main() {
     );
     out!("");
     out!("```");
+    if std::env::var_os("BENCH_PLAN_ONLY").is_some() {
+        // The reconciler's plan alone (a quick look while changing it).
+        plans();
+        return;
+    }
     if std::env::var_os("BENCH_ROUTER_ONLY").is_none()
         && std::env::var_os("BENCH_ROUTER_PAR").is_none()
         && std::env::var_os("BENCH_CPU_ONLY").is_none()
@@ -755,6 +763,30 @@ fn in_process() {
     let fast = time(&|b| parse_eviction_review(b).is_ok());
     out!("AdmissionReview parse, typed (kube AdmissionRequest, the mutating webhook): {typed:.2} us/request");
     out!("AdmissionReview parse, eviction fields only (the eviction webhook):       {fast:.2} us/request");
+    plans();
+}
+
+/// The reconciler's plan of one steady namespace (3 pods per Deployment):
+/// planned at each change in it, so it should cost in proportion.
+fn plans() {
+    let (small, large) = (100, 1000);
+    let timed =
+        plan::time_plan(small, 2000.0).and_then(|s| Ok((s, plan::time_plan(large, 4000.0)?)));
+    match timed {
+        Ok((s, l)) => {
+            out!("\nreconciler plan of one steady namespace (PDB, record and 3 pods per Deployment):");
+            out!("  {small:>5} Deployments : {s:>9.3} ms/plan");
+            out!("  {large:>5} Deployments : {l:>9.3} ms/plan");
+            out!(
+                "  ratio {large} / {small}   : {:>8.1}x (10 = in proportion, 100 = quadratic)",
+                l / s
+            );
+        }
+        Err(e) => {
+            out!("reconciler plan bench failed: {e}");
+            std::process::exit(1);
+        }
+    }
 }
 
 /// Allocations per stage of the eviction path (printed with

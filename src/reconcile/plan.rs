@@ -46,7 +46,7 @@
 //! backoff (`reconcile::backoff`); `Action::object` names the object for
 //! that book.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -59,7 +59,7 @@ use crate::budget::Selector;
 use crate::cache::{owned_by_us, SlimPod};
 use crate::crd::EvictionAutoScaler;
 use crate::names;
-use crate::pdb::{self, hpa_for, min_available_for, owned_pdb, owner_reference};
+use crate::pdb::{self, min_available_for, owned_pdb, owner_reference};
 use crate::scope::deployment_opted_out;
 use crate::surge::view::{hpa_is_kedas, hpa_target};
 
@@ -234,12 +234,16 @@ fn deployment_ref<'a>(p: &'a PodDisruptionBudget, dep_name: &str) -> Option<&'a 
 /// else replicas, never counting our own surge. None: not known yet (a lone
 /// surge marker while the EvictionAutoScalers are not listed): the PDB is
 /// neither resized nor created meanwhile.
-pub fn floor_for(dep: &Deployment, s: &NamespaceSnapshot) -> Option<i32> {
+/// `hpa`: the one targeting `dep` ([`pdb::hpa_for`]).
+fn floor_for(
+    dep: &Deployment,
+    hpa: Option<&Arc<HorizontalPodAutoscaler>>,
+    s: &NamespaceSnapshot,
+) -> Option<i32> {
     let name = dep.metadata.name.as_deref().unwrap_or_default();
     if let Some(min) = s.keda_min.get(name) {
         return Some(*min);
     }
-    let hpa = hpa_for(dep, s.hpas);
     // A surge of the Go project's older versions (lone marker): its
     // recorded baseline, not the surged number, until the surge worker
     // writes that baseline beside the marker.
@@ -387,12 +391,18 @@ fn plan_matching(
 /// same edit may change the selector) and whatever the namespace's scope:
 /// else deleting the Deployment would garbage-collect the user's PDB.
 fn releases(s: &NamespaceSnapshot) -> Vec<Action> {
-    let eas = s.eas.unwrap_or_default();
+    let mut eas_named: HashMap<&str, Vec<Arc<EvictionAutoScaler>>> = HashMap::new();
+    for e in s.eas.unwrap_or_default() {
+        if let Some(n) = e.metadata.name.as_deref() {
+            eas_named.entry(n).or_default().push(Arc::clone(e));
+        }
+    }
     s.pdbs
         .iter()
         .filter(|p| !owned_by_us(&p.metadata))
         .filter_map(|p| {
-            let target = once_ours(p, eas)?;
+            let named = eas_named.get(p.metadata.name.as_deref()?)?;
+            let target = once_ours(p, named)?;
             deployment_ref(p, target)?;
             Some(Action::ReleaseOwner {
                 pdb: p.metadata.name.clone()?,
@@ -403,11 +413,26 @@ fn releases(s: &NamespaceSnapshot) -> Vec<Action> {
         .collect()
 }
 
+/// Objects by name, each name's in list order (what `find` by name gives
+/// first is the first of its list): a namespace's plan looks up each of its
+/// Deployments by name, and a scan each time made it quadratic.
+type Named<'a, K> = HashMap<&'a str, Vec<&'a Arc<K>>>;
+
+fn named<K: kube::Resource>(items: &[Arc<K>]) -> Named<'_, K> {
+    let mut by: Named<'_, K> = HashMap::new();
+    for i in items {
+        if let Some(n) = i.meta().name.as_deref() {
+            by.entry(n).or_default().push(i);
+        }
+    }
+    by
+}
+
 /// A PDB of ours made at admission whose Deployment never appeared (no
 /// owner reference yet, and no Deployment of its target's name).
 fn admission_orphan(
     p: &PodDisruptionBudget,
-    deployments: &[Arc<Deployment>],
+    deployments: &HashSet<&str>,
     deleting: &BTreeSet<String>,
 ) -> bool {
     let target = target_of(p).unwrap_or_default();
@@ -417,9 +442,7 @@ fn admission_orphan(
             .as_ref()
             .is_none_or(|o| o.is_empty())
         && !deleting.contains(target)
-        && !deployments
-            .iter()
-            .any(|d| d.metadata.name.as_deref() == Some(target))
+        && !deployments.contains(target)
 }
 
 /// The references a release leaves on a PDB: all of `current` but our
@@ -528,7 +551,7 @@ fn mutual_pdb<'a>(
     dep: &Deployment,
     dep_name: &str,
     matching: &[&'a Arc<PodDisruptionBudget>],
-    deployments: &[Arc<Deployment>],
+    deployments: &Named<'_, Deployment>,
     compiled: &pdb::CompiledPdbs<'a>,
 ) -> Option<&'a Arc<PodDisruptionBudget>> {
     let own = matching.iter().find(|p| ours_for(p, dep_name))?;
@@ -537,9 +560,10 @@ fn mutual_pdb<'a>(
             return false;
         };
         deployments
-            .iter()
-            .filter(|d| d.metadata.namespace == dep.metadata.namespace)
-            .find(|d| d.metadata.name.as_deref() == Some(other))
+            .get(other)
+            .into_iter()
+            .flatten()
+            .find(|d| d.metadata.namespace == dep.metadata.namespace)
             .is_some_and(|d| compiled.matching(d).iter().any(|q| Arc::ptr_eq(q, own)))
     })
 }
@@ -767,8 +791,37 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
     let mut wanted_eas: BTreeMap<String, (String, Option<OwnerReference>, Option<String>)> =
         BTreeMap::new();
     let compiled = pdb::CompiledPdbs::new(s.pdbs);
+    let templates = pdb::Templates::new(s.deployments);
     // Each pod some PDB protects, with those PDBs (for `pod_overlap`).
     let protected = pdb::protected_pods(&compiled, s.name, s.pods.unwrap_or_default());
+    // Looked up per Deployment: indexed once, not scanned each time.
+    let pdbs_named = named(s.pdbs);
+    let deployments_named = named(s.deployments);
+    let dep_names: HashSet<&str> = deployments_named.keys().copied().collect();
+    let mut ours_by_target: HashMap<&str, Vec<&Arc<PodDisruptionBudget>>> = HashMap::new();
+    for p in s.pdbs.iter().filter(|p| owned_by_us(&p.metadata)) {
+        if let Some(t) = target_of(p) {
+            ours_by_target.entry(t).or_default().push(p);
+        }
+    }
+    let mut hpas_by_target: HashMap<&str, Vec<&Arc<HorizontalPodAutoscaler>>> = HashMap::new();
+    for h in s.hpas {
+        if let Some(sp) = h
+            .spec
+            .as_ref()
+            .filter(|sp| sp.scale_target_ref.kind == "Deployment")
+        {
+            hpas_by_target
+                .entry(&sp.scale_target_ref.name)
+                .or_default()
+                .push(h);
+        }
+    }
+    let orphans: Vec<&Arc<PodDisruptionBudget>> = s
+        .pdbs
+        .iter()
+        .filter(|p| admission_orphan(p, &dep_names, s.deleting))
+        .collect();
     // PDBs to create, kept apart until the pass has seen every Deployment.
     let mut planned = Vec::new();
     // Ours for a broader Deployment over the pods of narrower ones that
@@ -794,10 +847,11 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
         // admission of a create refused as a duplicate. It may select other
         // pods a second budget protects (every eviction of them fails) and
         // not these: deleted (UID precondition), and made again right.
-        let edited: Vec<&Arc<PodDisruptionBudget>> = s
-            .pdbs
-            .iter()
-            .filter(|p| ours_for(p, &dep_name))
+        let edited: Vec<&Arc<PodDisruptionBudget>> = ours_by_target
+            .get(dep_name.as_str())
+            .into_iter()
+            .flatten()
+            .copied()
             .filter(|p| {
                 deployment_ref(p, &dep_name)
                     .is_none_or(|o| Some(&o.uid) == dep.metadata.uid.as_ref())
@@ -809,8 +863,14 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
             .collect();
         let opted_out = deployment_opted_out(dep.metadata.annotations.as_ref());
         let matching = compiled.matching(dep);
-        let floor = if waits { None } else { floor_for(dep, s) };
-        let overlap = pdb::overlapping(dep, s.deployments, &compiled)
+        let hpa = hpas_by_target
+            .get(dep_name.as_str())
+            .into_iter()
+            .flatten()
+            .find(|h| h.metadata.namespace == dep.metadata.namespace)
+            .copied();
+        let floor = if waits { None } else { floor_for(dep, hpa, s) };
+        let overlap = pdb::overlapping(dep, &templates, &compiled)
             .map(|(p, d)| {
                 let name = d.metadata.name.as_deref().unwrap_or_default();
                 (p, format!("Deployment {name}"))
@@ -822,32 +882,29 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
                 // aside, as with `mutual_pdb`. Both stepping aside, the next
                 // pass would make both again, and so on.
                 let has_own = matching.iter().any(|p| ours_for(p, &dep_name));
-                let yields_to_us = s.pdbs.iter().filter(|p| {
+                let yields_to_us = |p: &PodDisruptionBudget| {
                     has_own
                         && owned_by_us(&p.metadata)
                         && target_of(p).is_some_and(|t| t > dep_name.as_str())
-                });
+                };
                 // An admission-time PDB of ours whose Deployment never
                 // appeared goes in this pass when it sits beside this
                 // Deployment's own (below): stepping aside for it would
                 // leave neither. (Without one of its own, none is made
                 // beside it: it waits for that PDB to go.)
-                let orphans = s
-                    .pdbs
-                    .iter()
-                    .filter(|p| has_own && admission_orphan(p, s.deployments, s.deleting));
-                let ignored: Vec<&Arc<PodDisruptionBudget>> = matching
-                    .iter()
-                    .copied()
-                    .chain(yields_to_us)
-                    .chain(orphans)
-                    .chain(edited.iter().copied())
-                    .collect();
-                pdb::pod_overlap(dep, &protected, &ignored)
-                    .map(|(p, pod)| (p, format!("Pod {pod}")))
+                let among = |list: &[&Arc<PodDisruptionBudget>], p: &Arc<PodDisruptionBudget>| {
+                    list.iter().any(|q| Arc::ptr_eq(q, p))
+                };
+                let ignored = |p: &Arc<PodDisruptionBudget>| {
+                    among(&matching, p)
+                        || yields_to_us(p)
+                        || has_own && among(&orphans, p)
+                        || among(&edited, p)
+                };
+                pdb::pod_overlap(dep, &protected, ignored).map(|(p, pod)| (p, format!("Pod {pod}")))
             });
         let overlap_pdb = overlap.as_ref().map(|(p, _)| *p);
-        let mutual = mutual_pdb(dep, &dep_name, &matching, s.deployments, &compiled);
+        let mutual = mutual_pdb(dep, &dep_name, &matching, &deployments_named, &compiled);
         if !edited.is_empty() {
             // Set back in place (the one named after the Deployment, else
             // the first by name): no moment without a budget, and its
@@ -949,10 +1006,7 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
             && overlap.is_none()
             && floor.is_some()
             && s.pods.is_some()
-            && !s
-                .pdbs
-                .iter()
-                .any(|p| p.metadata.name.as_deref() == Some(dep_name.as_str()))
+            && !pdbs_named.contains_key(dep_name.as_str())
             && matching
                 .iter()
                 .all(|p| broader_ours(p, dep, &dep_name, s.deployments))
@@ -980,10 +1034,10 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
                     .or_insert_with(|| (dep_name.clone(), owner_reference(dep), None));
                 continue;
             }
-            match s
-                .pdbs
-                .iter()
-                .find(|p| p.metadata.name.as_deref() == Some(&dep_name))
+            match pdbs_named
+                .get(dep_name.as_str())
+                .and_then(|ps| ps.first())
+                .copied()
             {
                 // Ours for an earlier Deployment of this name (re-created
                 // with another selector after `--cascade=orphan`, which
@@ -1066,11 +1120,7 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
     );
 
     // Admission-time PDBs whose Deployment never appeared.
-    for p in s
-        .pdbs
-        .iter()
-        .filter(|p| admission_orphan(p, s.deployments, s.deleting))
-    {
+    for p in orphans {
         // Within the grace it may select another workload's pods, and a
         // budget of someone else's over one of them makes two: the
         // apiserver then refuses every eviction of that pod.
@@ -1115,10 +1165,12 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
         return out;
     };
     let mut creates = Vec::new();
+    let eas_names: HashSet<&str> = eas
+        .iter()
+        .filter_map(|e| e.metadata.name.as_deref())
+        .collect();
     for (name, (target, owner, pdb_uid)) in &wanted_eas {
-        let exists = eas
-            .iter()
-            .any(|e| e.metadata.name.as_deref() == Some(name.as_str()));
+        let exists = eas_names.contains(name.as_str());
         if !exists {
             creates.push(Action::CreateEas {
                 name: name.clone(),
@@ -1134,12 +1186,7 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
     // Pods unknown: an overlap seen through pods is missing from this plan,
     // not gone; the EvictionAutoScaler that reports it (and keeps
     // `lastEviction`) stays while its Deployment exists.
-    let unsure = |target: &str| {
-        s.pods.is_none()
-            && s.deployments
-                .iter()
-                .any(|d| d.metadata.name.as_deref() == Some(target))
-    };
+    let unsure = |target: &str| s.pods.is_none() && dep_names.contains(target);
     // One being deleted already is not deleted again every pass.
     for e in eas
         .iter()
