@@ -1259,14 +1259,15 @@ impl Reconciler {
         // After a slow write or the namespace's share of the pass: no more
         // writes, the rest planned for the next pass.
         let mut stop = false;
+        // Looked up per record: a scan each time made a namespace's job
+        // quadratic.
+        let (deps_named, pdbs_named) = (plan::named(deployments), plan::named(pdbs));
         for e in eas {
             let Some(name) = e.metadata.name.clone() else {
                 continue;
             };
             let target = e.spec.target_name.as_str();
-            let dep = deployments
-                .iter()
-                .find(|d| d.metadata.name.as_deref() == Some(target));
+            let dep = deps_named.get(target).and_then(|v| v.first()).copied();
             // The Go project's record of a surge it left: kept until the
             // surge worker has written its baseline beside the lone marker.
             let legacy = dep.and_then(|d| {
@@ -1280,9 +1281,10 @@ impl Reconciler {
             if legacy.is_some() {
                 continue;
             }
-            let pdb = pdbs
-                .iter()
-                .find(|p| p.metadata.name.as_deref() == Some(name.as_str()));
+            let pdb = pdbs_named
+                .get(name.as_str())
+                .and_then(|v| v.first())
+                .copied();
             let want = desired_status(
                 e,
                 dep.map(|d| d.as_ref()),

@@ -416,9 +416,9 @@ fn releases(s: &NamespaceSnapshot) -> Vec<Action> {
 /// Objects by name, each name's in list order (what `find` by name gives
 /// first is the first of its list): a namespace's plan looks up each of its
 /// Deployments by name, and a scan each time made it quadratic.
-type Named<'a, K> = HashMap<&'a str, Vec<&'a Arc<K>>>;
+pub(crate) type Named<'a, K> = HashMap<&'a str, Vec<&'a Arc<K>>>;
 
-fn named<K: kube::Resource>(items: &[Arc<K>]) -> Named<'_, K> {
+pub(crate) fn named<K: kube::Resource>(items: &[Arc<K>]) -> Named<'_, K> {
     let mut by: Named<'_, K> = HashMap::new();
     for i in items {
         if let Some(n) = i.meta().name.as_deref() {

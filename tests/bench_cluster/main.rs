@@ -269,7 +269,7 @@ async fn convergence(info: &WebhookInfo) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let converged = started.elapsed();
-    let (req1, _, _) = api_requests(info);
+    let (req1, w_conv, _) = api_requests(info);
     let cpu1 = cpu_seconds(pid);
     say(format!(
         "convergence: {total} Deployments in {spaces} namespaces created in {:.1}s; every PDB \
@@ -285,7 +285,48 @@ async fn convergence(info: &WebhookInfo) {
         p >= total && e >= total,
         "not converged within 900 s: {p} PDBs, {e} EvictionAutoScalers of {total}"
     );
-    // Let the pods settle (scheduling, status) before the steady window.
+    // The controller-manager makes the pods at its own pace (at its default
+    // limits, minutes after the PDBs): each pod made or gone marks its
+    // namespace, so that churn is not the steady state. Its cost is given
+    // apart, then the pods settle (status) before the steady window.
+    let pods: Api<Pod> = Api::all(c.clone());
+    let running = ListParams::default().fields("status.phase=Running");
+    let mut up = 0;
+    while Instant::now() < deadline {
+        up = pods
+            .list_metadata(&running)
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|p| {
+                        p.metadata
+                            .namespace
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with("bench-conv-"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        if up >= total {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let cpu_pods = cpu_seconds(pid);
+    let (_, wp, _) = api_requests(info);
+    say(format!(
+        "pods: {up} of {total} running after {:.1}s; meanwhile {:.1} CPU seconds ({:.2} per \
+         minute) and {:.0} writes since convergence",
+        started.elapsed().as_secs_f64(),
+        cpu_pods - cpu1,
+        (cpu_pods - cpu1) * 60.0 / (started.elapsed() - converged).as_secs_f64().max(1.0),
+        wp - w_conv,
+    ));
+    assert!(
+        up >= total,
+        "pods not running within 900 s: {up} of {total}"
+    );
     tokio::time::sleep(Duration::from_secs(30)).await;
     let before = api_breakdown(info);
     let (_, w0, l0) = api_requests(info);
