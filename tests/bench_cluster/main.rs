@@ -4,8 +4,10 @@
 //!
 //! 3. Convergence: BENCH_DEPLOYMENTS (2,000) Deployments created at once across
 //!    20 namespaces: time until each has its PDB and EvictionAutoScaler, the
-//!    product's API requests per Deployment and CPU seconds; then BENCH_STEADY
-//!    seconds (600) of steady state: writes per minute and CPU.
+//!    product's API requests per Deployment and CPU seconds; then the time
+//!    until their pods run (the controller-manager makes them at its own
+//!    pace, each marking its namespace) and the CPU meanwhile; then
+//!    BENCH_STEADY seconds (600) of steady state: writes per minute and CPU.
 //! 4. Drains: BENCH_DRAIN_DEPLOYMENTS (100) Deployments of 3 replicas on one
 //!    node (300 pods); three nodes drained one after another like a managed
 //!    upgrade, with the product, and again with the product off and budgets
