@@ -3,13 +3,16 @@
 //! `getExpectedPodCount` / `updatePdbStatus`, and `metav1.LabelSelectorAsSelector`
 //! as the eviction subresource (`eviction.go`) uses it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::fmt;
 use std::str::FromStr;
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use smallvec::SmallVec;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BudgetError {
@@ -309,11 +312,71 @@ impl Selector {
 /// cached pod's interned labels (`cache::PodLabels`).
 pub trait LabelSet {
     fn label(&self, key: &str) -> Option<&str>;
+    /// Calls `f` with each label (for [`SelectorIndex::candidates`]).
+    fn each_label(&self, f: &mut dyn FnMut(&str, &str));
 }
 
 impl LabelSet for BTreeMap<String, String> {
     fn label(&self, key: &str) -> Option<&str> {
         self.get(key).map(String::as_str)
+    }
+    fn each_label(&self, f: &mut dyn FnMut(&str, &str)) {
+        for (k, v) in self {
+            f(k, v);
+        }
+    }
+}
+
+/// Compiled selectors by the one label each requires
+/// ([`Selector::required_label`]): a lookup tests the selectors that key on
+/// one of the labels (and the few that key on none) instead of all. Shared
+/// by the eviction path's per-namespace PDB index and the reconciler's plan.
+#[derive(Debug, Default)]
+pub struct SelectorIndex {
+    /// Label key, then value: the positions of the selectors requiring it
+    /// (foldhash: this is on the eviction path).
+    by_label: FastMap<String, FastMap<String, Vec<usize>>>,
+    /// Selectors that select for eviction but require no exact label
+    /// (matchExpressions only, or empty: every pod): always tested. Nil and
+    /// invalid selectors (None) protect nothing and are in neither list.
+    others: Vec<usize>,
+}
+
+impl SelectorIndex {
+    /// Indexes `selectors` by their position in the iteration.
+    pub fn new<'s>(selectors: impl IntoIterator<Item = Option<&'s Selector>>) -> SelectorIndex {
+        let mut index = SelectorIndex::default();
+        for (i, sel) in selectors.into_iter().enumerate() {
+            let Some(sel @ (Selector::Requirements(_) | Selector::Everything)) = sel else {
+                continue;
+            };
+            match sel.required_label() {
+                Some((k, v)) => index
+                    .by_label
+                    .entry(k.to_string())
+                    .or_default()
+                    .entry(v.to_string())
+                    .or_default()
+                    .push(i),
+                None => index.others.push(i),
+            }
+        }
+        index
+    }
+
+    /// The positions, ascending, of the selectors that may select these
+    /// labels; each is still to be tested.
+    pub fn candidates<L: LabelSet + ?Sized>(&self, labels: &L) -> SmallVec<[usize; 8]> {
+        let mut hits: SmallVec<[usize; 8]> = SmallVec::new();
+        labels.each_label(&mut |k, v| {
+            if let Some(found) = self.by_label.get(k).and_then(|vs| vs.get(v)) {
+                hits.extend(found.iter().copied());
+            }
+        });
+        hits.extend(self.others.iter().copied());
+        // Each selector is under one label at most: no duplicates to remove.
+        hits.sort_unstable();
+        hits
     }
 }
 

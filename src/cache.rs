@@ -26,7 +26,7 @@ use smallvec::SmallVec;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::budget::{LabelSet, Selector};
+use crate::budget::{LabelSet, Selector, SelectorIndex};
 use crate::config::Behaviour;
 use crate::crd::EvictionAutoScaler;
 use crate::dirty::Dirty;
@@ -152,6 +152,11 @@ impl LabelSet for PodLabels {
             .binary_search_by(|(k, _)| (**k).cmp(key))
             .ok()
             .map(|i| &*self.0[i].1)
+    }
+    fn each_label(&self, f: &mut dyn FnMut(&str, &str)) {
+        for (k, v) in self.iter() {
+            f(k, v);
+        }
     }
 }
 
@@ -1227,53 +1232,21 @@ pub struct PdbIndex {
 /// the few that key on none) instead of every selector of the namespace.
 pub struct NsPdbs {
     pub pdbs: Vec<IndexedPdb>,
-    /// Selectors that require one exact label ([`Selector::required_label`]),
-    /// by that label's key, then value: only a pod with it can be selected.
-    by_label: FastMap<String, FastMap<String, Vec<usize>>>,
-    /// Selectors that select for eviction but require no exact label
-    /// (matchExpressions only, or empty: every pod): always tested. Nil and
-    /// invalid selectors protect nothing and are in neither list.
-    others: Vec<usize>,
+    index: SelectorIndex,
 }
 
 impl NsPdbs {
     fn new(pdbs: Vec<IndexedPdb>) -> NsPdbs {
-        let mut by_label: FastMap<String, FastMap<String, Vec<usize>>> = FastMap::default();
-        let mut others = Vec::new();
-        for (i, p) in pdbs.iter().enumerate() {
-            let Some(sel @ (Selector::Requirements(_) | Selector::Everything)) = &p.selector else {
-                continue;
-            };
-            match sel.required_label() {
-                Some((k, v)) => by_label
-                    .entry(k.to_string())
-                    .or_default()
-                    .entry(v.to_string())
-                    .or_default()
-                    .push(i),
-                None => others.push(i),
-            }
-        }
-        NsPdbs {
-            pdbs,
-            by_label,
-            others,
-        }
+        let index = SelectorIndex::new(pdbs.iter().map(|p| p.selector.as_ref()));
+        NsPdbs { pdbs, index }
     }
 
     /// The PDBs whose selector protects a pod with these labels (the
     /// eviction subresource's test), in the namespace's order.
     pub fn selecting(&self, labels: &PodLabels) -> Selected {
-        let mut hits: SmallVec<[usize; 8]> = SmallVec::new();
-        for (k, v) in labels.iter() {
-            if let Some(found) = self.by_label.get(k).and_then(|vs| vs.get(v)) {
-                hits.extend(found.iter().copied());
-            }
-        }
-        hits.extend(self.others.iter().copied());
-        // Each PDB is under one label at most: no duplicates to remove.
-        hits.sort_unstable();
-        hits.into_iter()
+        self.index
+            .candidates(labels)
+            .into_iter()
             .map(|i| &self.pdbs[i])
             .filter(|i| {
                 i.selector

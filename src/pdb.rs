@@ -10,18 +10,14 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::budget::Selector;
+use crate::budget::{Selector, SelectorIndex};
 use crate::cache::owned_by_us;
 use crate::markers::Markers;
 use crate::names;
 
 /// The Deployment's pod-template labels (what PDB selectors are matched against).
 pub fn template_labels(dep: &Deployment) -> BTreeMap<String, String> {
-    dep.spec
-        .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default()
+    template_labels_of(dep).cloned().unwrap_or_default()
 }
 
 /// PDBs in the Deployment's namespace that select its pods.
@@ -75,18 +71,14 @@ pub fn pdbs_over_pods<'a>(
 /// PDBs with their selectors compiled once, for a pass that matches every
 /// Deployment of a namespace against every PDB (compiling per pair was the
 /// bulk of an idle replica's CPU at 2,000 Deployments, per the profile in
-/// BENCHMARKS.md), and indexed by the label each requires, so a lookup
-/// tests the few PDBs that may select the labels, not all (a namespace's
-/// plan looks up each of its Deployments and pods). An invalid selector
+/// BENCHMARKS.md), and indexed by the label each requires
+/// ([`SelectorIndex`]), so a lookup tests the few PDBs that may select the
+/// labels, not all (a namespace's plan looks up each of its Deployments and
+/// pods). An invalid selector
 /// selects nothing, as in `eviction.go`.
 pub struct CompiledPdbs<'a> {
     pdbs: Vec<(&'a Arc<PodDisruptionBudget>, Option<Selector>)>,
-    /// Label key, then value: the positions of the PDBs whose selector
-    /// requires that label ([`Selector::required_label`]).
-    keyed: HashMap<String, HashMap<String, Vec<usize>>>,
-    /// The positions of the valid selectors that require no one label
-    /// (`{}`, or expressions only): tested on every lookup.
-    unkeyed: Vec<usize>,
+    index: SelectorIndex,
 }
 
 impl<'a> CompiledPdbs<'a> {
@@ -98,27 +90,8 @@ impl<'a> CompiledPdbs<'a> {
                 (p, Selector::compile(sel).ok())
             })
             .collect();
-        let mut keyed: HashMap<String, HashMap<String, Vec<usize>>> = HashMap::new();
-        let mut unkeyed = Vec::new();
-        for (i, (_, sel)) in pdbs.iter().enumerate() {
-            match sel {
-                None | Some(Selector::Nothing) => {}
-                Some(s) => match s.required_label() {
-                    Some((k, v)) => keyed
-                        .entry(k.to_string())
-                        .or_default()
-                        .entry(v.to_string())
-                        .or_default()
-                        .push(i),
-                    None => unkeyed.push(i),
-                },
-            }
-        }
-        CompiledPdbs {
-            pdbs,
-            keyed,
-            unkeyed,
-        }
+        let index = SelectorIndex::new(pdbs.iter().map(|(_, s)| s.as_ref()));
+        CompiledPdbs { pdbs, index }
     }
 
     /// The PDBs of `ns` whose selector selects these labels (a pod's), in
@@ -128,17 +101,21 @@ impl<'a> CompiledPdbs<'a> {
         ns: &str,
         labels: &L,
     ) -> Vec<&'a Arc<PodDisruptionBudget>> {
-        let mut at = self.unkeyed.clone();
-        for (key, by_value) in &self.keyed {
-            if let Some(ix) = labels.label(key).and_then(|v| by_value.get(v)) {
-                at.extend_from_slice(ix);
-            }
-        }
-        at.sort_unstable();
-        at.dedup();
-        at.into_iter()
+        self.selecting_in(Some(ns), labels)
+    }
+
+    /// [`Self::selecting`] for the PDBs whose namespace is `ns` (None: the
+    /// PDBs of no namespace, as a Deployment of none compares).
+    fn selecting_in<L: crate::budget::LabelSet + ?Sized>(
+        &self,
+        ns: Option<&str>,
+        labels: &L,
+    ) -> Vec<&'a Arc<PodDisruptionBudget>> {
+        self.index
+            .candidates(labels)
+            .into_iter()
             .map(|i| &self.pdbs[i])
-            .filter(|(p, _)| p.metadata.namespace.as_deref() == Some(ns))
+            .filter(|(p, _)| p.metadata.namespace.as_deref() == ns)
             .filter(|(_, s)| s.as_ref().is_some_and(|s| s.selects_for_eviction(labels)))
             .map(|(p, _)| *p)
             .collect()
@@ -148,18 +125,7 @@ impl<'a> CompiledPdbs<'a> {
     pub fn matching(&self, dep: &Deployment) -> Vec<&'a Arc<PodDisruptionBudget>> {
         let empty = BTreeMap::new();
         let labels = template_labels_of(dep).unwrap_or(&empty);
-        match dep.metadata.namespace.as_deref() {
-            Some(ns) => self.selecting(ns, labels),
-            // Compared as `Option`s before: a Deployment of no namespace
-            // matches the PDBs of none.
-            None => self
-                .pdbs
-                .iter()
-                .filter(|(p, _)| p.metadata.namespace.is_none())
-                .filter(|(_, s)| s.as_ref().is_some_and(|s| s.selects_for_eviction(labels)))
-                .map(|(p, _)| *p)
-                .collect(),
-        }
+        self.selecting_in(dep.metadata.namespace.as_deref(), labels)
     }
 }
 
