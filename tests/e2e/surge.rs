@@ -435,15 +435,6 @@ async fn max_unavailable_zero_is_degraded_and_the_429_says_why() {
     .await;
     let node = nodes_of(&pods)[0].clone();
     let d = drain(&node, "app=z", &["--timeout=15s"]).await;
-    uncordon(&node);
-    assert!(!d.ok);
-    assert!(
-        d.output.contains("cannot surge Deployment z"),
-        "the 429 says why:\n{}",
-        d.output
-    );
-    let (r, s, _) = replicas(&ns, "z").await;
-    assert_eq!((r, s), (2, None), "no surge");
     let eas = || {
         kubectl_ok(&[
             "get",
@@ -455,11 +446,21 @@ async fn max_unavailable_zero_is_degraded_and_the_429_says_why() {
             "yaml",
         ])
     };
+    // Read while the node is still cordoned: once it is not, nothing is
+    // displaced and the next pass clears the condition (checked below).
     let yaml = eas();
+    uncordon(&node);
+    assert!(!d.ok);
+    assert!(
+        d.output.contains("cannot surge Deployment z"),
+        "the 429 says why:\n{}",
+        d.output
+    );
+    let (r, s, _) = replicas(&ns, "z").await;
+    assert_eq!((r, s), (2, None), "no surge");
     assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
-    // Nothing displaced or refused any more (twice the cooldown): no surge
-    // is needed, and the condition clears (a cause fixed since is not shown
-    // for good).
+    // Nothing displaced any more: no surge is needed, and the condition
+    // clears (a cause fixed since is not shown for good).
     wait_for(
         "Degraded SurgeImpossible cleared after the drain",
         Duration::from_secs(45),
@@ -494,6 +495,9 @@ async fn hpa_at_its_maximum_is_degraded_and_the_429_says_why() {
     let on_node = nodes_of(&pods).iter().filter(|n| *n == node).count();
     assert!(on_node > 0, "pods prefer {node}");
     let d = drain(node, "app=hm", &["--timeout=15s"]).await;
+    // Read while the node is still cordoned: once it is not, nothing is
+    // displaced and the next pass clears the condition.
+    let yaml = kubectl_ok(&["get", "evictionautoscalers", "-n", &ns.name, "-o", "yaml"]);
     uncordon(node);
     assert!(
         !d.ok,
@@ -517,7 +521,6 @@ async fn hpa_at_its_maximum_is_degraded_and_the_429_says_why() {
     );
     let (r, s, _) = replicas(&ns, "hm").await;
     assert_eq!((r, s), (3, None), "no surge of the Deployment");
-    let yaml = kubectl_ok(&["get", "evictionautoscalers", "-n", &ns.name, "-o", "yaml"]);
     assert!(
         yaml.contains("reason: SurgeImpossible") && yaml.contains("maximum of 3 replicas"),
         "{yaml}"
@@ -857,15 +860,7 @@ async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
     owned_pdb_blocking(&ns, "kd", 2).await;
     let node = nodes_of(&pods)[0].clone();
     let d = drain(&node, "app=kd", &["--timeout=15s"]).await;
-    uncordon(&node);
-    assert!(!d.ok, "the budget blocks, as without the product");
-    assert!(
-        d.output.contains("both target"),
-        "the 429 says why:\n{}",
-        d.output
-    );
-    let (r, s, _) = replicas(&ns, "kd").await;
-    assert_eq!((r, s), (2, None), "no surge");
+    // Read while the node is still cordoned (see above).
     let yaml = kubectl_ok(&[
         "get",
         "evictionautoscalers",
@@ -875,6 +870,15 @@ async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
         "-o",
         "yaml",
     ]);
+    uncordon(&node);
+    assert!(!d.ok, "the budget blocks, as without the product");
+    assert!(
+        d.output.contains("both target"),
+        "the 429 says why:\n{}",
+        d.output
+    );
+    let (r, s, _) = replicas(&ns, "kd").await;
+    assert_eq!((r, s), (2, None), "no surge");
     assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
 }
 
