@@ -8,11 +8,16 @@
 //! cooldown makes every signal look expired: no surge for the evictions a
 //! follower denies. So the leader ages each value from when it saw it:
 //! - a value that replaced another on a known object was written since
-//!   this replica last saw the old one in a current store (the stamp is
-//!   taken at the denial and written within [`FRESH`]), so it is at most
-//!   that long ago plus [`FRESH`] old, whatever its time says: news when
+//!   this replica last saw the old one in a current store, so it is taken
+//!   as at most that long old (the gap), whatever its time says: news when
 //!   this replica looks every second, its own age after a gap (a replica
-//!   that did not lead, or a watch that was down);
+//!   that did not lead, or a watch that was down). The stamp is taken at
+//!   the denial and written within [`FRESH`], so this can read it up to
+//!   [`FRESH`] younger than it is (a surge held that much longer) or up to
+//!   the gap older (a second while leading). Read as "gap plus
+//!   [`FRESH`]", the denial of a follower whose clock is behind looked
+//!   older than a cooldown of [`FRESH`] or less, and each one started a
+//!   surge that the next look reverted;
 //! - a value seen first on an object this replica did not know (its start,
 //!   a new object) is as old as its time says. A time up to [`FRESH`]
 //!   ahead is now; one further ahead cannot be vouched for and counts as
@@ -134,7 +139,7 @@ impl SignalClock {
         let age_then = value.map_or(Duration::ZERO, |t| {
             let stamped = age_at(look.wall_now, t);
             match gap {
-                Some(gap) => stamped.min(gap + FRESH),
+                Some(gap) => stamped.min(gap),
                 // How far ahead of now `t` is.
                 None if age_at(t, look.wall_now) > FRESH => EXPIRED,
                 None => stamped,
@@ -295,10 +300,10 @@ mod tests {
     }
 
     /// A writer's clock ten minutes behind: its new value is news all the
-    /// same (at most FRESH older than the last look), while a value already
-    /// there at start is as old as it says.
+    /// same (no older than the last look), while a value already there at
+    /// start is as old as it says.
     #[test]
-    fn a_new_value_on_a_known_object_is_at_most_fresh_older_than_the_last_look() {
+    fn a_new_value_on_a_known_object_is_no_older_than_the_last_look() {
         let t0 = start();
         let mut c = SignalClock::default();
         let old = t0.0 - secs(3_600);
@@ -308,17 +313,16 @@ mod tests {
             "known at start: its own age"
         );
         let behind = t0.0 - secs(600);
-        let fresh = FRESH.as_secs() as i64;
-        // Seen 1 s before: written at most 1 s + FRESH ago.
+        // Seen 1 s before: written since, read as 1 s old.
         let t = look(&mut c, eas("web", Some(behind)), t0.at(1));
-        assert_eq!(t, Some(t0.0 + secs(1) - secs(1 + fresh)));
+        assert_eq!(t, Some(t0.0));
         // A value written on a right clock keeps its own, smaller age.
         let right = t0.0 + secs(2);
         assert_eq!(look(&mut c, eas("web", Some(right)), t0.at(3)), Some(right));
         // The first lastEviction on an object known without one is news too.
         assert_eq!(look(&mut c, eas("api", None), t0.at(0)), None);
         let t = look(&mut c, eas("api", Some(behind)), t0.at(2));
-        assert_eq!(t, Some(t0.0 + secs(2) - secs(2 + fresh)));
+        assert_eq!(t, Some(t0.0));
     }
 
     /// A replica that did not look for an hour (it did not lead), or whose
@@ -336,10 +340,9 @@ mod tests {
             Some(written),
             "an hour-old value is not news"
         );
-        // A clock ten minutes behind, after a 30 s gap: at most 35 s old.
+        // A clock ten minutes behind, after a 30 s gap: read as 30 s old.
         let t = look(&mut c, eas("web", Some(t0.0 - secs(600))), t0.at(3_630));
-        let fresh = FRESH.as_secs() as i64;
-        assert_eq!(t, Some(t0.0 + secs(3_630) - secs(30 + fresh)));
+        assert_eq!(t, Some(t0.0 + secs(3_600)));
 
         // Looks at a store whose watch is down do not count as looks.
         assert_eq!(look(&mut c, eas("api", None), t0.at(0)), None);
