@@ -47,12 +47,15 @@ use crate::pdb::baseline_replicas;
 use crate::scope;
 use backoff::Backoff;
 use plan::{Action, NamespaceSnapshot};
-use schedule::{Limits, Origin, Schedule};
+use schedule::{Limits, Origin, Schedule, Settled};
 
 const MIN_PASS_INTERVAL: Duration = Duration::from_millis(500);
-/// A full pass this often, whatever was marked: the safety net for anything
-/// a watch missed, and the clock for time-based rules (an orphan PDB's grace).
+/// A resync this often, whatever was marked: the safety net for anything a
+/// watch missed, and the clock for time-based rules (an orphan PDB's
+/// grace). It leaves out the namespaces found settled ([`Settled`]) but
+/// every `FULL_EVERY`th time.
 const RESYNC: Duration = Duration::from_secs(30);
+const FULL_EVERY: u32 = 10;
 /// Namespaces planned and written at once, those whose job has run for
 /// `SLOW_WRITE` aside: a namespace whose writes hang keeps its job but no
 /// slot, up to `MAX_JOBS` jobs in all (`schedule`).
@@ -65,9 +68,18 @@ const LIMITS: Limits = Limits {
     restart_after: MIN_PASS_INTERVAL,
 };
 
-/// A running namespace job: its namespace, and the keys it planned to write.
-type Job<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = (String, BTreeSet<String>)> + Send + 'a>>;
+/// A running namespace job: its namespace, and what it found.
+type Job<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = (String, Planned)> + Send + 'a>>;
+
+/// What a namespace job found.
+#[derive(Default)]
+struct Planned {
+    /// The keys it planned to write (or report).
+    keys: BTreeSet<String>,
+    /// Nothing to write or report, nothing waiting on the clock, nothing
+    /// left for a later job: see [`Settled`].
+    settled: bool,
+}
 /// Bound on one write of a pass. The client's read timeout counts per
 /// attempt and per read; a hung admission webhook on PDBs or a throttled
 /// apiserver must not hold a pass for longer. (Events are not awaited at
@@ -376,6 +388,12 @@ impl Reconciler {
         // so far, and this one's marks were taken without writing).
         let mut was_leading = false;
         let mut schedule = Schedule::new(LIMITS);
+        let mut settled = Settled::new(FULL_EVERY);
+        // Whether the EvictionAutoScalers and KEDA's ScaledObjects were
+        // known at the last look: plans made without them wait (no record
+        // writes, no floor under KEDA's HPAs) and may have settled, and a
+        // watch that resumes after a failure marks nothing.
+        let mut known = (false, false);
         let mut jobs: FuturesUnordered<Job<'_>> = FuturesUnordered::new();
         let this: &Reconciler = &self;
         loop {
@@ -392,14 +410,17 @@ impl Reconciler {
             if working {
                 marked.borrow_and_update();
                 let mut marks = dirty.take();
-                if !was_leading || last_full.elapsed() >= RESYNC {
+                let now_known = (self.cache.eas_ready(), self.cache.keda_known());
+                if !was_leading || (now_known.0 && !known.0) || (now_known.1 && !known.1) {
                     marks.all = true;
                 }
-                if marks.all {
+                known = now_known;
+                let resync = marks.all || last_full.elapsed() >= RESYNC;
+                if resync {
                     last_full = looked;
                 }
                 was_leading = true;
-                self.queue(&mut schedule, marks);
+                self.queue(&mut schedule, &mut settled, marks, resync);
                 next_look = last_full + RESYNC;
             } else if !leading {
                 was_leading = false;
@@ -469,8 +490,9 @@ impl Reconciler {
                         let now = Instant::now();
                         for (name, planned) in done {
                             schedule.finished(&name, now);
+                            settled.finished(&name, planned.settled);
                             if let Ok(mut b) = self.backoff.lock() {
-                                b.settle_pass(&planned, &BTreeSet::from([name]));
+                                b.settle_pass(&planned.keys, &BTreeSet::from([name]));
                             }
                         }
                     }
@@ -491,39 +513,52 @@ impl Reconciler {
                 }
                 jobs = FuturesUnordered::new();
                 schedule.clear();
+                settled.all_changed();
                 was_leading = false;
             }
         }
     }
 
     /// One look's queueing: `marks` and the namespaces holding an object
-    /// whose backoff is over; with `marks.all`, every namespace after them
-    /// (and what is kept per namespace forgotten for those gone).
-    fn queue(&self, schedule: &mut Schedule, mut marks: Marks) {
+    /// whose backoff is over; with `resync`, every namespace after them
+    /// (but those [`Settled`] leaves out, unless `marks.all`), and what is
+    /// kept per namespace forgotten for those gone.
+    fn queue(
+        &self,
+        schedule: &mut Schedule,
+        settled: &mut Settled,
+        mut marks: Marks,
+        resync: bool,
+    ) {
         if let Ok(b) = self.backoff.lock() {
             marks
                 .namespaces
                 .extend(b.due_namespaces(Instant::now()).map(str::to_string));
         }
         for ns in &marks.namespaces {
+            settled.changed(ns);
             schedule.mark(ns);
         }
         let all_pdbs = self.cache.pdbs.state();
         let managed = all_pdbs.iter().filter(|p| owned_by_us(&p.metadata)).count() as i64;
         self.metrics.managed_pdbs.set(managed);
-        if !marks.all {
+        if !resync {
             return;
         }
-        let existing: BTreeSet<String> = self
+        let existing: HashSet<String> = self
             .cache
             .namespaces
             .state()
             .iter()
             .filter_map(|n| n.metadata.name.clone())
             .collect();
-        schedule.sweep(existing.iter().map(String::as_str));
+        if marks.all {
+            settled.all_changed();
+        }
+        let swept = settled.resync(&existing);
+        schedule.sweep(swept.iter().copied());
         let kind = PassLabel { pass: "full" };
-        tracing::debug!(pass = kind.pass, namespaces = ?existing, "reconcile pass");
+        tracing::debug!(pass = kind.pass, namespaces = ?swept, "reconcile pass");
         self.metrics.reconcile_passes.get_or_create(&kind).inc();
         // Objects of namespaces deleted while no job of this replica
         // planned them (it was not leading, or a job outlasted the deletion).
@@ -604,12 +639,9 @@ impl Reconciler {
         jobs
     }
 
-    /// Plans and writes one namespace; returns the keys it planned to write.
-    async fn namespace_pass(
-        &self,
-        job: NamespaceJob,
-        leader: &watch::Receiver<bool>,
-    ) -> BTreeSet<String> {
+    /// Plans and writes one namespace; returns the keys it planned to write
+    /// and whether it found the namespace settled.
+    async fn namespace_pass(&self, job: NamespaceJob, leader: &watch::Receiver<bool>) -> Planned {
         let mut planned = BTreeSet::new();
         let NamespaceJob {
             ns,
@@ -692,7 +724,10 @@ impl Reconciler {
                 self.write_actions(&name, &deployments, releases, leader, &mut planned, share)
                     .await;
             }
-            return planned;
+            return Planned {
+                settled: planned.is_empty(),
+                keys: planned,
+            };
         }
         let keda_min = keda_minimums(&self.cache, &name);
         let age = |p: &PodDisruptionBudget| -> i64 {
@@ -722,6 +757,9 @@ impl Reconciler {
             deleting: &deleting,
         };
         let mut actions = plan::plan(&snapshot);
+        // Settled (left out of resyncs until a change marks it): the plan
+        // has nothing, with every pod known, and no rule waits on the clock.
+        let quiet = actions.is_empty() && pods.is_some() && !plan::waits_on_the_clock(&snapshot);
         // Creates are planned from the cache: a PDB the user made just
         // before (applied with the Deployment) may not be in it yet, and
         // ours would be a second budget over the pods until the next pass
@@ -810,13 +848,20 @@ impl Reconciler {
             .write_actions(&name, &deployments, actions, leader, &mut planned, share)
             .await
         else {
-            return planned; // stepped down: not one more write
+            // Stepped down: not one more write.
+            return Planned {
+                keys: planned,
+                settled: false,
+            };
         };
         if let (true, false, Some(eas)) = (sc.enabled, slowed, &eas) {
             self.write_statuses(&name, &deployments, &pdbs, eas, leader, &mut planned, share)
                 .await;
         }
-        planned
+        Planned {
+            settled: quiet && !slowed && planned.is_empty(),
+            keys: planned,
+        }
     }
 
     /// Did the plan see every PDB a live list of namespace `ns` shows

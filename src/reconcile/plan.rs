@@ -445,6 +445,20 @@ fn admission_orphan(
         && !deployments.contains(target)
 }
 
+/// Does the namespace wait on the clock rather than on a change: an
+/// admission-time PDB whose Deployment has not appeared, deleted once its
+/// grace is over (by a later plan that no watch event may bring).
+pub fn waits_on_the_clock(s: &NamespaceSnapshot) -> bool {
+    let names: HashSet<&str> = s
+        .deployments
+        .iter()
+        .filter_map(|d| d.metadata.name.as_deref())
+        .collect();
+    s.pdbs
+        .iter()
+        .any(|p| admission_orphan(p, &names, s.deleting))
+}
+
 /// The references a release leaves on a PDB: all of `current` but our
 /// controller reference to `deployment`. None when that is not there
 /// (nothing to write).
@@ -1262,9 +1276,13 @@ mod tests {
             }
         }
         fn plan(&self) -> Vec<Action> {
+            self.with_snapshot(plan)
+        }
+
+        fn with_snapshot<T>(&self, f: impl FnOnce(&NamespaceSnapshot) -> T) -> T {
             let age = self.age;
-            let f = move |_: &PodDisruptionBudget| age;
-            plan(&NamespaceSnapshot {
+            let age_of = move |_: &PodDisruptionBudget| age;
+            f(&NamespaceSnapshot {
                 name: "ns",
                 in_scope: self.in_scope,
                 pdb_create: self.pdb_create,
@@ -1275,7 +1293,7 @@ mod tests {
                 keda_unknown: self.keda_unknown,
                 eas: self.eas_known.then_some(self.eas.as_slice()),
                 pods: self.pods.as_deref(),
-                pdb_age_secs: &f,
+                pdb_age_secs: &age_of,
                 orphan_grace_secs: 60,
                 surging: &self.surging,
                 deleting: &self.deleting,
@@ -2357,6 +2375,14 @@ mod tests {
         w.pdbs = vec![Arc::new(owned_pdb(&dep("ghost", 3), 3))];
         w.age = 10;
         assert!(w.plan().is_empty());
+        // Nothing to do now, but its grace ends without a watch event: the
+        // resync must not leave the namespace out as settled.
+        assert!(w.with_snapshot(waits_on_the_clock));
+        // Its Deployment made: ours is adopted (a write), and then no rule
+        // waits on the clock.
+        w.deps = vec![with_uid(dep("ghost", 3))];
+        assert!(!w.with_snapshot(waits_on_the_clock));
+        w.deps.clear();
         w.age = 61;
         // Its Deployment being deleted (held by a finalizer, its pods
         // still running): garbage collection's to take, not an orphan.

@@ -16,7 +16,7 @@
 //! entry still waiting at the next sweep joins the marked ones, so a steady
 //! stream of changes never holds the resync (an orphan PDB's grace) back.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy)]
@@ -224,9 +224,111 @@ impl Schedule {
     }
 }
 
+/// The namespaces a resync may leave out: each one's last job found nothing
+/// to write or report and nothing waiting on the clock (an orphan PDB's
+/// grace), and nothing marked it since. The resync is the safety net for a
+/// change no watch event said, and a settled namespace's next change marks
+/// it; planning every settled namespace again every resync was the bulk of
+/// an idle reconciler's CPU. One resync in `full_every` still plans them all.
+#[derive(Debug)]
+pub struct Settled {
+    set: HashSet<String>,
+    resyncs: u32,
+    full_every: u32,
+}
+
+impl Settled {
+    pub fn new(full_every: u32) -> Self {
+        Settled {
+            set: HashSet::new(),
+            resyncs: 0,
+            full_every: full_every.max(1),
+        }
+    }
+
+    /// `ns` was marked: planned, it is settled again only by that job.
+    pub fn changed(&mut self, ns: &str) {
+        self.set.remove(ns);
+    }
+
+    /// Everything was marked (a lead taken, a store's list done again).
+    pub fn all_changed(&mut self) {
+        self.set.clear();
+    }
+
+    /// A job of `ns` ended; `settled` as above. A job that ended before a
+    /// mark taken since is followed by that mark's job, which says again.
+    pub fn finished(&mut self, ns: &str, settled: bool) {
+        if settled {
+            self.set.insert(ns.to_string());
+        } else {
+            self.set.remove(ns);
+        }
+    }
+
+    /// A resync over the namespaces `existing`: those it plans, all of them
+    /// every `full_every` resyncs. Namespaces gone are forgotten.
+    pub fn resync<'a>(&mut self, existing: &'a HashSet<String>) -> Vec<&'a str> {
+        self.resyncs = self.resyncs.wrapping_add(1);
+        if self.resyncs % self.full_every == 0 {
+            self.set.clear();
+        }
+        self.set.retain(|ns| existing.contains(ns));
+        let mut out: Vec<&str> = existing
+            .iter()
+            .map(String::as_str)
+            .filter(|ns| !self.set.contains(*ns))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn existing(names: &[&str]) -> HashSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_resync_leaves_out_settled_namespaces_until_they_change_or_a_full_one_comes() {
+        let mut s = Settled::new(3);
+        let all = existing(&["a", "b", "c"]);
+        assert_eq!(s.resync(&all), ["a", "b", "c"], "nothing settled yet");
+        s.finished("a", true);
+        s.finished("b", true);
+        s.finished("c", false);
+        assert_eq!(s.resync(&all), ["c"]);
+        s.changed("a");
+        assert_eq!(s.resync(&all), ["a", "b", "c"], "the third: a full one");
+        s.finished("a", true);
+        s.finished("b", true);
+        s.finished("c", true);
+        assert_eq!(s.resync(&all), Vec::<&str>::new());
+        // A settled namespace whose next job finds work is not settled.
+        s.finished("b", false);
+        assert_eq!(s.resync(&all), ["b"]);
+        s.finished("b", true);
+        s.all_changed();
+        assert_eq!(
+            s.resync(&all),
+            ["a", "b", "c"],
+            "the sixth, and all changed"
+        );
+    }
+
+    #[test]
+    fn namespaces_gone_are_forgotten_and_one_made_again_is_planned() {
+        let mut s = Settled::new(100);
+        let all = existing(&["a", "b"]);
+        s.finished("a", true);
+        s.finished("b", true);
+        assert_eq!(s.resync(&existing(&["b"])), Vec::<&str>::new());
+        assert_eq!(s.set.len(), 1, "a forgotten");
+        assert_eq!(s.resync(&all), ["a"], "a made again under its name");
+    }
 
     const LIMITS: Limits = Limits {
         fast: 2,
