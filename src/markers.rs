@@ -156,6 +156,20 @@ pub fn lone_marker_at(
 /// surge's and not someone's to keep. Removed with the markers.
 pub const TAKEN_OVER: &str = "eviction-autoscaler.azure.com/taken-over";
 
+/// Never on the server: what the caches put on an object in place of copies
+/// of our markers that someone else wrote
+/// ([`crate::surge::writer::drop_foreign_markers`]), naming their field
+/// managers. The surge worker does not surge through such an object (its
+/// surge would be overwritten by the copy at the next sync, and surged
+/// again, a write loop), and says why. Not among [`Markers::CLEAR`]: no
+/// write of ours ever sets or removes it.
+pub const FOREIGN: &str = "eviction-autoscaler.azure.com/markers-written-by";
+
+/// The managers named by [`FOREIGN`], if the object carries it.
+pub fn foreign_writers(annotations: Option<&BTreeMap<String, String>>) -> Option<&str> {
+    annotations.and_then(|a| a.get(FOREIGN)).map(String::as_str)
+}
+
 /// Ours, beside the markers: set when a user's change during a surge is
 /// adopted, to the number of displaced pods counted then. The episode is not
 /// surged again unless more pods are displaced (behaviour.md section 5), so a

@@ -39,6 +39,7 @@ use crate::markers::{self, Markers};
 use crate::patch::{annotation_ops, deployment_revert_ops, guarded_set, json_patch};
 use crate::surge::step::annotation_path;
 use crate::surge::view::{self, hpa_is_kedas};
+use crate::surge::writer;
 use crate::surge::writer::{writer, Field, ReplicasWriter};
 
 #[derive(Debug, thiserror::Error)]
@@ -559,7 +560,12 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
 
     // Autoscalers first: their Deployments' own markers are reverted below.
     let hpas: Api<HorizontalPodAutoscaler> = Api::all(client.clone());
-    let hpa_list = hpas.list(&ListParams::default()).await?.items;
+    let mut hpa_list = hpas.list(&ListParams::default()).await?.items;
+    // Copies of our markers someone else wrote are theirs: left as they are.
+    for h in &mut hpa_list {
+        let min = h.spec.as_ref().and_then(|s| s.min_replicas);
+        writer::drop_foreign_markers(&mut h.metadata, writer::Field::MinReplicas, min);
+    }
     // Each Deployment's HPAs' maxReplicas (KEDA's too): a surged Deployment
     // the HPA controller took down to one is still ours above its baseline.
     let mut maxima: BTreeMap<Target, Vec<i32>> = BTreeMap::new();
@@ -631,8 +637,17 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => keda_unknown = Some(format!("ScaledObjects could not be listed: {e}")),
                 Ok(list) => {
-                    for so in list {
+                    for mut so in list {
                         let current = so.data["spec"].get("minReplicaCount").cloned();
+                        let min = current
+                            .as_ref()
+                            .and_then(Value::as_i64)
+                            .and_then(|v| i32::try_from(v).ok());
+                        writer::drop_foreign_markers(
+                            &mut so.metadata,
+                            writer::Field::MinReplicaCount,
+                            min,
+                        );
                         // Paused, KEDA deleted its HPA: its minimum holds no
                         // Deployment (no floor, nothing to wait for).
                         let target = so_target(&so);
@@ -687,7 +702,11 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     }
 
     let deps: Api<Deployment> = Api::all(client.clone());
-    let dep_list = deps.list(&ListParams::default()).await?.items;
+    let mut dep_list = deps.list(&ListParams::default()).await?.items;
+    for d in &mut dep_list {
+        let replicas = d.spec.as_ref().and_then(|s| s.replicas);
+        writer::drop_foreign_markers(&mut d.metadata, writer::Field::Replicas, replicas);
+    }
     let marked = |d: &Deployment| Markers::any_present(d.metadata.annotations.as_ref());
     // KEDA's operator copies a ScaledObject's minimum onto its HPA a moment
     // later: wait for that (bounded) before lowering the Deployments.

@@ -1093,7 +1093,23 @@ fn plan_step(
     if let Some(m) = cut {
         snapshot.replicas = m.baseline.max(0);
     }
-    let action = plan::plan(&snapshot);
+    // Copies of our markers someone else wrote (a manifest taken mid-surge,
+    // applied again by its tool): a surge would be overwritten by the copy
+    // at the tool's next sync and made again, a write loop. Said instead,
+    // as a surge that cannot help.
+    let foreign = all
+        .iter()
+        .find_map(|o| markers::foreign_writers(o.annotations));
+    let action = match (plan::plan(&snapshot), foreign) {
+        (Action::Surge { .. }, Some(by)) => Action::Impossible {
+            reason: format!(
+                "its surge markers were written by someone else ({by}), not by a surge of ours \
+                 (a manifest taken during a surge?): no surge while they are there; remove them \
+                 from what sets them"
+            ),
+        },
+        (a, _) => a,
+    };
     snapshot.replicas = running;
     out.displaced = plan::displaced_count(&snapshot);
     out.budget_open = snapshot.pdb_disruptions_allowed > 0;
@@ -1732,6 +1748,45 @@ mod tests {
     /// Displaced pods are those a PDB selects: with the PDB gone, a node
     /// left cordoned (quarantined, a stuck autoscaler's taint) holds no
     /// surge and keeps no signal fresh; with it, the surge waits.
+    /// A Deployment whose markers the caches found to be someone else's
+    /// copy (they leave the note instead): its pods on a cordoned node
+    /// would surge it, but the copy would overwrite the surge at the tool's
+    /// next sync. No write; said as a surge that cannot help, naming who.
+    #[test]
+    fn copies_of_our_markers_written_by_someone_else_hold_the_surge_and_say_why() {
+        let mut d = Deployment::clone(&dep(3, None));
+        d.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(markers::FOREIGN.into(), "argocd-controller".into());
+        let objs = NsObjects {
+            deployments: vec![Arc::new(d)],
+            pods: pods(3, "n1"),
+            pdbs: vec![blocking_pdb(3)],
+            in_scope: true,
+            ..Default::default()
+        };
+        let s = run(&objs, &["n1"], &quiet());
+        assert!(s.writes.is_empty(), "{:?}", s.writes);
+        match &s.action {
+            Action::Impossible { reason } => assert!(
+                reason.contains("written by someone else (argocd-controller)"),
+                "{reason}"
+            ),
+            other => panic!("want Impossible, got {other:?}"),
+        }
+        assert_eq!(s.on_draining, 3, "the drain's signal is still counted");
+        // Without the note, the same Deployment surges.
+        let objs = NsObjects {
+            deployments: vec![dep(3, None)],
+            ..objs
+        };
+        assert!(matches!(
+            run(&objs, &["n1"], &quiet()).action,
+            Action::Surge { .. }
+        ));
+    }
+
     #[test]
     fn a_node_left_cordoned_holds_no_surge_without_a_pdb() {
         let mut objs = NsObjects {

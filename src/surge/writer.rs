@@ -125,6 +125,98 @@ pub fn writer(meta: &ObjectMeta, field: Field) -> ReplicasWriter {
     }
 }
 
+/// Someone else's copy of our surge markers, not a record of ours: both
+/// markers owned (managedFields) only by managers that are not this product
+/// (nor a client without a name, nor the Go project's), and a value that is
+/// not what our surge would have left: someone's, or not the copy's surged
+/// number (and not set by the HPA controller, which clamps a surge of ours
+/// at its maximum), or a copy that surges nothing. A GitOps source holding
+/// a manifest taken mid-surge puts them back after each revert: read as
+/// ours, each time they were adopted or cleaned (a write, and an Event)
+/// and the tool wrote them again, a write loop. Read as someone's, the
+/// value stays where the surge planner would have left it anyway (a value
+/// someone set, or one that is not the surged number, is adopted), and
+/// nothing of ours writes. Our own surge owns its markers (its patch sets
+/// them), unless it wrote the very numbers already there: then its value,
+/// the surged number, ours, keeps it ours. Without managedFields, never.
+pub fn foreign_markers(meta: &ObjectMeta, field: Field, value: Option<i32>) -> bool {
+    let Some(m) = crate::markers::Markers::from_annotations(meta.annotations.as_ref()) else {
+        return false;
+    };
+    let only_theirs = |key: &str| {
+        let mut owners = meta
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|e| owns_annotation(e, key))
+            .peekable();
+        owners.peek().is_some() && owners.all(|e| !could_be_ours(e))
+    };
+    if !(only_theirs(names::SURGE_REPLICAS) && only_theirs(names::ORIGINAL_MIN_REPLICAS)) {
+        return false;
+    }
+    let by = writer(meta, field);
+    by == ReplicasWriter::Someone
+        || m.surged_to == m.baseline
+        || (value != Some(m.surged_to) && by != ReplicasWriter::Autoscaler)
+}
+
+/// [`foreign_markers`]: takes them (and the notes that go with our markers,
+/// when as foreign) out of `meta`'s annotations, as the caches keep it, so
+/// that no reader takes them for a surge. The map stays, even emptied: a
+/// patch of ours then adds its keys one by one, never a whole new map over
+/// annotations the cache does not show. Returns whether it did.
+pub fn drop_foreign_markers(meta: &mut ObjectMeta, field: Field, value: Option<i32>) -> bool {
+    if !foreign_markers(meta, field, value) {
+        return false;
+    }
+    let theirs: Vec<&str> = crate::markers::Markers::CLEAR
+        .iter()
+        .map(|(k, _)| *k)
+        .filter(|k| {
+            meta.managed_fields
+                .iter()
+                .flatten()
+                .filter(|e| owns_annotation(e, k))
+                .all(|e| !could_be_ours(e))
+        })
+        .collect();
+    let mut managers: Vec<&str> = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| owns_annotation(e, names::SURGE_REPLICAS))
+        .filter_map(|e| e.manager.as_deref())
+        .collect();
+    managers.sort_unstable();
+    managers.dedup();
+    let managers = managers.join(", ");
+    if let Some(a) = meta.annotations.as_mut() {
+        for k in theirs {
+            a.remove(k);
+        }
+        a.insert(crate::markers::FOREIGN.to_string(), managers);
+    }
+    true
+}
+
+fn owns_annotation(e: &ManagedFieldsEntry, key: &str) -> bool {
+    e.fields_v1.as_ref().is_some_and(|f| {
+        f.0.get("f:metadata")
+            .and_then(|m| m.get("f:annotations"))
+            .and_then(|a| a.get(format!("f:{key}")))
+            .is_some()
+    })
+}
+
+/// This product, an earlier build of it, or the Go project's client.
+fn could_be_ours(e: &ManagedFieldsEntry) -> bool {
+    matches!(
+        e.manager.as_deref(),
+        None | Some(names::MANAGER | UNNAMED | GO_PROJECT)
+    )
+}
+
 /// What the caches keep of an object's managedFields: the owners of
 /// `field` (manager, operation, subresource), nothing else.
 pub fn keep_owners(meta: &mut ObjectMeta, field: Field) {
@@ -195,6 +287,178 @@ mod tests {
             managed_fields: Some(entries),
             ..ObjectMeta::default()
         }
+    }
+
+    /// An entry owning the two markers (and `extra` annotations), and the
+    /// value too when `value`.
+    fn markers_entry(manager: &str, value: bool, extra: &[&str]) -> ManagedFieldsEntry {
+        let mut ann = serde_json::Map::new();
+        for k in [names::SURGE_REPLICAS, names::ORIGINAL_MIN_REPLICAS]
+            .iter()
+            .chain(extra)
+        {
+            ann.insert(format!("f:{k}"), json!({}));
+        }
+        let mut fields = json!({"f:metadata": {"f:annotations": ann}});
+        if value {
+            fields["f:spec"] = json!({"f:replicas": {}});
+        }
+        entry(manager, None, fields)
+    }
+
+    fn marked(entries: Vec<ManagedFieldsEntry>, baseline: &str, surged: &str) -> ObjectMeta {
+        let mut m = meta(entries);
+        m.annotations = Some(
+            [
+                (names::SURGE_REPLICAS, surged),
+                (names::ORIGINAL_MIN_REPLICAS, baseline),
+                ("team", "shop"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        m
+    }
+
+    /// A GitOps manifest taken mid-surge (replicas 4, markers 3 and 4),
+    /// applied again by its tool: someone's, not ours.
+    #[test]
+    fn markers_and_value_written_by_someone_else_are_theirs() {
+        let m = marked(
+            vec![markers_entry("argocd-controller", true, &[])],
+            "3",
+            "4",
+        );
+        assert!(foreign_markers(&m, Field::Replicas, Some(4)));
+        // The manifest without replicas: the value is ours (the revert's), at
+        // the copy's baseline.
+        let mut m = marked(
+            vec![
+                markers_entry("argocd-controller", false, &[]),
+                replicas_entry(names::MANAGER, None),
+            ],
+            "3",
+            "4",
+        );
+        assert!(foreign_markers(&m, Field::Replicas, Some(3)));
+        // Our surge wrote the very numbers of the copy (their owner stays):
+        // its value, the surged number and ours, keeps it ours.
+        assert!(!foreign_markers(&m, Field::Replicas, Some(4)));
+        // Made with the copy and no replicas (defaulted, no owner): theirs.
+        let made = marked(
+            vec![markers_entry("argocd-controller", false, &[])],
+            "3",
+            "4",
+        );
+        assert!(foreign_markers(&made, Field::Replicas, Some(1)));
+        // A copy of an adopted surge (n to n): nothing to take back.
+        let adopted = marked(
+            vec![markers_entry("argocd-controller", false, &[])],
+            "4",
+            "4",
+        );
+        assert!(foreign_markers(&adopted, Field::Replicas, Some(4)));
+        // Dropped from what the caches keep; the other annotations stay.
+        assert!(drop_foreign_markers(&mut m, Field::Replicas, Some(3)));
+        let left = m.annotations.as_ref().expect("the map stays");
+        assert_eq!(
+            left.iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (crate::markers::FOREIGN, "argocd-controller"),
+                ("team", "shop")
+            ]
+        );
+    }
+
+    #[test]
+    fn markers_we_own_or_share_are_ours() {
+        // Written by our patch.
+        let m = marked(vec![markers_entry(names::MANAGER, true, &[])], "3", "4");
+        assert!(!foreign_markers(&m, Field::Replicas, Some(4)));
+        // Applied by a tool with the same values as ours: shared.
+        let m = marked(
+            vec![
+                markers_entry(names::MANAGER, true, &[]),
+                markers_entry("argocd-controller", true, &[]),
+            ],
+            "3",
+            "4",
+        );
+        assert!(!foreign_markers(&m, Field::Replicas, Some(4)));
+        // One marker edited by hand: the baseline is still our record.
+        let mut edited = markers_entry("kubectl-edit", false, &[]);
+        edited.fields_v1 = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+            json!({"f:metadata": {"f:annotations": {format!("f:{}", names::SURGE_REPLICAS): {}}}}),
+        ));
+        let m = marked(
+            vec![edited, markers_entry(names::MANAGER, true, &[])],
+            "3",
+            "5",
+        );
+        assert!(!foreign_markers(&m, Field::Replicas, Some(4)));
+        // Both rewritten by hand over our surge, to numbers that are not its
+        // value: theirs, the value left as it is (the planner would have
+        // adopted it); at the surged number they write, still ours.
+        let m = marked(
+            vec![
+                markers_entry("kubectl-edit", false, &[]),
+                replicas_entry(names::MANAGER, None),
+            ],
+            "2",
+            "5",
+        );
+        assert!(foreign_markers(&m, Field::Replicas, Some(4)));
+        assert!(!foreign_markers(&m, Field::Replicas, Some(5)));
+        // Our surge clamped by an HPA's maximum: the HPA controller's value,
+        // ours to take back, so the markers stay read.
+        let m = marked(
+            vec![
+                markers_entry("argocd-controller", false, &[]),
+                replicas_entry(AUTOSCALER_MANAGER, Some("scale")),
+            ],
+            "3",
+            "6",
+        );
+        assert!(!foreign_markers(&m, Field::Replicas, Some(5)));
+        // No managedFields (stripped): no evidence, ours.
+        let mut m = marked(vec![], "3", "4");
+        m.managed_fields = None;
+        assert!(!foreign_markers(&m, Field::Replicas, Some(4)));
+        assert!(!drop_foreign_markers(&mut m, Field::Replicas, Some(4)));
+        assert_eq!(m.annotations.as_ref().map(|a| a.len()), Some(3));
+    }
+
+    /// The notes that go with the markers leave with them when theirs too
+    /// (a cleaning of them alone would be the same loop); ours stay.
+    #[test]
+    fn notes_copied_with_the_markers_go_with_them() {
+        let mut m = marked(
+            vec![markers_entry(
+                "argocd-controller",
+                true,
+                &[crate::markers::ADOPTED_DISPLACED],
+            )],
+            "3",
+            "4",
+        );
+        if let Some(a) = m.annotations.as_mut() {
+            a.insert(crate::markers::ADOPTED_DISPLACED.into(), "1".into());
+            a.insert(crate::markers::TAKEN_OVER.into(), "4".into());
+        }
+        m.managed_fields.get_or_insert_with(Vec::new).push(entry(
+            names::MANAGER,
+            None,
+            json!({"f:metadata": {"f:annotations": {format!("f:{}", crate::markers::TAKEN_OVER): {}}}}),
+        ));
+        assert!(drop_foreign_markers(&mut m, Field::Replicas, Some(4)));
+        let left = m.annotations.as_ref().expect("the map stays");
+        assert_eq!(
+            left.keys().map(String::as_str).collect::<Vec<_>>(),
+            [crate::markers::FOREIGN, crate::markers::TAKEN_OVER, "team"]
+        );
     }
 
     #[test]

@@ -267,3 +267,114 @@ async fn a_gitops_tool_forcing_an_hpa_minimum_mid_surge_wins_once_without_a_writ
     wait_hpa_min(&hpas, "gh", 3, Some(false), Duration::from_secs(60)).await;
     assert_settled_at(&ns, "gh", 3, Duration::from_secs(60)).await;
 }
+
+/// A manifest taken mid-surge carries our markers (baseline 3, surge 4):
+/// `gm` with its replicas (4), `gn` with the markers alone (its replicas
+/// defaulted to 1). The tool applies both again and again, with no drain.
+/// The markers are the tool's, not a surge of ours: before, each sync had
+/// them adopted or cleaned (a write, an Event) and the tool put them back,
+/// a write loop as long as the tool runs. Now nothing of ours writes either
+/// Deployment, the replicas stay the tool's, no surge Event is emitted, and
+/// our PDB follows the replicas (the copy's baseline 3 is no floor). A
+/// cordon meanwhile surges nothing (the copy would overwrite the surge at
+/// the next sync): its record is Degraded and says why.
+#[tokio::test]
+async fn a_gitops_manifest_carrying_our_markers_is_left_alone() {
+    use eviction_autoscaler::names::{ORIGINAL_MIN_REPLICAS, SURGE_REPLICAS};
+    // No node cordoned by another test meanwhile: a pod there would be a
+    // drain's, and the surge it starts a real one.
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-gitops-markers").await;
+    let deps: Api<Deployment> = ns.api();
+    let with_markers = |mut d: Deployment| {
+        d.metadata.annotations = Some(
+            [(ORIGINAL_MIN_REPLICAS, "3"), (SURGE_REPLICAS, "4")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        d
+    };
+    let gm = with_markers(deployment("gm", 4, None));
+    let mut gn = with_markers(deployment("gn", 1, None));
+    if let Some(s) = gn.spec.as_mut() {
+        s.replicas = None;
+    }
+    sync(&deps, &gm, false).await.expect("create gm by apply");
+    sync(&deps, &gn, false).await.expect("create gn by apply");
+    let gm_pods = wait_ready(&ns, "gm", 4).await;
+    wait_ready(&ns, "gn", 1).await;
+    wait_pdb_blocking(&ns, "gm", 4).await;
+    wait_pdb_blocking(&ns, "gn", 1).await;
+
+    let gn_seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let replicas = |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas);
+    let (seen, before_last, last) = sync_loop(&deps, &gm, replicas, || {
+        let (deps, gn, gn_seen) = (deps.clone(), gn.clone(), gn_seen.clone());
+        async move {
+            let synced = sync(&deps, &gn, true).await.expect("forced apply of gn");
+            if let Ok(mut s) = gn_seen.lock() {
+                s.push(synced);
+            }
+        }
+    })
+    .await;
+    assert_never_raised_again(&seen, 4, "gm's spec.replicas");
+    assert_no_write_between(&before_last, &last, "Deployment gm");
+    let gn_syncs = gn_seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let gn_now = deps.get("gn").await.expect("gn");
+    let gn_before = gn_syncs.last().expect("gn synced");
+    assert_no_write_between(gn_before, &gn_now, "Deployment gn");
+    assert_eq!(
+        gn_now.spec.as_ref().and_then(|s| s.replicas),
+        Some(1),
+        "gn keeps its replicas"
+    );
+    for d in [&last, &gn_now] {
+        let a = d.meta().annotations.clone().unwrap_or_default();
+        assert_eq!(
+            (
+                a.get(ORIGINAL_MIN_REPLICAS).map(String::as_str),
+                a.get(SURGE_REPLICAS).map(String::as_str)
+            ),
+            (Some("3"), Some("4")),
+            "the tool's annotations stay as it wrote them: {a:?}"
+        );
+    }
+    for reason in [
+        "SurgeBaselineChanged",
+        "SurgeReverted",
+        "SurgeMarkersInvalid",
+        "SurgeStarted",
+    ] {
+        assert_eq!(event_total(&ns.name, reason), 0, "no {reason} Event");
+    }
+    wait_pdb_blocking(&ns, "gm", 4).await;
+
+    // A drain meanwhile: a surge would be overwritten by the copy at the
+    // tool's next sync, and made again. None is made; the record says why.
+    let node = nodes_of(&gm_pods)[0].clone();
+    kubectl_ok(&["cordon", &node]);
+    let eas = || String::from_utf8_lossy(&eas_get(&ns.name, "gm", "yaml").stdout).to_string();
+    wait_for(
+        "Degraded SurgeImpossible: markers written by someone else",
+        Duration::from_secs(30),
+        || async {
+            let y = eas();
+            (y.contains("reason: SurgeImpossible")
+                && y.contains("written by someone else (gitops)"))
+            .then_some(())
+        },
+    )
+    .await;
+    sync(&deps, &gm, true).await.expect("forced apply");
+    tokio::time::sleep(SYNC_EVERY).await;
+    let d = deps.get("gm").await.expect("gm");
+    uncordon(&node);
+    assert_eq!(replicas(&d), Some(4), "no surge");
+    assert_eq!(event_total(&ns.name, "SurgeStarted"), 0, "no surge");
+    wait_for("Degraded cleared", Duration::from_secs(30), || async {
+        (!eas().contains("reason: SurgeImpossible")).then_some(())
+    })
+    .await;
+}
