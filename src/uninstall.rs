@@ -266,7 +266,36 @@ async fn target_surging(
         .into_iter()
         .map(Arc::new)
         .collect();
-    let sos: Vec<Arc<DynamicObject>> = sos.into_iter().map(Arc::new).collect();
+    // Copies of our markers someone else wrote are no surge (as the caches
+    // read them).
+    let deployment: Vec<Arc<Deployment>> = deployment
+        .into_iter()
+        .map(|d| {
+            let mut d = Deployment::clone(&d);
+            let v = d.spec.as_ref().and_then(|s| s.replicas);
+            writer::drop_foreign_markers(&mut d.metadata, writer::Field::Replicas, v);
+            Arc::new(d)
+        })
+        .collect();
+    let hpas: Vec<Arc<HorizontalPodAutoscaler>> = hpas
+        .into_iter()
+        .map(|h| {
+            let mut h = HorizontalPodAutoscaler::clone(&h);
+            let v = h.spec.as_ref().and_then(|s| s.min_replicas);
+            writer::drop_foreign_markers(&mut h.metadata, writer::Field::MinReplicas, v);
+            Arc::new(h)
+        })
+        .collect();
+    let sos: Vec<Arc<DynamicObject>> = sos
+        .into_iter()
+        .map(|mut so| {
+            let v = so.data["spec"]["minReplicaCount"]
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok());
+            writer::drop_foreign_markers(&mut so.metadata, writer::Field::MinReplicaCount, v);
+            Arc::new(so)
+        })
+        .collect();
     let surging = crate::reconcile::surging(&deployment, &hpas, &sos, false);
     Ok(surging.contains(&target.to_ascii_lowercase()))
 }

@@ -19,6 +19,7 @@ use crate::crd::EvictionAutoScaler;
 use crate::markers::Markers;
 use crate::scope;
 use crate::surge::step::{ObjKey, ObjKind};
+use crate::surge::writer::{drop_foreign_markers, Field};
 
 /// Taints that mean a node is being drained, besides `spec.unschedulable`.
 pub const DRAIN_TAINTS: [&str; 3] = [
@@ -357,20 +358,30 @@ impl NsObjects {
 
     /// Puts a freshly read object (JSON as the apiserver sent it) in place
     /// of the cached one; `None` removes it (gone). An object that does not
-    /// decode is left as cached.
+    /// decode is left as cached. Copies of our markers someone else wrote
+    /// are left out, as the caches leave them out.
     pub fn replace(&mut self, key: &ObjKey, fresh: Option<serde_json::Value>) {
-        fn swap<K: serde::de::DeserializeOwned>(
+        fn swap<K: serde::de::DeserializeOwned + kube::Resource>(
             list: &mut Vec<Arc<K>>,
             name: &str,
             name_of: impl Fn(&K) -> Option<&str>,
             fresh: Option<serde_json::Value>,
+            field: Field,
         ) {
             let decoded = match fresh {
                 None => None,
-                Some(v) => match serde_json::from_value::<K>(v) {
-                    Ok(k) => Some(k),
-                    Err(_) => return,
-                },
+                Some(v) => {
+                    let value = v["spec"][field.json_key()]
+                        .as_i64()
+                        .and_then(|n| i32::try_from(n).ok());
+                    match serde_json::from_value::<K>(v) {
+                        Ok(mut k) => {
+                            drop_foreign_markers(k.meta_mut(), field, value);
+                            Some(k)
+                        }
+                        Err(_) => return,
+                    }
+                }
             };
             list.retain(|o| name_of(o) != Some(name));
             if let Some(k) = decoded {
@@ -383,18 +394,21 @@ impl NsObjects {
                 &key.name,
                 |d: &Deployment| d.metadata.name.as_deref(),
                 fresh,
+                Field::Replicas,
             ),
             ObjKind::Hpa => swap(
                 &mut self.hpas,
                 &key.name,
                 |h: &HorizontalPodAutoscaler| h.metadata.name.as_deref(),
                 fresh,
+                Field::MinReplicas,
             ),
             ObjKind::ScaledObject => swap(
                 &mut self.scaled_objects,
                 &key.name,
                 |o: &DynamicObject| o.metadata.name.as_deref(),
                 fresh,
+                Field::MinReplicaCount,
             ),
         }
     }
@@ -452,6 +466,58 @@ mod tests {
             "metadata": {"name": "web", "namespace": "ns"},
             "spec": {"targetName": "web", "lastEviction": {"podName": "web-1", "evictionTime": t.to_string()}}}),
         )
+    }
+
+    /// A fresh read after a conflict (the tool's sync just wrote its copy
+    /// of our markers) is read as the caches read it: the copy left out,
+    /// the note in its place; our own markers stay.
+    #[test]
+    fn a_fresh_read_leaves_out_a_copy_of_our_markers_as_the_caches_do() {
+        let deployment = |manager: &str| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "ns",
+                    "annotations": {names::SURGE_REPLICAS: "4", names::ORIGINAL_MIN_REPLICAS: "3"},
+                    "managedFields": [{"manager": manager, "operation": "Apply",
+                        "fieldsType": "FieldsV1", "fieldsV1": {
+                            "f:metadata": {"f:annotations": {
+                                format!("f:{}", names::SURGE_REPLICAS): {},
+                                format!("f:{}", names::ORIGINAL_MIN_REPLICAS): {}}},
+                            "f:spec": {"f:replicas": {}}}}]},
+                "spec": {"replicas": 4, "selector": {}, "template": {}}})
+        };
+        let key = ObjKey {
+            kind: ObjKind::Deployment,
+            namespace: "ns".into(),
+            name: "web".into(),
+        };
+        let mut objs = NsObjects::default();
+        objs.replace(&key, Some(deployment("gitops")));
+        let a = objs.deployments[0]
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(
+            (
+                Markers::from_annotations(Some(&a)),
+                a.get(crate::markers::FOREIGN)
+            ),
+            (None, Some(&"gitops".to_string()))
+        );
+        objs.replace(&key, Some(deployment(names::MANAGER)));
+        let a = objs.deployments[0]
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(
+            Markers::from_annotations(Some(&a)),
+            Some(Markers {
+                baseline: 3,
+                surged_to: 4
+            })
+        );
+        assert_eq!(objs.deployments.len(), 1);
     }
 
     /// A namespace whose objects are cached before the namespace itself

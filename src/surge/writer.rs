@@ -74,6 +74,15 @@ pub enum Field {
 }
 
 impl Field {
+    /// Its name under `spec` in the object's JSON.
+    pub fn json_key(self) -> &'static str {
+        match self {
+            Field::Replicas => "replicas",
+            Field::MinReplicas => "minReplicas",
+            Field::MinReplicaCount => "minReplicaCount",
+        }
+    }
+
     /// Its key under `f:spec` in a FieldsV1 set.
     fn key(self) -> &'static str {
         match self {
@@ -156,9 +165,13 @@ pub fn foreign_markers(meta: &ObjectMeta, field: Field, value: Option<i32>) -> b
         return false;
     }
     let by = writer(meta, field);
+    // Where the HPA controller clamps a surge of ours (at a maximum between
+    // its baseline and its surge): still ours to take back.
+    let clamp = by == ReplicasWriter::Autoscaler
+        && value.is_some_and(|v| m.baseline < v && v < m.surged_to);
     by == ReplicasWriter::Someone
         || m.surged_to == m.baseline
-        || (value != Some(m.surged_to) && by != ReplicasWriter::Autoscaler)
+        || (value != Some(m.surged_to) && !clamp)
 }
 
 /// [`foreign_markers`]: takes them (and the notes that go with our markers,
@@ -423,6 +436,11 @@ mod tests {
             "6",
         );
         assert!(!foreign_markers(&m, Field::Replicas, Some(5)));
+        // Under an HPA holding the Deployment at the copy's baseline (the
+        // tool's manifest has no replicas), or above the copy's surge on
+        // metrics: the HPA's value, not a surge of ours; theirs.
+        assert!(foreign_markers(&m, Field::Replicas, Some(3)));
+        assert!(foreign_markers(&m, Field::Replicas, Some(7)));
         // No managedFields (stripped): no evidence, ours.
         let mut m = marked(vec![], "3", "4");
         m.managed_fields = None;
