@@ -705,6 +705,16 @@ impl Webhooks {
         if dep.metadata.namespace.is_none() {
             dep.metadata.namespace = req.namespace.clone();
         }
+        // Copies of our markers someone else wrote (a manifest taken
+        // mid-surge) are no surge: its floor is its replicas, as the
+        // caches will read it. The map stays, so the annotation patch
+        // below is unchanged.
+        let replicas = dep.spec.as_ref().and_then(|s| s.replicas);
+        crate::surge::writer::drop_foreign_markers(
+            &mut dep.metadata,
+            crate::surge::writer::Field::Replicas,
+            replicas,
+        );
         let ns = dep.metadata.namespace.clone().unwrap_or_default();
         if !self.cache.synced() {
             // The reconciler creates the PDB once caches are synced.

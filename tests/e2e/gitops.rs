@@ -300,6 +300,10 @@ async fn a_gitops_manifest_carrying_our_markers_is_left_alone() {
     if let Some(s) = gn.spec.as_mut() {
         s.replicas = None;
     }
+    // Sampled from before the create: its budget is never sized on the
+    // copy's baseline 3 (the admission webhook reads the copy as the
+    // caches do).
+    let sampler = PdbSampler::start(&ns, "gm");
     sync(&deps, &gm, false).await.expect("create gm by apply");
     sync(&deps, &gn, false).await.expect("create gn by apply");
     let gm_pods = wait_ready(&ns, "gm", 4).await;
@@ -350,6 +354,7 @@ async fn a_gitops_manifest_carrying_our_markers_is_left_alone() {
         assert_eq!(event_total(&ns.name, reason), 0, "no {reason} Event");
     }
     wait_pdb_blocking(&ns, "gm", 4).await;
+    assert_eq!(sampler.finish().await, [4].into(), "gm's PDB minimum");
 
     // A drain meanwhile: a surge would be overwritten by the copy at the
     // tool's next sync, and made again. None is made; the record says why.
