@@ -222,13 +222,18 @@ fn owns_annotation(e: &ManagedFieldsEntry, key: &str) -> bool {
     })
 }
 
-/// This product, an earlier build of it, or the Go project's client.
+/// This product, an earlier build of it, or the Go project's client; or
+/// the entry the apiserver merges the oldest Update managers into past ten
+/// (ours may be among them: no evidence either way).
 fn could_be_ours(e: &ManagedFieldsEntry) -> bool {
     matches!(
         e.manager.as_deref(),
-        None | Some(names::MANAGER | UNNAMED | GO_PROJECT)
+        None | Some(names::MANAGER | UNNAMED | GO_PROJECT | ANCIENT)
     )
 }
+
+/// The manager of the apiserver's merged entry (`ancient-changes`).
+const ANCIENT: &str = "ancient-changes";
 
 /// What the caches keep of an object's managedFields: the owners of
 /// `field` (manager, operation, subresource), nothing else.
@@ -441,6 +446,9 @@ mod tests {
         // metrics: the HPA's value, not a surge of ours; theirs.
         assert!(foreign_markers(&m, Field::Replicas, Some(3)));
         assert!(foreign_markers(&m, Field::Replicas, Some(7)));
+        // Our entry merged by the apiserver with older ones: no evidence.
+        let merged = marked(vec![markers_entry(ANCIENT, true, &[])], "3", "4");
+        assert!(!foreign_markers(&merged, Field::Replicas, Some(4)));
         // No managedFields (stripped): no evidence, ours.
         let mut m = marked(vec![], "3", "4");
         m.managed_fields = None;
