@@ -640,15 +640,14 @@ pub fn strip_meta(meta: &mut ObjectMeta) {
 /// markers that someone else wrote are left out
 /// ([`crate::surge::writer::drop_foreign_markers`]): no reader takes them
 /// for a surge.
-fn strip_meta_keeping_owners(
-    meta: &mut ObjectMeta,
-    field: crate::surge::writer::Field,
-    value: Option<i32>,
-) {
-    if crate::surge::writer::drop_foreign_markers(meta, field, value) {
-        tracing::debug!(namespace = ?meta.namespace, name = ?meta.name, ?field,
+fn strip_meta_keeping_owners<K: crate::surge::writer::SurgeTarget>(k: &mut K) {
+    if crate::surge::writer::leave_out_copy(k) {
+        let meta = k.meta();
+        tracing::debug!(namespace = ?meta.namespace, name = ?meta.name,
             "surge markers written by someone else, not by a surge of ours: left out");
     }
+    let (field, _) = k.surge_value();
+    let meta = k.meta_mut();
     crate::surge::writer::keep_owners(meta, field);
     let owners = meta.managed_fields.take();
     strip_meta(meta);
@@ -660,14 +659,7 @@ fn strip_meta_keeping_owners(
 /// writes its status (conditions, health, resource names) and every scaler's
 /// managedFields, none of which we read.
 fn strip_scaled_object(so: &mut DynamicObject) {
-    let min = so.data["spec"]["minReplicaCount"]
-        .as_i64()
-        .and_then(|v| i32::try_from(v).ok());
-    strip_meta_keeping_owners(
-        &mut so.metadata,
-        crate::surge::writer::Field::MinReplicaCount,
-        min,
-    );
+    strip_meta_keeping_owners(so);
     if let Some(o) = so.data.as_object_mut() {
         o.remove("status");
     }
@@ -1366,12 +1358,7 @@ pub fn start(
         })),
     );
     let deployments = r.reflect::<Deployment>(None, |d| {
-        let replicas = d.spec.as_ref().and_then(|s| s.replicas);
-        strip_meta_keeping_owners(
-            &mut d.metadata,
-            crate::surge::writer::Field::Replicas,
-            replicas,
-        );
+        strip_meta_keeping_owners(d);
         if let Some(spec) = d.spec.as_mut() {
             // Pod template labels matter (PDB selectors); containers do not.
             spec.template.spec = None;
@@ -1394,12 +1381,7 @@ pub fn start(
     });
     r.dirty = Some(ns_dirty.clone());
     let hpas = r.reflect::<HorizontalPodAutoscaler>(None, |h| {
-        let min = h.spec.as_ref().and_then(|s| s.min_replicas);
-        strip_meta_keeping_owners(
-            &mut h.metadata,
-            crate::surge::writer::Field::MinReplicas,
-            min,
-        );
+        strip_meta_keeping_owners(h);
         h.status = None;
     });
     let eas = r.reflect::<EvictionAutoScaler>(Some(CRD_MISSING), |e| strip_meta(&mut e.metadata));

@@ -268,33 +268,11 @@ async fn target_surging(
         .collect();
     // Copies of our markers someone else wrote are no surge (as the caches
     // read them).
-    let deployment: Vec<Arc<Deployment>> = deployment
+    let deployment: Vec<_> = deployment.into_iter().map(writer::without_copy).collect();
+    let hpas: Vec<_> = hpas.into_iter().map(writer::without_copy).collect();
+    let sos: Vec<_> = sos
         .into_iter()
-        .map(|d| {
-            let mut d = Deployment::clone(&d);
-            let v = d.spec.as_ref().and_then(|s| s.replicas);
-            writer::drop_foreign_markers(&mut d.metadata, writer::Field::Replicas, v);
-            Arc::new(d)
-        })
-        .collect();
-    let hpas: Vec<Arc<HorizontalPodAutoscaler>> = hpas
-        .into_iter()
-        .map(|h| {
-            let mut h = HorizontalPodAutoscaler::clone(&h);
-            let v = h.spec.as_ref().and_then(|s| s.min_replicas);
-            writer::drop_foreign_markers(&mut h.metadata, writer::Field::MinReplicas, v);
-            Arc::new(h)
-        })
-        .collect();
-    let sos: Vec<Arc<DynamicObject>> = sos
-        .into_iter()
-        .map(|mut so| {
-            let v = so.data["spec"]["minReplicaCount"]
-                .as_i64()
-                .and_then(|n| i32::try_from(n).ok());
-            writer::drop_foreign_markers(&mut so.metadata, writer::Field::MinReplicaCount, v);
-            Arc::new(so)
-        })
+        .map(|so| writer::without_copy(Arc::new(so)))
         .collect();
     let surging = crate::reconcile::surging(&deployment, &hpas, &sos, false);
     Ok(surging.contains(&target.to_ascii_lowercase()))
@@ -592,8 +570,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     let mut hpa_list = hpas.list(&ListParams::default()).await?.items;
     // Copies of our markers someone else wrote are theirs: left as they are.
     for h in &mut hpa_list {
-        let min = h.spec.as_ref().and_then(|s| s.min_replicas);
-        writer::drop_foreign_markers(&mut h.metadata, writer::Field::MinReplicas, min);
+        writer::leave_out_copy(h);
     }
     // Each Deployment's HPAs' maxReplicas (KEDA's too): a surged Deployment
     // the HPA controller took down to one is still ours above its baseline.
@@ -667,16 +644,8 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                 Err(e) => keda_unknown = Some(format!("ScaledObjects could not be listed: {e}")),
                 Ok(list) => {
                     for mut so in list {
+                        writer::leave_out_copy(&mut so);
                         let current = so.data["spec"].get("minReplicaCount").cloned();
-                        let min = current
-                            .as_ref()
-                            .and_then(Value::as_i64)
-                            .and_then(|v| i32::try_from(v).ok());
-                        writer::drop_foreign_markers(
-                            &mut so.metadata,
-                            writer::Field::MinReplicaCount,
-                            min,
-                        );
                         // Paused, KEDA deleted its HPA: its minimum holds no
                         // Deployment (no floor, nothing to wait for).
                         let target = so_target(&so);
@@ -733,8 +702,7 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
     let deps: Api<Deployment> = Api::all(client.clone());
     let mut dep_list = deps.list(&ListParams::default()).await?.items;
     for d in &mut dep_list {
-        let replicas = d.spec.as_ref().and_then(|s| s.replicas);
-        writer::drop_foreign_markers(&mut d.metadata, writer::Field::Replicas, replicas);
+        writer::leave_out_copy(d);
     }
     let marked = |d: &Deployment| Markers::any_present(d.metadata.annotations.as_ref());
     // KEDA's operator copies a ScaledObject's minimum onto its HPA a moment

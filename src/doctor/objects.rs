@@ -19,7 +19,7 @@ use crate::budget::Selector;
 use crate::cache::{keda_resource, PodWire, SlimCondition, SlimPod, SlimPodSpec, SlimPodStatus};
 use crate::config::Behaviour;
 use crate::surge::view::{ClusterView, Indexed};
-use crate::surge::writer::{drop_foreign_markers, foreign_markers, Field};
+use crate::surge::writer::{without_copy, SurgeTarget};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -237,26 +237,10 @@ pub async fn read(
         namespaces: list(Api::all(client.clone()), "Namespaces").await?,
         pods: list_in(client, scope, "Pods").await?,
         pdbs: list_in(client, scope, "PodDisruptionBudgets").await?,
-        deployments: without_copies(list_in(client, scope, "Deployments").await?, |d| {
-            (Field::Replicas, d.spec.as_ref().and_then(|s| s.replicas))
-        }),
+        deployments: without_copies(list_in(client, scope, "Deployments").await?),
         replicasets: list_in(client, scope, "ReplicaSets").await?,
-        hpas: without_copies(
-            list_in(client, scope, "HorizontalPodAutoscalers").await?,
-            |h| {
-                (
-                    Field::MinReplicas,
-                    h.spec.as_ref().and_then(|s| s.min_replicas),
-                )
-            },
-        ),
-        scaled_objects: without_copies(scaled_objects(client, scope).await?, |so| {
-            let min = so.data["spec"]["minReplicaCount"].as_i64();
-            (
-                Field::MinReplicaCount,
-                min.and_then(|v| i32::try_from(v).ok()),
-            )
-        }),
+        hpas: without_copies(list_in(client, scope, "HorizontalPodAutoscalers").await?),
+        scaled_objects: without_copies(scaled_objects(client, scope).await?),
         index: OnceLock::new(),
     })
 }
@@ -264,22 +248,8 @@ pub async fn read(
 /// The objects as the controllers' caches read them: copies of our surge
 /// markers that someone else wrote are no surge
 /// ([`crate::surge::writer::drop_foreign_markers`]).
-fn without_copies<K: Resource + Clone>(
-    objects: Vec<Arc<K>>,
-    value: impl Fn(&K) -> (Field, Option<i32>),
-) -> Vec<Arc<K>> {
-    objects
-        .into_iter()
-        .map(|o| {
-            let (field, v) = value(&o);
-            if !foreign_markers(o.meta(), field, v) {
-                return o;
-            }
-            let mut k = K::clone(&o);
-            drop_foreign_markers(k.meta_mut(), field, v);
-            Arc::new(k)
-        })
-        .collect()
+fn without_copies<K: SurgeTarget + Clone>(objects: Vec<Arc<K>>) -> Vec<Arc<K>> {
+    objects.into_iter().map(without_copy).collect()
 }
 
 /// What controls a pod, followed through its ReplicaSet to a Deployment.

@@ -19,7 +19,7 @@ use crate::crd::EvictionAutoScaler;
 use crate::markers::Markers;
 use crate::scope;
 use crate::surge::step::{ObjKey, ObjKind};
-use crate::surge::writer::{drop_foreign_markers, Field};
+use crate::surge::writer::{leave_out_copy, SurgeTarget};
 
 /// Taints that mean a node is being drained, besides `spec.unschedulable`.
 pub const DRAIN_TAINTS: [&str; 3] = [
@@ -361,27 +361,21 @@ impl NsObjects {
     /// decode is left as cached. Copies of our markers someone else wrote
     /// are left out, as the caches leave them out.
     pub fn replace(&mut self, key: &ObjKey, fresh: Option<serde_json::Value>) {
-        fn swap<K: serde::de::DeserializeOwned + kube::Resource>(
+        fn swap<K: serde::de::DeserializeOwned + SurgeTarget>(
             list: &mut Vec<Arc<K>>,
             name: &str,
             name_of: impl Fn(&K) -> Option<&str>,
             fresh: Option<serde_json::Value>,
-            field: Field,
         ) {
             let decoded = match fresh {
                 None => None,
-                Some(v) => {
-                    let value = v["spec"][field.json_key()]
-                        .as_i64()
-                        .and_then(|n| i32::try_from(n).ok());
-                    match serde_json::from_value::<K>(v) {
-                        Ok(mut k) => {
-                            drop_foreign_markers(k.meta_mut(), field, value);
-                            Some(k)
-                        }
-                        Err(_) => return,
+                Some(v) => match serde_json::from_value::<K>(v) {
+                    Ok(mut k) => {
+                        leave_out_copy(&mut k);
+                        Some(k)
                     }
-                }
+                    Err(_) => return,
+                },
             };
             list.retain(|o| name_of(o) != Some(name));
             if let Some(k) = decoded {
@@ -394,21 +388,18 @@ impl NsObjects {
                 &key.name,
                 |d: &Deployment| d.metadata.name.as_deref(),
                 fresh,
-                Field::Replicas,
             ),
             ObjKind::Hpa => swap(
                 &mut self.hpas,
                 &key.name,
                 |h: &HorizontalPodAutoscaler| h.metadata.name.as_deref(),
                 fresh,
-                Field::MinReplicas,
             ),
             ObjKind::ScaledObject => swap(
                 &mut self.scaled_objects,
                 &key.name,
                 |o: &DynamicObject| o.metadata.name.as_deref(),
                 fresh,
-                Field::MinReplicaCount,
             ),
         }
     }
@@ -491,33 +482,22 @@ mod tests {
             name: "web".into(),
         };
         let mut objs = NsObjects::default();
-        objs.replace(&key, Some(deployment("gitops")));
-        let a = objs.deployments[0]
-            .metadata
-            .annotations
-            .clone()
-            .unwrap_or_default();
-        assert_eq!(
+        let mut read = |manager: &str| {
+            objs.replace(&key, Some(deployment(manager)));
+            assert_eq!(objs.deployments.len(), 1);
+            let a = objs.deployments[0].metadata.annotations.clone();
+            let a = a.unwrap_or_default();
             (
                 Markers::from_annotations(Some(&a)),
-                a.get(crate::markers::FOREIGN)
-            ),
-            (None, Some(&"gitops".to_string()))
-        );
-        objs.replace(&key, Some(deployment(names::MANAGER)));
-        let a = objs.deployments[0]
-            .metadata
-            .annotations
-            .clone()
-            .unwrap_or_default();
-        assert_eq!(
-            Markers::from_annotations(Some(&a)),
-            Some(Markers {
-                baseline: 3,
-                surged_to: 4
-            })
-        );
-        assert_eq!(objs.deployments.len(), 1);
+                a.get(crate::markers::FOREIGN).cloned(),
+            )
+        };
+        assert_eq!(read("gitops"), (None, Some("gitops".to_string())));
+        let ours = Markers {
+            baseline: 3,
+            surged_to: 4,
+        };
+        assert_eq!(read(names::MANAGER), (Some(ours), None));
     }
 
     /// A namespace whose objects are cached before the namespace itself

@@ -24,7 +24,13 @@
 //! every write is someone's (`kubectl patch`, `apply`, `edit`, Helm, GitOps)
 //! or ours, so the same rule reads it.
 
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+use kube::core::DynamicObject;
+use kube::Resource;
 use serde_json::json;
 
 use crate::names;
@@ -74,15 +80,6 @@ pub enum Field {
 }
 
 impl Field {
-    /// Its name under `spec` in the object's JSON.
-    pub fn json_key(self) -> &'static str {
-        match self {
-            Field::Replicas => "replicas",
-            Field::MinReplicas => "minReplicas",
-            Field::MinReplicaCount => "minReplicaCount",
-        }
-    }
-
     /// Its key under `f:spec` in a FieldsV1 set.
     fn key(self) -> &'static str {
         match self {
@@ -211,6 +208,53 @@ pub fn drop_foreign_markers(meta: &mut ObjectMeta, field: Field, value: Option<i
         a.insert(crate::markers::FOREIGN.to_string(), managers);
     }
     true
+}
+
+/// An object whose value a surge changes: a Deployment, an HPA, a KEDA
+/// ScaledObject (the only dynamic objects read as such).
+pub trait SurgeTarget: Resource {
+    /// The field, and its value as read.
+    fn surge_value(&self) -> (Field, Option<i32>);
+}
+
+impl SurgeTarget for Deployment {
+    fn surge_value(&self) -> (Field, Option<i32>) {
+        (Field::Replicas, self.spec.as_ref().and_then(|s| s.replicas))
+    }
+}
+
+impl SurgeTarget for HorizontalPodAutoscaler {
+    fn surge_value(&self) -> (Field, Option<i32>) {
+        let min = self.spec.as_ref().and_then(|s| s.min_replicas);
+        (Field::MinReplicas, min)
+    }
+}
+
+impl SurgeTarget for DynamicObject {
+    fn surge_value(&self) -> (Field, Option<i32>) {
+        let min = self.data["spec"]["minReplicaCount"]
+            .as_i64()
+            .and_then(|v| i32::try_from(v).ok());
+        (Field::MinReplicaCount, min)
+    }
+}
+
+/// [`drop_foreign_markers`] on an object of its own.
+pub fn leave_out_copy<K: SurgeTarget>(k: &mut K) -> bool {
+    let (field, value) = k.surge_value();
+    drop_foreign_markers(k.meta_mut(), field, value)
+}
+
+/// [`drop_foreign_markers`] on a shared object: copied only when it
+/// carries a copy to leave out.
+pub fn without_copy<K: SurgeTarget + Clone>(k: Arc<K>) -> Arc<K> {
+    let (field, value) = k.surge_value();
+    if !foreign_markers(k.meta(), field, value) {
+        return k;
+    }
+    let mut own = K::clone(&k);
+    drop_foreign_markers(own.meta_mut(), field, value);
+    Arc::new(own)
 }
 
 fn owns_annotation(e: &ManagedFieldsEntry, key: &str) -> bool {

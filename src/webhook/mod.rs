@@ -709,12 +709,7 @@ impl Webhooks {
         // mid-surge) are no surge: its floor is its replicas, as the
         // caches will read it. The map stays, so the annotation patch
         // below is unchanged.
-        let replicas = dep.spec.as_ref().and_then(|s| s.replicas);
-        crate::surge::writer::drop_foreign_markers(
-            &mut dep.metadata,
-            crate::surge::writer::Field::Replicas,
-            replicas,
-        );
+        crate::surge::writer::leave_out_copy(&mut dep);
         let ns = dep.metadata.namespace.clone().unwrap_or_default();
         if !self.cache.synced() {
             // The reconciler creates the PDB once caches are synced.
