@@ -92,6 +92,16 @@ fn server_pid() -> u32 {
 
 /// The product's API requests: (all, writes other than the leader's Lease
 /// renewals, Lease renewals), from its own counter.
+/// Namespace jobs the reconciler started, resync and marked alike
+/// (`reconcile_namespaces_total`).
+fn namespace_jobs(info: &WebhookInfo) -> f64 {
+    info.metrics()
+        .lines()
+        .filter(|l| l.starts_with("eviction_autoscaler_reconcile_namespaces_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn api_requests(info: &WebhookInfo) -> (f64, f64, f64) {
     let text = info.metrics();
     let mut all = 0.0;
@@ -332,9 +342,11 @@ async fn convergence(info: &WebhookInfo) {
     tokio::time::sleep(Duration::from_secs(30)).await;
     let before = api_breakdown(info);
     let (_, w0, l0) = api_requests(info);
+    let jobs0 = namespace_jobs(info);
     let cpu2 = cpu_seconds(pid);
     tokio::time::sleep(Duration::from_secs(steady as u64)).await;
     let (_, w1, l1) = api_requests(info);
+    let jobs1 = namespace_jobs(info);
     let cpu3 = cpu_seconds(pid);
     let after = api_breakdown(info);
     let moved: Vec<String> = after
@@ -344,11 +356,12 @@ async fn convergence(info: &WebhookInfo) {
         .collect();
     say(format!(
         "steady state: {steady}s with {total} Deployments: {:.2} writes per minute besides \
-         {:.1} Lease renewals per minute, {:.2} CPU seconds per minute; requests in the \
-         window: {}",
+         {:.1} Lease renewals per minute, {:.2} CPU seconds per minute, {:.1} namespace \
+         plans per minute; requests in the window: {}",
         (w1 - w0) * 60.0 / steady as f64,
         (l1 - l0) * 60.0 / steady as f64,
         (cpu3 - cpu2) * 60.0 / steady as f64,
+        (jobs1 - jobs0) * 60.0 / steady as f64,
         if moved.is_empty() {
             "none".to_string()
         } else {
