@@ -72,7 +72,6 @@ const LIMITS: Limits = Limits {
 type Job<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = (String, Planned)> + Send + 'a>>;
 
 /// What a namespace job found.
-#[derive(Default)]
 struct Planned {
     /// The keys it planned to write (or report).
     keys: BTreeSet<String>,

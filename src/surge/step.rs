@@ -52,7 +52,7 @@ use crate::surge::view::{
     hpa_carrier, hpa_is_kedas, kedas_hpa_lags, scaled_object_carrier, scaled_object_paused,
     NsObjects,
 };
-use crate::surge::writer::{replicas_writer, writer, Field, ReplicasWriter};
+use crate::surge::writer::{replicas_writer, writer, Field, ReplicasWriter, SurgeTarget};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjKind {
@@ -453,7 +453,7 @@ fn of_deployment<'a>(ns: &str, d: &'a Deployment) -> Surgeable<'a> {
     Surgeable {
         key: key(ObjKind::Deployment, ns, d.metadata.name.as_ref()),
         path: "/spec/replicas",
-        raw: d.spec.as_ref().and_then(|s| s.replicas),
+        raw: d.surge_value().1,
         default: 1,
         ceiling: None,
         annotations: d.metadata.annotations.as_ref(),
@@ -492,7 +492,7 @@ fn of_hpa<'a>(ns: &str, h: &'a HorizontalPodAutoscaler) -> Surgeable<'a> {
     Surgeable {
         key: key(ObjKind::Hpa, ns, h.metadata.name.as_ref()),
         path: "/spec/minReplicas",
-        raw: h.spec.as_ref().and_then(|s| s.min_replicas),
+        raw: h.surge_value().1,
         default: 1,
         ceiling: h.spec.as_ref().map(|s| s.max_replicas),
         annotations: if hpa_is_kedas(h) {
@@ -510,9 +510,7 @@ fn of_scaled_object<'a>(ns: &str, so: &'a DynamicObject) -> Surgeable<'a> {
     Surgeable {
         key: key(ObjKind::ScaledObject, ns, so.metadata.name.as_ref()),
         path: "/spec/minReplicaCount",
-        raw: so.data["spec"]["minReplicaCount"]
-            .as_i64()
-            .and_then(|v| i32::try_from(v).ok()),
+        raw: so.surge_value().1,
         default: 0,
         // KEDA's default when unset.
         ceiling: Some(

@@ -150,12 +150,7 @@ pub fn foreign_markers(meta: &ObjectMeta, field: Field, value: Option<i32>) -> b
         return false;
     };
     let only_theirs = |key: &str| {
-        let mut owners = meta
-            .managed_fields
-            .iter()
-            .flatten()
-            .filter(|e| owns_annotation(e, key))
-            .peekable();
+        let mut owners = annotation_owners(meta, key).peekable();
         owners.peek().is_some() && owners.all(|e| !could_be_ours(e))
     };
     if !(only_theirs(names::SURGE_REPLICAS) && only_theirs(names::ORIGINAL_MIN_REPLICAS)) {
@@ -183,19 +178,9 @@ pub fn drop_foreign_markers(meta: &mut ObjectMeta, field: Field, value: Option<i
     let theirs: Vec<&str> = crate::markers::Markers::CLEAR
         .iter()
         .map(|(k, _)| *k)
-        .filter(|k| {
-            meta.managed_fields
-                .iter()
-                .flatten()
-                .filter(|e| owns_annotation(e, k))
-                .all(|e| !could_be_ours(e))
-        })
+        .filter(|k| annotation_owners(meta, k).all(|e| !could_be_ours(e)))
         .collect();
-    let mut managers: Vec<&str> = meta
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|e| owns_annotation(e, names::SURGE_REPLICAS))
+    let mut managers: Vec<&str> = annotation_owners(meta, names::SURGE_REPLICAS)
         .filter_map(|e| e.manager.as_deref())
         .collect();
     managers.sort_unstable();
@@ -257,12 +242,19 @@ pub fn without_copy<K: SurgeTarget + Clone>(k: Arc<K>) -> Arc<K> {
     Arc::new(own)
 }
 
-fn owns_annotation(e: &ManagedFieldsEntry, key: &str) -> bool {
-    e.fields_v1.as_ref().is_some_and(|f| {
-        f.0.get("f:metadata")
-            .and_then(|m| m.get("f:annotations"))
-            .and_then(|a| a.get(format!("f:{key}")))
-            .is_some()
+/// The managedFields entries that own annotation `key`.
+fn annotation_owners<'a>(
+    meta: &'a ObjectMeta,
+    key: &'a str,
+) -> impl Iterator<Item = &'a ManagedFieldsEntry> + 'a {
+    let path = format!("f:{key}");
+    meta.managed_fields.iter().flatten().filter(move |e| {
+        e.fields_v1.as_ref().is_some_and(|f| {
+            f.0.get("f:metadata")
+                .and_then(|m| m.get("f:annotations"))
+                .and_then(|a| a.get(path.as_str()))
+                .is_some()
+        })
     })
 }
 
