@@ -132,28 +132,27 @@ pub fn writer(meta: &ObjectMeta, field: Field) -> ReplicasWriter {
 }
 
 /// Someone else's copy of our surge markers, not a record of ours: both
-/// markers owned (managedFields) only by managers that are not this product
-/// (nor a client without a name, nor the Go project's), and a value that is
+/// markers owned (managedFields) by a manager that is not this product (nor
+/// a client without a name, nor the Go project's), alone or beside us (an
+/// apply of the very numbers we wrote shares them), and a value that is
 /// not what our surge would have left: someone's, or not the copy's surged
 /// number (and not set by the HPA controller, which clamps a surge of ours
 /// at its maximum), or a copy that surges nothing. A GitOps source holding
-/// a manifest taken mid-surge puts them back after each revert: read as
-/// ours, each time they were adopted or cleaned (a write, and an Event)
-/// and the tool wrote them again, a write loop. Read as someone's, the
-/// value stays where the surge planner would have left it anyway (a value
-/// someone set, or one that is not the surged number, is adopted), and
-/// nothing of ours writes. Our own surge owns its markers (its patch sets
-/// them), unless it wrote the very numbers already there: then its value,
-/// the surged number, ours, keeps it ours. Without managedFields, never.
+/// a manifest taken mid-surge puts them back after each revert or
+/// adoption: read as ours, each time they were adopted or cleaned (a
+/// write, and an Event) and the tool wrote them again, a write loop. Read
+/// as someone's, the value stays the tool's (a value someone set is what
+/// the surge planner adopts anyway), and nothing of ours writes. Our own
+/// surge owns its markers (its patch sets them), unless it wrote the very
+/// numbers already there: then its value, the surged number, ours, keeps
+/// it ours. Without managedFields, never.
 pub fn foreign_markers(meta: &ObjectMeta, field: Field, value: Option<i32>) -> bool {
     let Some(m) = crate::markers::Markers::from_annotations(meta.annotations.as_ref()) else {
         return false;
     };
-    let only_theirs = |key: &str| {
-        let mut owners = annotation_owners(meta, key).peekable();
-        owners.peek().is_some() && owners.all(|e| !could_be_ours(e))
-    };
-    if !(only_theirs(names::SURGE_REPLICAS) && only_theirs(names::ORIGINAL_MIN_REPLICAS)) {
+    if !(also_theirs(meta, names::SURGE_REPLICAS)
+        && also_theirs(meta, names::ORIGINAL_MIN_REPLICAS))
+    {
         return false;
     }
     let by = writer(meta, field);
@@ -178,9 +177,10 @@ pub fn drop_foreign_markers(meta: &mut ObjectMeta, field: Field, value: Option<i
     let theirs: Vec<&str> = crate::markers::Markers::CLEAR
         .iter()
         .map(|(k, _)| *k)
-        .filter(|k| annotation_owners(meta, k).all(|e| !could_be_ours(e)))
+        .filter(|k| also_theirs(meta, k))
         .collect();
     let mut managers: Vec<&str> = annotation_owners(meta, names::SURGE_REPLICAS)
+        .filter(|e| !could_be_ours(e))
         .filter_map(|e| e.manager.as_deref())
         .collect();
     managers.sort_unstable();
@@ -256,6 +256,11 @@ fn annotation_owners<'a>(
                 .is_some()
         })
     })
+}
+
+/// Annotation `key` is owned by someone who cannot be us, alone or beside us.
+fn also_theirs(meta: &ObjectMeta, key: &str) -> bool {
+    annotation_owners(meta, key).any(|e| !could_be_ours(e))
 }
 
 /// This product, an earlier build of it, or the Go project's client; or
@@ -378,6 +383,48 @@ mod tests {
     /// A GitOps manifest taken mid-surge (replicas 4, markers 3 and 4),
     /// applied again by its tool: someone's, not ours.
     #[test]
+    fn a_copy_of_our_running_surge_applied_with_its_value_is_theirs() {
+        // The tool applied our very numbers, value included: it shares
+        // markers and value with us. Read as ours, the planner adopted the
+        // value (someone set it) and wrote the markers n to n; the tool's
+        // next sync put its baseline back, and so on (seen end to end).
+        let m = marked(
+            vec![
+                markers_entry(names::MANAGER, true, &[]),
+                markers_entry("argocd-controller", true, &[]),
+            ],
+            "3",
+            "4",
+        );
+        assert!(foreign_markers(&m, Field::Replicas, Some(4)));
+        // After such an adoption: the baseline the tool's (forced), the
+        // surge number still shared.
+        let mut surge_only = markers_entry(names::MANAGER, false, &[]);
+        surge_only.fields_v1 = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+            json!({"f:metadata": {"f:annotations": {format!("f:{}", names::SURGE_REPLICAS): {}}}}),
+        ));
+        let mut m = marked(
+            vec![surge_only, markers_entry("argocd-controller", true, &[])],
+            "3",
+            "4",
+        );
+        assert!(foreign_markers(&m, Field::Replicas, Some(4)));
+        // Both markers leave what the caches keep, shared or not.
+        assert!(drop_foreign_markers(&mut m, Field::Replicas, Some(4)));
+        assert_eq!(
+            m.annotations
+                .as_ref()
+                .map(|a| a.keys().map(String::as_str).collect::<Vec<_>>()),
+            Some(vec![crate::markers::FOREIGN, "team"])
+        );
+        assert_eq!(
+            crate::markers::foreign_writers(m.annotations.as_ref()),
+            Some("argocd-controller"),
+            "named: the others, not us"
+        );
+    }
+
+    #[test]
     fn markers_and_value_written_by_someone_else_are_theirs() {
         let m = marked(
             vec![markers_entry("argocd-controller", true, &[])],
@@ -432,11 +479,14 @@ mod tests {
         // Written by our patch.
         let m = marked(vec![markers_entry(names::MANAGER, true, &[])], "3", "4");
         assert!(!foreign_markers(&m, Field::Replicas, Some(4)));
-        // Applied by a tool with the same values as ours: shared.
+        // Applied by a tool with the same values as ours, without the
+        // replicas (its manifest leaves them out): the markers are shared,
+        // the value is our surge's; ours until the revert, after which the
+        // tool's markers over our baseline are its own.
         let m = marked(
             vec![
                 markers_entry(names::MANAGER, true, &[]),
-                markers_entry("argocd-controller", true, &[]),
+                markers_entry("argocd-controller", false, &[]),
             ],
             "3",
             "4",

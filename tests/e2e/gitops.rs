@@ -383,3 +383,106 @@ async fn a_gitops_manifest_carrying_our_markers_is_left_alone() {
     })
     .await;
 }
+
+/// The tool's manifest is taken from the live Deployment while our surge
+/// runs (replicas and both markers, as we wrote them) and synced from then
+/// on: the apiserver makes the tool a co-owner of our numbers. The surge is
+/// the tool's from its first sync: no write of ours follows (before, each
+/// sync was adopted as a user's change, the markers written n to n, and
+/// the tool put its baseline back: a write per sync), the replicas stay the
+/// tool's through the drain and after it, and while pods are displaced the
+/// record is Degraded, naming the tool (invariants 3 and 4).
+#[tokio::test]
+async fn a_copy_of_our_running_surge_synced_by_a_tool_becomes_the_tools() {
+    use eviction_autoscaler::names::{ORIGINAL_MIN_REPLICAS, SURGE_REPLICAS};
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-gitops-copy").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-1";
+    let _uncordon = UncordonOnDrop(node);
+    let spec = |replicas: i32| {
+        rolling_max_surge(
+            deployment("gc", replicas, Some(node)),
+            IntOrString::String("100%".into()),
+        )
+    };
+    deps.create(&PostParams::default(), &spec(3))
+        .await
+        .expect("create Deployment");
+    let on_node = ready_on_node(&ns, "gc", 3, node).await.len() as i32;
+    wait_pdb_blocking(&ns, "gc", 3).await;
+
+    kubectl_ok(&["cordon", node]);
+    let t = 3 + on_node;
+    wait_deployment(&ns, "gc", t, true, Duration::from_secs(30)).await;
+    let live = deps.get("gc").await.expect("gc");
+    let markers = live.meta().annotations.clone().unwrap_or_default();
+    let copy_of = |k: &str| {
+        markers
+            .get(k)
+            .cloned()
+            .expect("our marker on the live object")
+    };
+    assert_eq!(
+        (copy_of(ORIGINAL_MIN_REPLICAS), copy_of(SURGE_REPLICAS)),
+        ("3".to_string(), t.to_string()),
+        "our markers"
+    );
+    let mut copy = spec(t);
+    copy.metadata.annotations = Some(
+        [ORIGINAL_MIN_REPLICAS, SURGE_REPLICAS]
+            .into_iter()
+            .map(|k| (k.to_string(), copy_of(k)))
+            .collect(),
+    );
+
+    let eas = || String::from_utf8_lossy(&eas_get(&ns.name, "gc", "yaml").stdout).to_string();
+    let first = sync(&deps, &copy, true).await.expect("forced apply");
+    wait_for(
+        "Degraded SurgeImpossible naming the tool",
+        Duration::from_secs(30),
+        || async {
+            let y = eas();
+            (y.contains("reason: SurgeImpossible")
+                && y.contains("written by someone else (gitops)"))
+            .then_some(())
+        },
+    )
+    .await;
+
+    let mut syncs = 0;
+    let replicas = |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas);
+    let (seen, _, last) = sync_loop(&deps, &copy, replicas, || {
+        syncs += 1;
+        if syncs == 3 {
+            uncordon(node);
+        }
+        async {}
+    })
+    .await;
+    assert_never_raised_again(&seen, t, "spec.replicas");
+    // Nothing of ours wrote after the tool's first sync (its own syncs
+    // change nothing: the same values).
+    assert_no_write_between(&first, &last, "Deployment");
+    assert_the_tools(&last, Field::Replicas);
+    let a = last.meta().annotations.clone().unwrap_or_default();
+    assert_eq!(
+        (
+            a.get(ORIGINAL_MIN_REPLICAS).cloned(),
+            a.get(SURGE_REPLICAS).cloned()
+        ),
+        (Some("3".to_string()), Some(t.to_string())),
+        "the tool's copy stays as it wrote it: {a:?}"
+    );
+    for reason in [
+        "SurgeReverted",
+        "SurgeBaselineChanged",
+        "SurgeMarkersInvalid",
+    ] {
+        assert_eq!(event_total(&ns.name, reason), 0, "no {reason} Event");
+    }
+    wait_for("Degraded cleared", Duration::from_secs(30), || async {
+        (!eas().contains("reason: SurgeImpossible")).then_some(())
+    })
+    .await;
+}
