@@ -20,6 +20,8 @@ use kube::runtime::utils::{Backoff, ResetTimerBackoff};
 use kube::runtime::watcher::Event;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use smallvec::SmallVec;
@@ -30,6 +32,7 @@ use crate::budget::{LabelSet, Selector, SelectorIndex};
 use crate::config::Behaviour;
 use crate::crd::EvictionAutoScaler;
 use crate::dirty::Dirty;
+use crate::metrics::StoreLabel;
 use crate::names;
 use crate::scope;
 use crate::supervise::Fatal;
@@ -1321,6 +1324,7 @@ pub fn start(
     client: Client,
     behaviour: Arc<Behaviour>,
     stale_after: Duration,
+    watch_events: &Family<StoreLabel, Counter>,
     tasks: &mut JoinSet<()>,
     fatal: &Fatal,
 ) -> Cache {
@@ -1339,6 +1343,7 @@ pub fn start(
         base,
         stale_after,
         health: &mut stores,
+        events: watch_events,
     };
     r.dirty = Some(ns_dirty.clone());
     let pods = r.reflect_pods();
@@ -1356,14 +1361,25 @@ pub fn start(
             Event::InitDone => index.rebuild(store),
             Event::Init | Event::InitApply(_) => {}
         })),
+        // Its status is read (the EvictionAutoScaler's status shows it).
+        |_, _| false,
     );
-    let deployments = r.reflect::<Deployment>(None, |d| {
-        strip_meta_keeping_owners(d);
-        if let Some(spec) = d.spec.as_mut() {
-            // Pod template labels matter (PDB selectors); containers do not.
-            spec.template.spec = None;
-        }
-    });
+    // The controller-manager updates a Deployment's status with each of its
+    // pods' changes: the reconciler reads none of it (the webhook does, from
+    // the store), so such an update marks nothing.
+    let deployments = r.reflect_notifying::<Deployment>(
+        None,
+        |d| {
+            strip_meta_keeping_owners(d);
+            if let Some(spec) = d.spec.as_mut() {
+                // Pod template labels matter (PDB selectors); containers do not.
+                spec.template.spec = None;
+            }
+        },
+        None,
+        None,
+        deployment_plans_read_the_same,
+    );
     r.dirty = None;
     let replicasets = r.reflect::<ReplicaSet>(None, |r| {
         strip_meta(&mut r.metadata);
@@ -1380,10 +1396,17 @@ pub fn start(
         n.status = None;
     });
     r.dirty = Some(ns_dirty.clone());
-    let hpas = r.reflect::<HorizontalPodAutoscaler>(None, |h| {
-        strip_meta_keeping_owners(h);
-        h.status = None;
-    });
+    // Its status (stripped) changes with every metrics sync.
+    let hpas = r.reflect_notifying::<HorizontalPodAutoscaler>(
+        None,
+        |h| {
+            strip_meta_keeping_owners(h);
+            h.status = None;
+        },
+        None,
+        None,
+        |old, new| old.spec == new.spec && same_but_version(&old.metadata, &new.metadata),
+    );
     let eas = r.reflect::<EvictionAutoScaler>(Some(CRD_MISSING), |e| strip_meta(&mut e.metadata));
     let keda = Arc::new(RwLock::new(None));
     let keda_state = Arc::new(AtomicU8::new(KedaState::Unknown.as_u8()));
@@ -1397,6 +1420,7 @@ pub fn start(
                 state: keda_state.clone(),
                 health: keda_health.clone(),
                 stale_after,
+                events: store_events(watch_events, KEDA_STORE),
             },
             tx.clone(),
             ns_dirty.clone(),
@@ -1475,6 +1499,8 @@ struct Reflectors<'a> {
     base: Instant,
     stale_after: Duration,
     health: &'a mut Vec<Arc<StoreHealth>>,
+    /// `eviction_autoscaler_watch_events_total`, by store.
+    events: &'a Family<StoreLabel, Counter>,
 }
 
 /// What a reflector store can hold.
@@ -1506,17 +1532,20 @@ impl Reflectors<'_> {
     where
         K: Watched,
     {
-        self.reflect_notifying(missing, strip, None, None)
+        self.reflect_notifying(missing, strip, None, None, |_, _| false)
     }
 
     /// [`Self::reflect`], also calling `on_event` with the store and each
-    /// event once the store has it, then bumping `notify`.
+    /// event once the store has it, then bumping `notify`. An update for
+    /// which `plans_read_the_same(old, new)` holds (both stripped) marks no
+    /// namespace: the reconciler would plan what it planned before.
     fn reflect_notifying<K>(
         &mut self,
         missing: Option<&'static str>,
         strip: impl FnMut(&mut K) + Send + 'static,
         notify: Option<watch::Sender<u64>>,
         mut on_event: Option<StoreHook<K>>,
+        plans_read_the_same: fn(&K, &K) -> bool,
     ) -> Store<K>
     where
         K: Watched,
@@ -1526,15 +1555,33 @@ impl Reflectors<'_> {
         let (reader, writer) = reflector::store();
         let api: Api<K> = Api::all(observed_client(self.client, health.clone()));
         let store = reader.clone();
+        let before = reader.clone();
         let dirty = self.dirty.clone();
+        // Set for each event before the store takes it (the old object is
+        // still there), read after: a mark must come once the store holds
+        // the change, or the reconciler could plan the old object and lose
+        // the mark. The stream runs one event at a time through both.
+        let unchanged = Arc::new(AtomicBool::new(false));
+        let seen = unchanged.clone();
         let stream = watcher(api, self.cfg.clone())
             .backoff(watch_backoff())
             .modify(strip)
+            .inspect(move |ev| {
+                let same = match ev {
+                    Ok(Event::Apply(new)) => before
+                        .get(&ObjectRef::from_obj(new))
+                        .is_some_and(|old| plans_read_the_same(&old, new)),
+                    _ => false,
+                };
+                seen.store(same, Ordering::Relaxed);
+            })
             .reflect(writer)
             .inspect(move |ev| {
                 if let Ok(ev) = ev {
                     if let Some(d) = &dirty {
-                        mark_namespace(d, ev);
+                        if !unchanged.load(Ordering::Relaxed) {
+                            mark_namespace(d, ev);
+                        }
                     }
                     if let Some(f) = on_event.as_mut() {
                         f(&store, ev);
@@ -1575,6 +1622,7 @@ impl Reflectors<'_> {
         notify: Option<watch::Sender<u64>>,
     ) {
         let name = health.name.clone();
+        let events = store_events(self.events, &name);
         let changed = self.changed.clone();
         let stale_after = self.stale_after;
         let task = format!("the watch of {name}");
@@ -1584,6 +1632,7 @@ impl Reflectors<'_> {
             while let Some(item) = stream.next().await {
                 match item {
                     Ok(Event::Apply(_) | Event::Delete(_)) => {
+                        events.inc();
                         note_recovery(&health, health.ok());
                         changed.send_modify(|n| *n = n.wrapping_add(1));
                         if let Some(n) = &notify {
@@ -1637,6 +1686,59 @@ impl Reflectors<'_> {
             }
         }));
     }
+}
+
+/// The counter of `resource`'s changes, made once per watch (a
+/// [`Counter`] clone shares its value).
+fn store_events(family: &Family<StoreLabel, Counter>, resource: &str) -> Counter {
+    family
+        .get_or_create(&StoreLabel {
+            resource: resource.to_string(),
+        })
+        .clone()
+}
+
+/// What the reconciler reads of a Deployment is the same in both versions:
+/// spec and metadata (not the status the controller-manager keeps current).
+fn deployment_plans_read_the_same(old: &Deployment, new: &Deployment) -> bool {
+    old.spec == new.spec && same_but_version(&old.metadata, &new.metadata)
+}
+
+/// Two versions of an object's (stripped) metadata differ in their
+/// resourceVersion at most. Every other field is compared, by name, so a
+/// field added to `ObjectMeta` does not go unnoticed here.
+fn same_but_version(a: &ObjectMeta, b: &ObjectMeta) -> bool {
+    let ObjectMeta {
+        annotations,
+        creation_timestamp,
+        deletion_grace_period_seconds,
+        deletion_timestamp,
+        finalizers,
+        generate_name,
+        generation,
+        labels,
+        managed_fields,
+        name,
+        namespace,
+        owner_references,
+        resource_version: _,
+        self_link,
+        uid,
+    } = a;
+    *annotations == b.annotations
+        && *creation_timestamp == b.creation_timestamp
+        && *deletion_grace_period_seconds == b.deletion_grace_period_seconds
+        && *deletion_timestamp == b.deletion_timestamp
+        && *finalizers == b.finalizers
+        && *generate_name == b.generate_name
+        && *generation == b.generation
+        && *labels == b.labels
+        && *managed_fields == b.managed_fields
+        && *name == b.name
+        && *namespace == b.namespace
+        && *owner_references == b.owner_references
+        && *self_link == b.self_link
+        && *uid == b.uid
 }
 
 /// Marks the namespace an event is about: namespaced objects mark their
@@ -1787,6 +1889,8 @@ struct Keda {
     state: Arc<AtomicU8>,
     health: Arc<StoreHealth>,
     stale_after: Duration,
+    /// Its changes in `eviction_autoscaler_watch_events_total`.
+    events: Counter,
 }
 
 impl Keda {
@@ -1868,6 +1972,7 @@ async fn follow_scaled_objects(
                         keda.set(KedaState::Synced);
                     }
                     Event::Apply(_) | Event::Delete(_) => {
+                        keda.events.inc();
                         note_recovery(&keda.health, keda.health.ok());
                     }
                     Event::Init | Event::InitApply(_) => continue,
@@ -2667,6 +2772,51 @@ mod tests {
                 .len(),
             8
         );
+    }
+
+    #[test]
+    fn a_deployment_status_update_marks_nothing_and_any_spec_or_metadata_change_does() {
+        use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStatus};
+        let old = Deployment {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some("1".into()),
+                generation: Some(1),
+                ..Default::default()
+            },
+            spec: Some(DeploymentSpec {
+                replicas: Some(3),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let changed = |f: &dyn Fn(&mut Deployment)| {
+            let mut new = old.clone();
+            new.metadata.resource_version = Some("2".into());
+            f(&mut new);
+            !deployment_plans_read_the_same(&old, &new)
+        };
+        assert!(!changed(&|d| {
+            d.status = Some(DeploymentStatus {
+                ready_replicas: Some(3),
+                ..Default::default()
+            })
+        }));
+        assert!(!changed(&|_| {}), "a resourceVersion alone");
+        assert!(changed(&|d| d.spec.as_mut().unwrap().replicas = Some(4)));
+        assert!(changed(&|d| d.metadata.generation = Some(2)));
+        assert!(changed(&|d| {
+            d.metadata.annotations = Some([("a".to_string(), "b".to_string())].into())
+        }));
+        assert!(changed(&|d| d.metadata.labels = Some(Default::default())));
+        assert!(changed(&|d| d.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default())
+        )));
+        assert!(changed(&|d| d.metadata.managed_fields =
+            Some(vec![crate::surge::writer::replicas_entry(
+                "kubectl", None
+            )])));
     }
 
     #[test]

@@ -25,6 +25,12 @@ pub struct ApiRequestLabels {
     pub code: String,
 }
 
+/// One watch cache: the resource it holds (`pods`, `scaledobjects`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreLabel {
+    pub resource: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabel {
     pub webhook: &'static str,
@@ -84,6 +90,9 @@ pub struct Metrics {
     pub leader: Gauge,
     pub client_cert_missing: Counter,
     pub api_requests: Family<ApiRequestLabels, Counter>,
+    /// Changes (added, modified, deleted objects) the watch caches received:
+    /// what wakes the reconciler, so a busy one can be told from a busy cluster.
+    pub watch_events: Family<StoreLabel, Counter>,
     pub eviction_holds: Family<HoldLabel, Counter>,
     /// How long each hold lasted, from the request's arrival (which
     /// EVICTION_HOLD bounds) to its end: what tells an operator whether the
@@ -193,6 +202,13 @@ impl Metrics {
              (watches count when they start; a call retried by the client counts once)",
             api_requests.clone(),
         );
+        let watch_events = Family::<StoreLabel, Counter>::default();
+        registry.register(
+            "watch_events",
+            "Changes received by the watch caches by resource: objects added, modified or \
+             deleted (not the objects of a relist); each marks its namespace for the reconciler",
+            watch_events.clone(),
+        );
         let eviction_holds = Family::<HoldLabel, Counter>::default();
         registry.register(
             "eviction_holds",
@@ -237,6 +253,7 @@ impl Metrics {
             leader,
             client_cert_missing,
             api_requests,
+            watch_events,
             eviction_holds,
             eviction_hold_seconds,
             evictions_held,

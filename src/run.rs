@@ -101,6 +101,7 @@ pub async fn serve(opts: ServeOpts) -> Result<(), RunError> {
         clients.watch.clone(),
         behaviour.clone(),
         opts.watch_stale_after,
+        &metrics.watch_events,
         &mut tasks,
         &fatal,
     );

@@ -102,6 +102,22 @@ fn namespace_jobs(info: &WebhookInfo) -> f64 {
         .sum()
 }
 
+/// The changes the product's watch caches received, by resource
+/// (`eviction_autoscaler_watch_events_total`): what marks namespaces.
+fn watch_events(info: &WebhookInfo) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for l in info.metrics().lines() {
+        let Some(rest) = l.strip_prefix("eviction_autoscaler_watch_events_total{resource=\"")
+        else {
+            continue;
+        };
+        if let Some((resource, v)) = rest.split_once("\"} ") {
+            out.insert(resource.to_string(), v.parse::<f64>().unwrap_or(0.0));
+        }
+    }
+    out
+}
+
 fn api_requests(info: &WebhookInfo) -> (f64, f64, f64) {
     let text = info.metrics();
     let mut all = 0.0;
@@ -343,10 +359,12 @@ async fn convergence(info: &WebhookInfo) {
     let before = api_breakdown(info);
     let (_, w0, l0) = api_requests(info);
     let jobs0 = namespace_jobs(info);
+    let events0 = watch_events(info);
     let cpu2 = cpu_seconds(pid);
     tokio::time::sleep(Duration::from_secs(steady as u64)).await;
     let (_, w1, l1) = api_requests(info);
     let jobs1 = namespace_jobs(info);
+    let events1 = watch_events(info);
     let cpu3 = cpu_seconds(pid);
     let after = api_breakdown(info);
     let moved: Vec<String> = after
@@ -354,14 +372,26 @@ async fn convergence(info: &WebhookInfo) {
         .filter(|(k, v)| **v != before.get(*k).copied().unwrap_or(0.0))
         .map(|(k, v)| format!("{k} +{}", v - before.get(k).copied().unwrap_or(0.0)))
         .collect();
+    let changes: Vec<String> = events1
+        .iter()
+        .map(|(k, v)| (k, v - events0.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .map(|(k, d)| format!("{k} {:.1}", d * 60.0 / steady as f64))
+        .collect();
     say(format!(
         "steady state: {steady}s with {total} Deployments: {:.2} writes per minute besides \
          {:.1} Lease renewals per minute, {:.2} CPU seconds per minute, {:.1} namespace \
-         plans per minute; requests in the window: {}",
+         plans per minute; changes the watches received per minute: {}; requests in the \
+         window: {}",
         (w1 - w0) * 60.0 / steady as f64,
         (l1 - l0) * 60.0 / steady as f64,
         (cpu3 - cpu2) * 60.0 / steady as f64,
         (jobs1 - jobs0) * 60.0 / steady as f64,
+        if changes.is_empty() {
+            "none".to_string()
+        } else {
+            changes.join(", ")
+        },
         if moved.is_empty() {
             "none".to_string()
         } else {
