@@ -1951,19 +1951,37 @@ async fn follow_scaled_objects(
     let ar = keda_resource();
     let api: Api<DynamicObject> = Api::all_with(observed_client(client, keda.health.clone()), &ar);
     let writer = reflector::store::Writer::new(ar.clone());
+    let before = writer.as_reader();
     if let Ok(mut s) = keda.slot.write() {
         *s = Some(writer.as_reader());
     }
     tracing::info!("KEDA ScaledObjects found; watching them");
+    // KEDA writes a ScaledObject's status (stripped) with each of its
+    // checks: such an update marks nothing, as in `reflect_notifying`.
+    let unchanged = Arc::new(AtomicBool::new(false));
+    let seen = unchanged.clone();
     let stream = watcher(api, watch_config())
         .backoff(watch_backoff())
         .modify(strip_scaled_object)
+        .inspect(move |ev| {
+            let same = match ev {
+                Ok(Event::Apply(new)) => before
+                    .get(&ObjectRef::from_obj_with(new, ar.clone()))
+                    .is_some_and(|old| {
+                        old.data == new.data && same_but_version(&old.metadata, &new.metadata)
+                    }),
+                _ => false,
+            };
+            seen.store(same, Ordering::Relaxed);
+        })
         .reflect(writer);
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
         match item {
             Ok(ev) => {
-                mark_namespace(dirty, &ev);
+                if !unchanged.load(Ordering::Relaxed) {
+                    mark_namespace(dirty, &ev);
+                }
                 match ev {
                     Event::InitDone => {
                         let recovered = keda.health.ok();

@@ -91,7 +91,7 @@ pub struct Metrics {
     pub client_cert_missing: Counter,
     pub api_requests: Family<ApiRequestLabels, Counter>,
     /// Changes (added, modified, deleted objects) the watch caches received:
-    /// what wakes the reconciler, so a busy one can be told from a busy cluster.
+    /// what may wake the reconciler, so a busy one can be told from a busy cluster.
     pub watch_events: Family<StoreLabel, Counter>,
     pub eviction_holds: Family<HoldLabel, Counter>,
     /// How long each hold lasted, from the request's arrival (which
@@ -206,7 +206,7 @@ impl Metrics {
         registry.register(
             "watch_events",
             "Changes received by the watch caches by resource: objects added, modified or \
-             deleted (not the objects of a relist); each marks its namespace for the reconciler",
+             deleted (not the objects of a relist)",
             watch_events.clone(),
         );
         let eviction_holds = Family::<HoldLabel, Counter>::default();

@@ -264,17 +264,22 @@ fn also_theirs(meta: &ObjectMeta, key: &str) -> bool {
 }
 
 /// This product, an earlier build of it, or the Go project's client; or
-/// the entry the apiserver merges the oldest Update managers into past ten
-/// (ours may be among them: no evidence either way).
+/// the entry the apiserver merges the oldest Update managers into past ten,
+/// or the one it gives every field of an object whose managedFields were
+/// reset when it is next applied (ours may be among them: no evidence
+/// either way).
 fn could_be_ours(e: &ManagedFieldsEntry) -> bool {
     matches!(
         e.manager.as_deref(),
-        None | Some(names::MANAGER | UNNAMED | GO_PROJECT | ANCIENT)
+        None | Some(names::MANAGER | UNNAMED | GO_PROJECT | ANCIENT | BEFORE_FIRST_APPLY)
     )
 }
 
 /// The manager of the apiserver's merged entry (`ancient-changes`).
 const ANCIENT: &str = "ancient-changes";
+/// The manager the apiserver names for the fields an object had before its
+/// first server-side apply when it kept no managedFields.
+const BEFORE_FIRST_APPLY: &str = "before-first-apply";
 
 /// What the caches keep of an object's managedFields: the owners of
 /// `field` (manager, operation, subresource), nothing else.
@@ -380,8 +385,6 @@ mod tests {
         m
     }
 
-    /// A GitOps manifest taken mid-surge (replicas 4, markers 3 and 4),
-    /// applied again by its tool: someone's, not ours.
     #[test]
     fn a_copy_of_our_running_surge_applied_with_its_value_is_theirs() {
         // The tool applied our very numbers, value included: it shares
@@ -424,6 +427,8 @@ mod tests {
         );
     }
 
+    /// A GitOps manifest taken mid-surge (replicas 4, markers 3 and 4),
+    /// applied again by its tool: someone's, not ours.
     #[test]
     fn markers_and_value_written_by_someone_else_are_theirs() {
         let m = marked(
@@ -535,6 +540,14 @@ mod tests {
         // Our entry merged by the apiserver with older ones: no evidence.
         let merged = marked(vec![markers_entry(ANCIENT, true, &[])], "3", "4");
         assert!(!foreign_markers(&merged, Field::Replicas, Some(4)));
+        // Nor the apiserver's entry for what an object held before its first
+        // apply, once its managedFields were reset.
+        let reset = marked(
+            vec![markers_entry(BEFORE_FIRST_APPLY, false, &[])],
+            "3",
+            "4",
+        );
+        assert!(!foreign_markers(&reset, Field::Replicas, Some(3)));
         // No managedFields (stripped): no evidence, ours.
         let mut m = marked(vec![], "3", "4");
         m.managed_fields = None;

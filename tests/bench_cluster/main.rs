@@ -103,7 +103,9 @@ fn namespace_jobs(info: &WebhookInfo) -> f64 {
 }
 
 /// The changes the product's watch caches received, by resource
-/// (`eviction_autoscaler_watch_events_total`): what marks namespaces.
+/// (`eviction_autoscaler_watch_events_total`): those of the spec or
+/// metadata of Deployments, PDBs, HPAs, ScaledObjects, records and
+/// namespaces (and pods coming, going or relabelled) mark namespaces.
 fn watch_events(info: &WebhookInfo) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for l in info.metrics().lines() {
