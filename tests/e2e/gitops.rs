@@ -62,6 +62,34 @@ fn ours<K: Resource>(
     (k.meta().generation, k.meta().annotations.clone())
 }
 
+/// The record of Deployment `name`, as YAML.
+fn record(ns: &TestNs, name: &str) -> String {
+    String::from_utf8_lossy(&eas_get(&ns.name, name, "yaml").stdout).to_string()
+}
+
+/// The record of `name` is Degraded `SurgeImpossible`: its markers are the
+/// GitOps tool's.
+async fn wait_said_the_tools(ns: &TestNs, name: &str) {
+    wait_for(
+        "Degraded SurgeImpossible: markers written by someone else (the tool)",
+        Duration::from_secs(30),
+        || async {
+            let y = record(ns, name);
+            (y.contains("reason: SurgeImpossible")
+                && y.contains("written by someone else (gitops)"))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+async fn wait_impossible_cleared(ns: &TestNs, name: &str) {
+    wait_for("Degraded cleared", Duration::from_secs(30), || async {
+        (!record(ns, name).contains("reason: SurgeImpossible")).then_some(())
+    })
+    .await;
+}
+
 /// Syncs `obj` (forced) `SYNCS` times, reading `value` of the live object
 /// every 100 ms in between; after each sync, `between` runs (a drain's
 /// eviction). Returns the readings after the first sync, and the live
@@ -360,28 +388,14 @@ async fn a_gitops_manifest_carrying_our_markers_is_left_alone() {
     // tool's next sync, and made again. None is made; the record says why.
     let node = nodes_of(&gm_pods)[0].clone();
     kubectl_ok(&["cordon", &node]);
-    let eas = || String::from_utf8_lossy(&eas_get(&ns.name, "gm", "yaml").stdout).to_string();
-    wait_for(
-        "Degraded SurgeImpossible: markers written by someone else",
-        Duration::from_secs(30),
-        || async {
-            let y = eas();
-            (y.contains("reason: SurgeImpossible")
-                && y.contains("written by someone else (gitops)"))
-            .then_some(())
-        },
-    )
-    .await;
+    wait_said_the_tools(&ns, "gm").await;
     sync(&deps, &gm, true).await.expect("forced apply");
     tokio::time::sleep(SYNC_EVERY).await;
     let d = deps.get("gm").await.expect("gm");
     uncordon(&node);
     assert_eq!(replicas(&d), Some(4), "no surge");
     assert_eq!(event_total(&ns.name, "SurgeStarted"), 0, "no surge");
-    wait_for("Degraded cleared", Duration::from_secs(30), || async {
-        (!eas().contains("reason: SurgeImpossible")).then_some(())
-    })
-    .await;
+    wait_impossible_cleared(&ns, "gm").await;
 }
 
 /// The tool's manifest is taken from the live Deployment while our surge
@@ -436,19 +450,8 @@ async fn a_copy_of_our_running_surge_synced_by_a_tool_becomes_the_tools() {
             .collect(),
     );
 
-    let eas = || String::from_utf8_lossy(&eas_get(&ns.name, "gc", "yaml").stdout).to_string();
     let first = sync(&deps, &copy, true).await.expect("forced apply");
-    wait_for(
-        "Degraded SurgeImpossible naming the tool",
-        Duration::from_secs(30),
-        || async {
-            let y = eas();
-            (y.contains("reason: SurgeImpossible")
-                && y.contains("written by someone else (gitops)"))
-            .then_some(())
-        },
-    )
-    .await;
+    wait_said_the_tools(&ns, "gc").await;
 
     let mut syncs = 0;
     let replicas = |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas);
@@ -481,8 +484,5 @@ async fn a_copy_of_our_running_surge_synced_by_a_tool_becomes_the_tools() {
     ] {
         assert_eq!(event_total(&ns.name, reason), 0, "no {reason} Event");
     }
-    wait_for("Degraded cleared", Duration::from_secs(30), || async {
-        (!eas().contains("reason: SurgeImpossible")).then_some(())
-    })
-    .await;
+    wait_impossible_cleared(&ns, "gm").await;
 }
