@@ -1555,31 +1555,17 @@ impl Reflectors<'_> {
         let (reader, writer) = reflector::store();
         let api: Api<K> = Api::all(observed_client(self.client, health.clone()));
         let store = reader.clone();
-        let before = reader.clone();
         let dirty = self.dirty.clone();
-        // Set for each event before the store takes it (the old object is
-        // still there), read after: a mark must come once the store holds
-        // the change, or the reconciler could plan the old object and lose
-        // the mark. The stream runs one event at a time through both.
-        let unchanged = Arc::new(AtomicBool::new(false));
-        let seen = unchanged.clone();
+        let (unchanged, compare) = Unchanged::compare(reader.clone(), (), plans_read_the_same);
         let stream = watcher(api, self.cfg.clone())
             .backoff(watch_backoff())
             .modify(strip)
-            .inspect(move |ev| {
-                let same = match ev {
-                    Ok(Event::Apply(new)) => before
-                        .get(&ObjectRef::from_obj(new))
-                        .is_some_and(|old| plans_read_the_same(&old, new)),
-                    _ => false,
-                };
-                seen.store(same, Ordering::Relaxed);
-            })
+            .inspect(compare)
             .reflect(writer)
             .inspect(move |ev| {
                 if let Ok(ev) = ev {
                     if let Some(d) = &dirty {
-                        if !unchanged.load(Ordering::Relaxed) {
+                        if !unchanged.last() {
                             mark_namespace(d, ev);
                         }
                     }
@@ -1696,6 +1682,46 @@ fn store_events(family: &Family<StoreLabel, Counter>, resource: &str) -> Counter
             resource: resource.to_string(),
         })
         .clone()
+}
+
+/// Whether a watch's last update left what the reconciler reads as it was.
+/// Set for each event before the store takes it (the old object is still
+/// there), read after: a mark must come once the store holds the change, or
+/// the reconciler could plan the old object and lose the mark. A watch
+/// stream runs one event at a time through both.
+#[derive(Clone, Default)]
+struct Unchanged(Arc<AtomicBool>);
+
+impl Unchanged {
+    /// The flag, and the step that sets it (to put before `.reflect`):
+    /// an update is unchanged when `same(old, new)` holds for the object
+    /// `before` (the store) still has.
+    fn compare<K>(
+        before: Store<K>,
+        dyntype: K::DynamicType,
+        same: impl Fn(&K, &K) -> bool,
+    ) -> (Unchanged, impl FnMut(&Result<Event<K>, watcher::Error>))
+    where
+        K: Resource + Clone + 'static,
+        K::DynamicType: Clone + Eq + std::hash::Hash,
+    {
+        let flag = Unchanged::default();
+        let set = flag.clone();
+        let step = move |ev: &Result<Event<K>, watcher::Error>| {
+            let unchanged = match ev {
+                Ok(Event::Apply(new)) => before
+                    .get(&ObjectRef::from_obj_with(new, dyntype.clone()))
+                    .is_some_and(|old| same(&old, new)),
+                _ => false,
+            };
+            set.0.store(unchanged, Ordering::Relaxed);
+        };
+        (flag, step)
+    }
+
+    fn last(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// What the reconciler reads of a Deployment is the same in both versions:
@@ -1958,28 +1984,19 @@ async fn follow_scaled_objects(
     tracing::info!("KEDA ScaledObjects found; watching them");
     // KEDA writes a ScaledObject's status (stripped) with each of its
     // checks: such an update marks nothing, as in `reflect_notifying`.
-    let unchanged = Arc::new(AtomicBool::new(false));
-    let seen = unchanged.clone();
+    let (unchanged, compare) = Unchanged::compare(before, ar, |old, new| {
+        old.data == new.data && same_but_version(&old.metadata, &new.metadata)
+    });
     let stream = watcher(api, watch_config())
         .backoff(watch_backoff())
         .modify(strip_scaled_object)
-        .inspect(move |ev| {
-            let same = match ev {
-                Ok(Event::Apply(new)) => before
-                    .get(&ObjectRef::from_obj_with(new, ar.clone()))
-                    .is_some_and(|old| {
-                        old.data == new.data && same_but_version(&old.metadata, &new.metadata)
-                    }),
-                _ => false,
-            };
-            seen.store(same, Ordering::Relaxed);
-        })
+        .inspect(compare)
         .reflect(writer);
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
         match item {
             Ok(ev) => {
-                if !unchanged.load(Ordering::Relaxed) {
+                if !unchanged.last() {
                     mark_namespace(dirty, &ev);
                 }
                 match ev {
@@ -2835,6 +2852,48 @@ mod tests {
             Some(vec![crate::surge::writer::replicas_entry(
                 "kubectl", None
             )])));
+    }
+
+    /// The flag is judged against what the store holds before it takes the
+    /// event: an update like the stored object is unchanged, anything else
+    /// (new object, other spec, a deletion, a relist) is not.
+    #[test]
+    fn an_update_is_unchanged_only_against_the_object_the_store_still_holds() {
+        use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStatus};
+        let (reader, mut writer) = reflector::store::<Deployment>();
+        let (flag, mut step) = Unchanged::compare(reader, (), deployment_plans_read_the_same);
+        let web = |rv: &str, replicas: i32, ready: i32| Deployment {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            spec: Some(DeploymentSpec {
+                replicas: Some(replicas),
+                ..Default::default()
+            }),
+            status: Some(DeploymentStatus {
+                ready_replicas: Some(ready),
+                ..Default::default()
+            }),
+        };
+        let mut feed = |ev: Event<Deployment>| {
+            let ev = Ok(ev);
+            step(&ev);
+            let judged = flag.last();
+            if let Ok(ev) = &ev {
+                writer.apply_watcher_event(ev);
+            }
+            judged
+        };
+        assert!(!feed(Event::Apply(web("1", 3, 0))), "new to the store");
+        assert!(feed(Event::Apply(web("2", 3, 3))), "status only");
+        assert!(!feed(Event::Apply(web("3", 4, 3))), "spec");
+        assert!(feed(Event::Apply(web("4", 4, 4))), "status only again");
+        assert!(!feed(Event::Delete(web("5", 4, 4))), "a deletion");
+        assert!(!feed(Event::Apply(web("6", 4, 4))), "made again");
+        assert!(!feed(Event::InitDone), "a relist");
     }
 
     #[test]
