@@ -1362,7 +1362,7 @@ pub fn start(
             Event::Init | Event::InitApply(_) => {}
         })),
         // Its status is read (the EvictionAutoScaler's status shows it).
-        |_, _| false,
+        None,
     );
     // The controller-manager updates a Deployment's status with each of its
     // pods' changes: the reconciler reads none of it (the webhook does, from
@@ -1378,7 +1378,7 @@ pub fn start(
         },
         None,
         None,
-        deployment_plans_read_the_same,
+        Some(deployment_plans_read_the_same),
     );
     r.dirty = None;
     let replicasets = r.reflect::<ReplicaSet>(None, |r| {
@@ -1405,7 +1405,7 @@ pub fn start(
         },
         None,
         None,
-        |old, new| old.spec == new.spec && same_but_version(&old.metadata, &new.metadata),
+        Some(|old, new| old.spec == new.spec && same_but_version(&old.metadata, &new.metadata)),
     );
     let eas = r.reflect::<EvictionAutoScaler>(Some(CRD_MISSING), |e| strip_meta(&mut e.metadata));
     let keda = Arc::new(RwLock::new(None));
@@ -1532,20 +1532,21 @@ impl Reflectors<'_> {
     where
         K: Watched,
     {
-        self.reflect_notifying(missing, strip, None, None, |_, _| false)
+        self.reflect_notifying(missing, strip, None, None, None)
     }
 
     /// [`Self::reflect`], also calling `on_event` with the store and each
     /// event once the store has it, then bumping `notify`. An update for
     /// which `plans_read_the_same(old, new)` holds (both stripped) marks no
-    /// namespace: the reconciler would plan what it planned before.
+    /// namespace: the reconciler would plan what it planned before. Without
+    /// it, every update marks (and no event is compared).
     fn reflect_notifying<K>(
         &mut self,
         missing: Option<&'static str>,
         strip: impl FnMut(&mut K) + Send + 'static,
         notify: Option<watch::Sender<u64>>,
         mut on_event: Option<StoreHook<K>>,
-        plans_read_the_same: fn(&K, &K) -> bool,
+        plans_read_the_same: Option<fn(&K, &K) -> bool>,
     ) -> Store<K>
     where
         K: Watched,
@@ -1695,11 +1696,11 @@ struct Unchanged(Arc<AtomicBool>);
 impl Unchanged {
     /// The flag, and the step that sets it (to put before `.reflect`):
     /// an update is unchanged when `same(old, new)` holds for the object
-    /// `before` (the store) still has.
+    /// `before` (the store) still has. Without `same`, never (no lookup).
     fn compare<K>(
         before: Store<K>,
         dyntype: K::DynamicType,
-        same: impl Fn(&K, &K) -> bool,
+        same: Option<fn(&K, &K) -> bool>,
     ) -> (Unchanged, impl FnMut(&Result<Event<K>, watcher::Error>))
     where
         K: Resource + Clone + 'static,
@@ -1708,6 +1709,7 @@ impl Unchanged {
         let flag = Unchanged::default();
         let set = flag.clone();
         let step = move |ev: &Result<Event<K>, watcher::Error>| {
+            let Some(same) = same else { return };
             let unchanged = match ev {
                 Ok(Event::Apply(new)) => before
                     .get(&ObjectRef::from_obj_with(new, dyntype.clone()))
@@ -1984,9 +1986,13 @@ async fn follow_scaled_objects(
     tracing::info!("KEDA ScaledObjects found; watching them");
     // KEDA writes a ScaledObject's status (stripped) with each of its
     // checks: such an update marks nothing, as in `reflect_notifying`.
-    let (unchanged, compare) = Unchanged::compare(before, ar, |old, new| {
-        old.data == new.data && same_but_version(&old.metadata, &new.metadata)
-    });
+    let (unchanged, compare) = Unchanged::compare(
+        before,
+        ar,
+        Some(|old: &DynamicObject, new: &DynamicObject| {
+            old.data == new.data && same_but_version(&old.metadata, &new.metadata)
+        }),
+    );
     let stream = watcher(api, watch_config())
         .backoff(watch_backoff())
         .modify(strip_scaled_object)
@@ -2861,7 +2867,7 @@ mod tests {
     fn an_update_is_unchanged_only_against_the_object_the_store_still_holds() {
         use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStatus};
         let (reader, mut writer) = reflector::store::<Deployment>();
-        let (flag, mut step) = Unchanged::compare(reader, (), deployment_plans_read_the_same);
+        let (flag, mut step) = Unchanged::compare(reader, (), Some(deployment_plans_read_the_same));
         let web = |rv: &str, replicas: i32, ready: i32| Deployment {
             metadata: ObjectMeta {
                 name: Some("web".into()),

@@ -370,6 +370,15 @@ mod tests {
         entry(manager, None, fields)
     }
 
+    /// An entry owning the surge number alone (not the baseline).
+    fn surge_marker_entry(manager: &str) -> ManagedFieldsEntry {
+        entry(
+            manager,
+            None,
+            json!({"f:metadata": {"f:annotations": {format!("f:{}", names::SURGE_REPLICAS): {}}}}),
+        )
+    }
+
     fn marked(entries: Vec<ManagedFieldsEntry>, baseline: &str, surged: &str) -> ObjectMeta {
         let mut m = meta(entries);
         m.annotations = Some(
@@ -402,10 +411,7 @@ mod tests {
         assert!(foreign_markers(&m, Field::Replicas, Some(4)));
         // After such an adoption: the baseline the tool's (forced), the
         // surge number still shared.
-        let mut surge_only = markers_entry(names::MANAGER, false, &[]);
-        surge_only.fields_v1 = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
-            json!({"f:metadata": {"f:annotations": {format!("f:{}", names::SURGE_REPLICAS): {}}}}),
-        ));
+        let surge_only = surge_marker_entry(names::MANAGER);
         let mut m = marked(
             vec![surge_only, markers_entry("argocd-controller", true, &[])],
             "3",
@@ -498,10 +504,7 @@ mod tests {
         );
         assert!(!foreign_markers(&m, Field::Replicas, Some(4)));
         // One marker edited by hand: the baseline is still our record.
-        let mut edited = markers_entry("kubectl-edit", false, &[]);
-        edited.fields_v1 = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
-            json!({"f:metadata": {"f:annotations": {format!("f:{}", names::SURGE_REPLICAS): {}}}}),
-        ));
+        let edited = surge_marker_entry("kubectl-edit");
         let m = marked(
             vec![edited, markers_entry(names::MANAGER, true, &[])],
             "3",
