@@ -1317,3 +1317,91 @@ async fn the_first_pass_never_makes_two_budgets_over_one_pod() {
         event_log(&ns.name)
     );
 }
+
+/// A GitOps tool applies a copy of our running surge (its replicas and both
+/// markers, as we wrote them) while the server is down after a SIGKILL. The
+/// restarted server reads it as the tool's from its first look, as the
+/// running one does (`gitops::a_copy_of_our_running_surge_synced_by_a_tool_becomes_the_tools`):
+/// Degraded naming the tool while the node is cordoned, and once it is
+/// uncordoned and the cooldown has passed, no revert, no adoption, no
+/// write of ours (invariants 3 and 4 across a restart).
+#[tokio::test]
+async fn a_tools_copy_of_our_surge_applied_while_we_are_down_stays_the_tools() {
+    use eviction_autoscaler::names::{ORIGINAL_MIN_REPLICAS, SURGE_REPLICAS};
+    let _g = nodes_lock().await;
+    let wh = restart_server(&[]);
+    let ns = TestNs::new("e2e-copy-down").await;
+    let deps: Api<Deployment> = ns.api();
+    let node = "kwok-node-0";
+    let _uncordon = UncordonOnDrop(node);
+    let spec = |replicas: i32| {
+        rolling_max_surge(
+            deployment("cd", replicas, Some(node)),
+            IntOrString::String("100%".into()),
+        )
+    };
+    deps.create(&PostParams::default(), &spec(3))
+        .await
+        .expect("create Deployment");
+    let on_node = ready_on_node(&ns, "cd", 3, node).await.len() as i32;
+    wait_pdb_blocking(&ns, "cd", 3).await;
+    kubectl_ok(&["cordon", node]);
+    let t = 3 + on_node;
+    wait_deployment(&ns, "cd", t, true, Duration::from_secs(30)).await;
+    assert!(signal(&wh.pid().to_string(), "9"), "SIGKILL the server");
+
+    let live = deps.get("cd").await.expect("cd");
+    let ours = live.metadata.annotations.clone().unwrap_or_default();
+    let mut copy = spec(t);
+    copy.metadata.annotations = Some(
+        [ORIGINAL_MIN_REPLICAS, SURGE_REPLICAS]
+            .into_iter()
+            .map(|k| (k.to_string(), ours.get(k).cloned().expect("our marker")))
+            .collect(),
+    );
+    let mut pp = PatchParams::apply("gitops");
+    pp.force = true;
+    let applied = deps
+        .patch("cd", &pp, &Patch::Apply(&copy))
+        .await
+        .expect("the tool's apply");
+
+    let _ = restart_server(&[]);
+    let record = || String::from_utf8_lossy(&eas_get(&ns.name, "cd", "yaml").stdout).to_string();
+    wait_for(
+        "Degraded SurgeImpossible naming the tool",
+        Duration::from_secs(30),
+        || async {
+            let y = record();
+            (y.contains("reason: SurgeImpossible")
+                && y.contains("written by someone else (gitops)"))
+            .then_some(())
+        },
+    )
+    .await;
+    uncordon(node);
+    wait_for("Degraded cleared", Duration::from_secs(30), || async {
+        (!record().contains("reason: SurgeImpossible")).then_some(())
+    })
+    .await;
+    // Past the cooldown (5 s) with nothing displaced: a surge of ours
+    // would be reverted by now.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let now = deps.get("cd").await.expect("cd");
+    assert_eq!(
+        (now.metadata.generation, now.metadata.annotations.clone()),
+        (
+            applied.metadata.generation,
+            applied.metadata.annotations.clone()
+        ),
+        "nothing of ours wrote the tool's copy"
+    );
+    assert_eq!(
+        now.spec.and_then(|s| s.replicas),
+        Some(t),
+        "the tool's value"
+    );
+    for reason in ["SurgeReverted", "SurgeBaselineChanged"] {
+        assert_eq!(event_count(&ns.name, reason), 0, "no {reason} Event");
+    }
+}
