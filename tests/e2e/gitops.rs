@@ -414,41 +414,7 @@ async fn a_copy_of_our_running_surge_synced_by_a_tool_becomes_the_tools() {
     let deps: Api<Deployment> = ns.api();
     let node = "kwok-node-1";
     let _uncordon = UncordonOnDrop(node);
-    let spec = |replicas: i32| {
-        rolling_max_surge(
-            deployment("gc", replicas, Some(node)),
-            IntOrString::String("100%".into()),
-        )
-    };
-    deps.create(&PostParams::default(), &spec(3))
-        .await
-        .expect("create Deployment");
-    let on_node = ready_on_node(&ns, "gc", 3, node).await.len() as i32;
-    wait_pdb_blocking(&ns, "gc", 3).await;
-
-    kubectl_ok(&["cordon", node]);
-    let t = 3 + on_node;
-    wait_deployment(&ns, "gc", t, true, Duration::from_secs(30)).await;
-    let live = deps.get("gc").await.expect("gc");
-    let markers = live.meta().annotations.clone().unwrap_or_default();
-    let copy_of = |k: &str| {
-        markers
-            .get(k)
-            .cloned()
-            .expect("our marker on the live object")
-    };
-    assert_eq!(
-        (copy_of(ORIGINAL_MIN_REPLICAS), copy_of(SURGE_REPLICAS)),
-        ("3".to_string(), t.to_string()),
-        "our markers"
-    );
-    let mut copy = spec(t);
-    copy.metadata.annotations = Some(
-        [ORIGINAL_MIN_REPLICAS, SURGE_REPLICAS]
-            .into_iter()
-            .map(|k| (k.to_string(), copy_of(k)))
-            .collect(),
-    );
+    let (t, copy) = surged_and_a_copy(&ns, "gc", node).await;
 
     let first = sync(&deps, &copy, true).await.expect("forced apply");
     wait_said_the_tools(&ns, "gc").await;

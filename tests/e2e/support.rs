@@ -1152,6 +1152,45 @@ pub async fn wait_deployment(ns: &TestNs, name: &str, want: i32, markers: bool, 
     .await;
 }
 
+/// Deployment `name` (3 replicas, maxSurge 100%, its pods on `node`)
+/// surged by a cordon of `node` (left cordoned). Returns the surge, and a
+/// GitOps tool's manifest taken from the live object: its spec with the
+/// surged replicas and both markers as we wrote them.
+pub async fn surged_and_a_copy(ns: &TestNs, name: &str, node: &str) -> (i32, Deployment) {
+    use eviction_autoscaler::names::{ORIGINAL_MIN_REPLICAS, SURGE_REPLICAS};
+    let deps: Api<Deployment> = ns.api();
+    let spec = |replicas: i32| {
+        rolling_max_surge(
+            deployment(name, replicas, Some(node)),
+            IntOrString::String("100%".into()),
+        )
+    };
+    deps.create(&PostParams::default(), &spec(3))
+        .await
+        .expect("create Deployment");
+    let on_node = ready_on_node(ns, name, 3, node).await.len() as i32;
+    wait_pdb_blocking(ns, name, 3).await;
+    kubectl_ok(&["cordon", node]);
+    let t = 3 + on_node;
+    wait_deployment(ns, name, t, true, Duration::from_secs(30)).await;
+    let live = deps.get(name).await.expect("the surged Deployment");
+    let ours = live.metadata.annotations.unwrap_or_default();
+    let marker = |k: &str| ours.get(k).cloned().expect("our marker on the live object");
+    assert_eq!(
+        (marker(ORIGINAL_MIN_REPLICAS), marker(SURGE_REPLICAS)),
+        ("3".to_string(), t.to_string()),
+        "our markers"
+    );
+    let mut copy = spec(t);
+    copy.metadata.annotations = Some(
+        [ORIGINAL_MIN_REPLICAS, SURGE_REPLICAS]
+            .into_iter()
+            .map(|k| (k.to_string(), marker(k)))
+            .collect(),
+    );
+    (t, copy)
+}
+
 /// The Deployment is at `baseline` without markers, and still is after more
 /// than another cooldown (5 s in e2e): the revert happened once and stuck.
 pub async fn assert_settled_at(ns: &TestNs, name: &str, baseline: i32, timeout: Duration) {

@@ -1327,38 +1327,14 @@ async fn the_first_pass_never_makes_two_budgets_over_one_pod() {
 /// write of ours (invariants 3 and 4 across a restart).
 #[tokio::test]
 async fn a_tools_copy_of_our_surge_applied_while_we_are_down_stays_the_tools() {
-    use eviction_autoscaler::names::{ORIGINAL_MIN_REPLICAS, SURGE_REPLICAS};
     let _g = nodes_lock().await;
     let wh = restart_server(&[]);
     let ns = TestNs::new("e2e-copy-down").await;
     let deps: Api<Deployment> = ns.api();
     let node = "kwok-node-0";
     let _uncordon = UncordonOnDrop(node);
-    let spec = |replicas: i32| {
-        rolling_max_surge(
-            deployment("cd", replicas, Some(node)),
-            IntOrString::String("100%".into()),
-        )
-    };
-    deps.create(&PostParams::default(), &spec(3))
-        .await
-        .expect("create Deployment");
-    let on_node = ready_on_node(&ns, "cd", 3, node).await.len() as i32;
-    wait_pdb_blocking(&ns, "cd", 3).await;
-    kubectl_ok(&["cordon", node]);
-    let t = 3 + on_node;
-    wait_deployment(&ns, "cd", t, true, Duration::from_secs(30)).await;
+    let (t, copy) = surged_and_a_copy(&ns, "cd", node).await;
     assert!(signal(&wh.pid().to_string(), "9"), "SIGKILL the server");
-
-    let live = deps.get("cd").await.expect("cd");
-    let ours = live.metadata.annotations.clone().unwrap_or_default();
-    let mut copy = spec(t);
-    copy.metadata.annotations = Some(
-        [ORIGINAL_MIN_REPLICAS, SURGE_REPLICAS]
-            .into_iter()
-            .map(|k| (k.to_string(), ours.get(k).cloned().expect("our marker")))
-            .collect(),
-    );
     let mut pp = PatchParams::apply("gitops");
     pp.force = true;
     let applied = deps
