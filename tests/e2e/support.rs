@@ -1756,7 +1756,10 @@ pub async fn create_scaled_object(ns: &TestNs, name: &str, min: i64) -> Api<Dyna
 /// KEDA's operator as far as its HPA goes (kedacore/keda,
 /// controllers/keda/hpa.go): `keda-hpa-<name>`, controlled by the
 /// ScaledObject, made from it with its annotations copied and its minimum
-/// (at least 1), updated whenever they differ. Records every field manager
+/// (at least 1), updated whenever they differ; deleted while the
+/// ScaledObject is paused by `autoscaling.keda.sh/paused` (KEDA stops its
+/// scale loop and deletes its HPA, controllers/keda/scaledobject_controller.go;
+/// `paused-replicas`, which also holds the replicas, is not modelled). Records every field manager
 /// other than its own that wrote the HPA (not its status, which the HPA
 /// controller writes): writes of someone else, such as ours.
 pub struct KedaOperator {
@@ -1790,6 +1793,26 @@ impl KedaOperator {
                 let Ok(so) = so_api.get(&name).await else {
                     continue;
                 };
+                // Go's strconv.ParseBool false; anything else pauses.
+                let paused = so
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("autoscaling.keda.sh/paused"))
+                    .is_some_and(|v| {
+                        !matches!(v.as_str(), "0" | "f" | "F" | "false" | "FALSE" | "False")
+                    });
+                if paused {
+                    if matches!(hpas.get_opt(&hpa_name).await, Ok(Some(_)))
+                        && hpas
+                            .delete(&hpa_name, &DeleteParams::default())
+                            .await
+                            .is_ok()
+                    {
+                        writes += 1;
+                    }
+                    continue;
+                }
                 let min = so.data["spec"]["minReplicaCount"]
                     .as_i64()
                     .unwrap_or(0)

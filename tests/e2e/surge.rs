@@ -882,6 +882,67 @@ async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
     assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
 }
 
+/// A ScaledObject paused (`autoscaling.keda.sh/paused`: KEDA deletes its
+/// HPA and scales nothing) at minimum 3, its Deployment scaled to 1 by hand,
+/// then drained: the surge goes back to exactly 1, not to the ScaledObject's
+/// minimum, which no HPA holds the Deployment to any more (3 would strand
+/// two replicas for as long as the pause lasts); the ScaledObject to 3.
+#[tokio::test]
+async fn under_a_paused_scaled_object_the_surge_goes_back_to_the_exact_baseline() {
+    let _nodes = nodes_lock().await;
+    let (ns, so_api) = keda_namespace("e2e-kedapause", "kp", 3).await;
+    let keda = KedaOperator::start(&ns, "kp");
+    let deps: Api<Deployment> = ns.api();
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(
+            deployment("kp", 3, Some("kwok-node-0")),
+            Some(IntOrString::Int(5)),
+        ),
+    )
+    .await
+    .expect("create Deployment");
+    wait_ready(&ns, "kp", 3).await;
+    wait_for("KEDA's HPA", Duration::from_secs(30), || async {
+        hpas.get_opt("keda-hpa-kp").await.ok()?.map(|_| ())
+    })
+    .await;
+    kubectl_ok(&[
+        "annotate",
+        "scaledobject",
+        "-n",
+        &ns.name,
+        "kp",
+        "autoscaling.keda.sh/paused=true",
+    ]);
+    wait_for(
+        "KEDA's HPA deleted by the pause",
+        Duration::from_secs(30),
+        || async { matches!(hpas.get_opt("keda-hpa-kp").await, Ok(None)).then_some(()) },
+    )
+    .await;
+    kubectl_ok(&["scale", "deployment", "-n", &ns.name, "kp", "--replicas=1"]);
+    let pods = wait_ready(&ns, "kp", 1).await;
+    // The PDB keeps the ScaledObject's minimum: every eviction is blocked.
+    owned_pdb_blocking(&ns, "kp", 1).await;
+    let node = nodes_of(&pods)[0].clone();
+    let d = drain(&node, "app=kp", &[]).await;
+    uncordon(&node);
+    assert!(d.ok, "drain:\n{}", d.output);
+    wait_so_restored(&so_api, "kp", 3).await;
+    wait_replicas(&ns, "kp", 1, false, Duration::from_secs(60)).await;
+    // And it stays there: nothing of ours lifts it back (KEDA is paused).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (r, s, _) = replicas(&ns, "kp").await;
+    assert_eq!((r, s), (1, None), "the exact baseline, kept");
+    let (_, foreign) = keda.finish().await;
+    assert!(
+        foreign.is_empty(),
+        "KEDA's HPA is gone while paused; written by {foreign:?}"
+    );
+}
+
 /// Drain taints are signals like a cordon (karpenter.sh/disrupted here).
 #[tokio::test]
 async fn drain_taint_surges_like_a_cordon() {
