@@ -647,9 +647,13 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                         writer::leave_out_copy(&mut so);
                         let current = so.data["spec"].get("minReplicaCount").cloned();
                         // Paused, KEDA deleted its HPA: its minimum holds no
-                        // Deployment (no floor, nothing to wait for).
+                        // Deployment (no floor, nothing to wait for). Not
+                        // before it is deleted: until then that HPA lifts the
+                        // Deployment (the wait below holds it then).
                         let target = so_target(&so);
-                        let floor_of = target.clone().filter(|_| !view::scaled_object_paused(&so));
+                        let floor_of = target
+                            .clone()
+                            .filter(|_| !view::scaled_object_idle(&so, &hpa_list));
                         let Some(ops) = autoscaler_revert_ops(
                             so.metadata.annotations.as_ref(),
                             "/spec/minReplicaCount",

@@ -369,7 +369,11 @@ fn autoscaler_minimums(objs: &Objects) -> Vec<LintFinding> {
             mins.push((ns_of(h.as_ref()).into(), t.into(), what, min));
         }
     }
-    for so in &objs.scaled_objects {
+    // A paused ScaledObject whose HPA KEDA deleted holds nothing, and our
+    // PDB follows the replicas then (`reconcile::keda_minimums_of`).
+    for so in objs.scaled_objects.iter().filter(|so| {
+        !crate::surge::view::scaled_object_idle(so, objs.hpas.iter().map(AsRef::as_ref))
+    }) {
         if let Some(t) = scaled_object_target(so) {
             let raw = so.data["spec"]["minReplicaCount"]
                 .as_i64()
@@ -662,6 +666,25 @@ mod tests {
                     "autoscaler-min-above-pods",
                     "the PDB the product owns keeps minAvailable",
                 )],
+            ),
+            (
+                "a paused ScaledObject's minimum holds nothing",
+                world(|w| {
+                    w.deploy("on", "web", &["n1", "n2"], |_| {}).add_pdb(pdb(
+                        "on",
+                        "p",
+                        "web",
+                        int(1),
+                        None,
+                        (1, 2, 1),
+                    ));
+                    let mut so = scaled_object("on", "web", 4);
+                    so.metadata.annotations = Some(
+                        [("autoscaling.keda.sh/paused".to_string(), "true".to_string())].into(),
+                    );
+                    w.objs.scaled_objects.push(Arc::new(so));
+                }),
+                vec![],
             ),
             (
                 "an HPA minimum at the pods is fine",

@@ -28,7 +28,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::core::Status;
+use kube::core::{DynamicObject, Status};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource};
 use serde_json::json;
@@ -728,7 +728,7 @@ impl Reconciler {
                 keys: planned,
             };
         }
-        let keda_min = keda_minimums(&self.cache, &name);
+        let keda_min = keda_minimums_of(&self.cache.scaled_objects_in(&name), &hpas);
         let age = |p: &PodDisruptionBudget| -> i64 {
             p.metadata
                 .creation_timestamp
@@ -1512,8 +1512,26 @@ pub(crate) fn surging(
 
 /// KEDA minimums by target Deployment (the persisted baseline while surged).
 pub fn keda_minimums(cache: &Cache, ns: &str) -> BTreeMap<String, i32> {
+    keda_minimums_of(&cache.scaled_objects_in(ns), &cache.hpas.state())
+}
+
+/// [`keda_minimums`] over these ScaledObjects, beside `hpas` (the
+/// namespace's, or more). A paused one whose HPA KEDA deleted
+/// (`surge::view::scaled_object_idle`) has none: KEDA scales nothing, so
+/// nothing holds the Deployment at that minimum, and a PDB kept there over
+/// fewer replicas (a `kubectl scale` or `paused-replicas` below it, as for
+/// maintenance) refused every eviction until a surge from the minimum (3
+/// replicas for 1 pod under a minimum of 3). Its Deployment's floor is then
+/// its own replicas, as with no autoscaler.
+pub fn keda_minimums_of(
+    scaled_objects: &[Arc<DynamicObject>],
+    hpas: &[Arc<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>],
+) -> BTreeMap<String, i32> {
     let mut out = BTreeMap::new();
-    for so in cache.scaled_objects_in(ns) {
+    for so in scaled_objects {
+        if crate::surge::view::scaled_object_idle(so, hpas.iter().map(AsRef::as_ref)) {
+            continue;
+        }
         let spec = &so.data["spec"];
         let target = &spec["scaleTargetRef"];
         let kind = target["kind"].as_str().unwrap_or("Deployment");
@@ -1665,6 +1683,85 @@ fn forget_solved(reported: &mut BTreeSet<String>, ns: &str, still: &BTreeSet<Str
 mod tests {
     use super::*;
     use crate::pdb::owned_pdb;
+
+    /// A ScaledObject's minimum is its Deployment's floor (its recorded
+    /// baseline while surged), except while KEDA is paused on it and its
+    /// HPA is gone: then it has none, and the Deployment's own replicas are
+    /// the floor.
+    #[test]
+    fn a_paused_scaled_object_sets_no_floor() {
+        let so = |name: &str, target: &str, min: i64, annotations: &[(&str, &str)]| {
+            let mut so = DynamicObject::new(
+                name,
+                &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+                    "keda.sh",
+                    "v1alpha1",
+                    "ScaledObject",
+                )),
+            )
+            .within("ns");
+            so.data = json!({"spec": {"minReplicaCount": min, "scaleTargetRef": {"name": target}}});
+            so.metadata.annotations = Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
+            Arc::new(so)
+        };
+        let sos = [
+            so("web", "web", 3, &[]),
+            so("api", "api", 3, &[("autoscaling.keda.sh/paused", "true")]),
+            so("job", "job", 4, &[("autoscaling.keda.sh/paused", "false")]),
+            so(
+                "surged",
+                "surged",
+                5,
+                &[
+                    (names::SURGE_REPLICAS, "5"),
+                    (names::ORIGINAL_MIN_REPLICAS, "2"),
+                ],
+            ),
+            // paused-replicas counts once KEDA applied it (its status).
+            so(
+                "pending",
+                "pending",
+                3,
+                &[("autoscaling.keda.sh/paused-replicas", "1")],
+            ),
+            // Paused, KEDA's HPA not deleted yet: it still lifts.
+            so("late", "late", 3, &[("autoscaling.keda.sh/paused", "true")]),
+        ];
+        let kedas_hpa = |dep: &str| Arc::new(crate::surge::view::kedas_hpa("ns", dep, 3, 9));
+        let floors = keda_minimums_of(&sos, &[kedas_hpa("late"), kedas_hpa("web")]);
+        assert_eq!(
+            floors,
+            [
+                ("web".to_string(), 3),
+                ("job".to_string(), 4),
+                ("surged".to_string(), 2),
+                ("pending".to_string(), 3),
+                ("late".to_string(), 3)
+            ]
+            .into()
+        );
+        // KEDA's HPA of another ScaledObject, or of this one in another
+        // namespace, does not count.
+        let mut elsewhere = (*kedas_hpa("late")).clone();
+        elsewhere.metadata.namespace = Some("other".into());
+        assert!(
+            !keda_minimums_of(&sos, &[Arc::new(elsewhere), kedas_hpa("web")]).contains_key("late")
+        );
+        let mut applied = (*so(
+            "held",
+            "held",
+            3,
+            &[("autoscaling.keda.sh/paused-replicas", "1")],
+        ))
+        .clone();
+        applied.data["status"] = json!({"pausedReplicaCount": 1});
+        assert!(keda_minimums_of(&[Arc::new(applied)], &[]).is_empty());
+    }
 
     /// What keeps the Go project's `surge-revert` on a deleted record: a
     /// marker on the Deployment (being deleted too), on an HPA over it, on

@@ -49,8 +49,7 @@ use crate::patch::{annotation_ops, escape, guarded_set, version_guard};
 use crate::pdb::{matching_pdbs, pdbs_over_pods};
 use crate::surge::plan::{self, Action, Applier, PodState, Snapshot};
 use crate::surge::view::{
-    hpa_carrier, hpa_is_kedas, kedas_hpa_lags, scaled_object_carrier, scaled_object_paused,
-    NsObjects,
+    hpa_carrier, hpa_is_kedas, kedas_hpa_lags, scaled_object_carrier, scaled_object_idle, NsObjects,
 };
 use crate::surge::writer::{replicas_writer, writer, Field, ReplicasWriter, SurgeTarget};
 
@@ -875,7 +874,7 @@ fn plan_step(
         lifting: None,
         // KEDA's HPA left out: a copy its operator makes of the
         // ScaledObject's minimum, late (see `keda_lags`). So is a paused
-        // ScaledObject's: KEDA deleted its HPA, nothing lifts the
+        // ScaledObject's once KEDA deleted its HPA: nothing lifts the
         // Deployment to it, and the revert goes to the exact baseline.
         autoscaler_min: hpa_s
             .iter()
@@ -885,7 +884,7 @@ fn plan_step(
             .chain(
                 so_s.iter()
                     .zip(&sos)
-                    .filter(|(_, so)| !scaled_object_paused(so))
+                    .filter(|(_, so)| !scaled_object_idle(so, objs.hpas.iter().map(AsRef::as_ref)))
                     .map(|(o, _)| o.value()),
             )
             .max(),
@@ -970,7 +969,18 @@ fn plan_step(
         budget_pods(objs, name, dep_selector, pdb.map(|_| pdb_selector));
 
     // The applier now: KEDA, else a standalone HPA, else the Deployment.
-    let keda = so_s.first();
+    // Not a paused ScaledObject whose HPA KEDA deleted (`scaled_object_idle`):
+    // KEDA scales nothing, so its minimum lifts nothing and is no baseline
+    // for the Deployment (a Deployment held at 1 under a minimum of 3 was
+    // surged to 4 to let one pod go). Markers a surge left on it before the
+    // pause are reverted as another object's, below. While KEDA's HPA is
+    // still there it lifts the Deployment, so the ScaledObject stays the
+    // applier and the Deployment waits for that HPA (`keda_lags`).
+    let keda = so_s
+        .iter()
+        .zip(&sos)
+        .find(|(_, so)| !scaled_object_idle(so, objs.hpas.iter().map(AsRef::as_ref)))
+        .map(|(s, _)| s);
     let standalone = hpa_s.iter().zip(&hpas).find(|(_, h)| !hpa_is_kedas(h));
     let (applier, primary): (Applier, Option<&Surgeable>) = match (keda, standalone) {
         (Some(_), Some(_)) => (Applier::Conflict, None),
@@ -2266,7 +2276,7 @@ mod tests {
                 "paused-replicas applied",
             ),
         ] {
-            assert!(scaled_object_paused(&so), "{why}");
+            assert!(crate::surge::view::scaled_object_paused(&so), "{why}");
             assert_eq!(down_to(so, &quiet()), Some(json!(1)), "{why}");
         }
         // Not paused (or paused-replicas KEDA has not applied yet): its HPA
@@ -2276,9 +2286,127 @@ mod tests {
             paused("autoscaling.keda.sh/paused", "false", none.clone()),
             paused("autoscaling.keda.sh/paused-replicas", "1", none),
         ] {
-            assert!(!scaled_object_paused(&so));
+            assert!(!crate::surge::view::scaled_object_paused(&so));
             assert_eq!(down_to(so, &stood_at(3)), Some(json!(3)));
         }
+    }
+
+    /// Under a paused ScaledObject the Deployment is the applier: a blocked
+    /// eviction surges its replicas from what they are (1, the PDB following
+    /// them), not from the ScaledObject's minimum (3), which is not written.
+    /// A surge made on the ScaledObject before the pause goes back on both.
+    #[test]
+    fn under_a_paused_scaled_object_the_deployment_is_surged_alone() {
+        let paused = |min: i64, markers: Option<(i32, i32)>| {
+            let mut so = (*scaled_object(min, markers)).clone();
+            let mut a = so.metadata.annotations.take().unwrap_or_default();
+            a.insert("autoscaling.keda.sh/paused".into(), "true".into());
+            so.metadata.annotations = Some(a);
+            Arc::new(so)
+        };
+        let objs = NsObjects {
+            scaled_objects: vec![paused(3, None)],
+            ..world_of((*dep(1, None)).clone(), vec![], 1)
+        };
+        let s = run(&objs, &["n1"], &quiet());
+        assert_eq!(
+            s.action,
+            Action::Surge {
+                baseline: 1,
+                target: 2,
+                kind: plan::SurgeKind::Start
+            },
+            "{:?}",
+            s.writes
+        );
+        assert_eq!(targets(&s), vec![(ObjKind::Deployment, "web".into())]);
+        assert_eq!(
+            op_value(&s.writes[0], "replace", "/spec/replicas"),
+            Some(json!(2))
+        );
+        // Not paused: KEDA's minimum is the baseline, as before.
+        let unpaused = NsObjects {
+            scaled_objects: vec![scaled_object(3, None)],
+            ..objs.clone()
+        };
+        let s = run(&unpaused, &["n1"], &quiet());
+        assert!(
+            matches!(s.action, Action::Surge { baseline: 3, .. }),
+            "{:?}",
+            s.action
+        );
+
+        // Surged on the ScaledObject (3 to 4, the Deployment with it), then
+        // paused: held while the drain lasts, then both back to 3.
+        let surged = NsObjects {
+            scaled_objects: vec![paused(4, Some((3, 4)))],
+            ..world_of((*dep(4, Some((3, 4)))).clone(), vec![], 3)
+        };
+        let held = run(&surged, &["n1"], &cooling());
+        assert!(held.writes.is_empty(), "{:?}", held.writes);
+        assert_eq!(
+            held.active,
+            Some(Markers {
+                baseline: 3,
+                surged_to: 4
+            })
+        );
+        let back = run(&surged, &[], &quiet());
+        let value = |kind: ObjKind, path: &str| {
+            back.writes
+                .iter()
+                .find(|w| w.target.kind == kind)
+                .and_then(|w| op_value(w, "replace", path))
+        };
+        assert_eq!(
+            value(ObjKind::ScaledObject, "/spec/minReplicaCount"),
+            Some(json!(3)),
+            "{:?}",
+            back.writes
+        );
+        assert_eq!(
+            value(ObjKind::Deployment, "/spec/replicas"),
+            Some(json!(3)),
+            "{:?}",
+            back.writes
+        );
+
+        // Paused, but KEDA's operator has not deleted its HPA yet (it lags,
+        // or the drain evicted it): that HPA, at our raised 4, lifts the
+        // Deployment, so the pause does not count yet. The ScaledObject goes
+        // back first and the Deployment waits; lowered now, the HPA would
+        // lift it back to 4 with no markers left to lower it.
+        let lingering = NsObjects {
+            hpas: vec![Arc::new(crate::surge::view::kedas_hpa("ns", "web", 4, 9))],
+            ..surged.clone()
+        };
+        let first = run(&lingering, &[], &quiet());
+        assert_eq!(
+            targets(&first),
+            vec![(ObjKind::ScaledObject, "web".into())],
+            "{:?}",
+            first.writes
+        );
+        // The ScaledObject back at 3, KEDA's HPA still at 4: the Deployment
+        // keeps its surge, however long the minimum has stood.
+        let so_back = NsObjects {
+            scaled_objects: vec![paused(3, None)],
+            ..lingering.clone()
+        };
+        let waits = run(&so_back, &[], &stood_at(3));
+        assert!(waits.writes.is_empty(), "{:?}", waits.writes);
+        // KEDA deleted its HPA: the Deployment goes back to exactly 3.
+        let gone = NsObjects {
+            hpas: vec![],
+            ..so_back
+        };
+        let down = run(&gone, &[], &quiet());
+        assert_eq!(
+            op_value(&down.writes[0], "replace", "/spec/replicas"),
+            Some(json!(3)),
+            "{:?}",
+            down.writes
+        );
     }
 
     #[test]

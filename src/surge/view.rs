@@ -241,6 +241,33 @@ pub fn scaled_object_paused(so: &DynamicObject) -> bool {
     }
 }
 
+/// A ScaledObject KEDA holds nothing with: paused by its annotations
+/// ([`scaled_object_paused`]) and its HPA gone. Until KEDA's operator has
+/// deleted that HPA (it may lag, or be down: a drain evicts it too), the
+/// HPA controller still lifts the Deployment to the HPA's minimum, so the
+/// pause counts only then; any HPA of KEDA's in its namespace that it
+/// controls or that targets its Deployment keeps it counted. `hpas`: the
+/// namespace's, or more (matched by namespace).
+pub fn scaled_object_idle<'a>(
+    so: &DynamicObject,
+    hpas: impl IntoIterator<Item = &'a HorizontalPodAutoscaler>,
+) -> bool {
+    if !scaled_object_paused(so) {
+        return false;
+    }
+    let (ns, name, target) = (
+        so.metadata.namespace.as_deref(),
+        so.metadata.name.as_deref(),
+        scaled_object_target(so),
+    );
+    !hpas.into_iter().any(|h| {
+        h.metadata.namespace.as_deref() == ns
+            && hpa_is_kedas(h)
+            && (controller_of(&h.metadata).map(|o| o.name.as_str()) == name
+                || (target.is_some() && hpa_target(h) == target))
+    })
+}
+
 /// KEDA's HPA has not yet followed its ScaledObject: its minimum is not
 /// the ScaledObject's (KEDA writes at least 1). KEDA's operator copies a
 /// reverted minimum over late; lowering the Deployment before it has, the

@@ -727,9 +727,9 @@ pub fn surge_state_from_markers(dep: &Deployment) -> SurgeState {
 }
 
 /// [`surge_state_from_markers`], except that someone's value kept on the
-/// Deployment while an autoscaler's minimum (`hpas`, `sos`: the namespace's)
-/// stays raised by us is still a surge under way: the autoscaler lifts the
-/// Deployment again, so room is coming.
+/// Deployment while an autoscaler's minimum (`hpas`, `sos`: the namespace's;
+/// not a paused ScaledObject whose HPA is gone) stays raised by us is still a surge under way:
+/// the autoscaler lifts the Deployment again, so room is coming.
 pub fn surge_state_under_autoscalers(
     dep: Option<&Deployment>,
     hpas: &[Arc<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>],
@@ -751,9 +751,13 @@ pub fn surge_state_under_autoscalers(
         .filter(|h| !crate::surge::view::hpa_is_kedas(h))
         .filter(|h| crate::surge::view::hpa_carrier(h).as_deref() == name)
         .find_map(|h| raised(h.metadata.annotations.as_ref()));
+    // A paused ScaledObject whose HPA KEDA deleted lifts nothing.
     let so = || {
         sos.iter()
             .filter(|so| crate::surge::view::scaled_object_carrier(so).as_deref() == name)
+            .filter(|so| {
+                !crate::surge::view::scaled_object_idle(so, hpas.iter().map(AsRef::as_ref))
+            })
             .find_map(|so| raised(so.metadata.annotations.as_ref()))
     };
     match hpa.or_else(so) {
@@ -1242,6 +1246,38 @@ pub(crate) mod tests {
         assert_eq!(
             surge_state_under_autoscalers(None, &standalone, &[]),
             SurgeState::Requested
+        );
+        // A ScaledObject raised by us: room is coming, unless it is paused
+        // (KEDA deleted its HPA, nothing lifts the Deployment).
+        let so = |paused: bool| {
+            let mut so = kube::core::DynamicObject::new(
+                "web",
+                &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+                    "keda.sh",
+                    "v1alpha1",
+                    "ScaledObject",
+                )),
+            )
+            .within("ns");
+            so.data = serde_json::json!({"spec": {"minReplicaCount": 5, "scaleTargetRef": {"name": "web"}}});
+            let mut a: BTreeMap<String, String> = [
+                (names::ORIGINAL_MIN_REPLICAS.to_string(), "2".to_string()),
+                (names::SURGE_REPLICAS.to_string(), "5".to_string()),
+            ]
+            .into();
+            if paused {
+                a.insert("autoscaling.keda.sh/paused".into(), "true".into());
+            }
+            so.metadata.annotations = Some(a);
+            [Arc::new(so)]
+        };
+        assert_eq!(
+            surge_state_under_autoscalers(Some(&d), &[], &so(false)),
+            SurgeState::Active { from: 2, to: 5 }
+        );
+        assert_eq!(
+            surge_state_under_autoscalers(Some(&d), &[], &so(true)),
+            SurgeState::Kept { replicas: 4 }
         );
     }
 

@@ -883,10 +883,13 @@ async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
 }
 
 /// A ScaledObject paused (`autoscaling.keda.sh/paused`: KEDA deletes its
-/// HPA and scales nothing) at minimum 3, its Deployment scaled to 1 by hand,
-/// then drained: the surge goes back to exactly 1, not to the ScaledObject's
-/// minimum, which no HPA holds the Deployment to any more (3 would strand
-/// two replicas for as long as the pause lasts); the ScaledObject to 3.
+/// HPA and scales nothing) at minimum 3, its Deployment scaled to 1 by hand
+/// (default maxSurge, 25%), then drained. Nothing holds the Deployment at
+/// the minimum any more, so: our PDB follows the 1 replica (it stayed at 3);
+/// the surge is made on the Deployment alone, from 1 to 2 (it went from the
+/// ScaledObject's minimum, 3 to 4, the Deployment to 4 with it: three extra
+/// replicas to let one pod go); and it goes back to exactly 1, not to the
+/// minimum (3 would strand two replicas for as long as the pause lasts).
 #[tokio::test]
 async fn under_a_paused_scaled_object_the_surge_goes_back_to_the_exact_baseline() {
     let _nodes = nodes_lock().await;
@@ -896,14 +899,15 @@ async fn under_a_paused_scaled_object_the_surge_goes_back_to_the_exact_baseline(
     let hpas: Api<HorizontalPodAutoscaler> = ns.api();
     deps.create(
         &PostParams::default(),
-        &with_max_surge(
-            deployment("kp", 3, Some("kwok-node-0")),
-            Some(IntOrString::Int(5)),
-        ),
+        &deployment("kp", 3, Some("kwok-node-0")),
     )
     .await
     .expect("create Deployment");
     wait_ready(&ns, "kp", 3).await;
+    wait_pdb(&ns, "kp", "our PDB at the ScaledObject's minimum", |p| {
+        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(3))
+    })
+    .await;
     wait_for("KEDA's HPA", Duration::from_secs(30), || async {
         hpas.get_opt("keda-hpa-kp").await.ok()?.map(|_| ())
     })
@@ -924,23 +928,126 @@ async fn under_a_paused_scaled_object_the_surge_goes_back_to_the_exact_baseline(
     .await;
     kubectl_ok(&["scale", "deployment", "-n", &ns.name, "kp", "--replicas=1"]);
     let pods = wait_ready(&ns, "kp", 1).await;
-    // The PDB keeps the ScaledObject's minimum: every eviction is blocked.
+    wait_pdb(&ns, "kp", "our PDB following the replicas", |p| {
+        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(1))
+    })
+    .await;
     owned_pdb_blocking(&ns, "kp", 1).await;
     let node = nodes_of(&pods)[0].clone();
-    let d = drain(&node, "app=kp", &[]).await;
+    // The peaks of the Deployment's replicas and of the ScaledObject's
+    // minimum while the drain runs.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (deps, so_api, done) = (deps.clone(), so_api.clone(), done.clone());
+        tokio::spawn(async move {
+            let (mut replicas, mut min) = (0, 0);
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(d) = deps.get("kp").await {
+                    replicas = replicas.max(d.spec.and_then(|s| s.replicas).unwrap_or(0));
+                }
+                if let Ok(so) = so_api.get("kp").await {
+                    min = min.max(so.data["spec"]["minReplicaCount"].as_i64().unwrap_or(0));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (replicas, min)
+        })
+    };
+    let d = drain(&node, "app=kp", &["--timeout=60s"]).await;
     uncordon(&node);
     assert!(d.ok, "drain:\n{}", d.output);
-    wait_so_restored(&so_api, "kp", 3).await;
     wait_replicas(&ns, "kp", 1, false, Duration::from_secs(60)).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let peaks = sampler.await.expect("sampler");
+    assert_eq!(
+        peaks,
+        (2, 3),
+        "the Deployment surged from its 1 replica by the one pod displaced; \
+         the paused ScaledObject's minimum not raised"
+    );
     // And it stays there: nothing of ours lifts it back (KEDA is paused).
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (r, s, _) = replicas(&ns, "kp").await;
     assert_eq!((r, s), (1, None), "the exact baseline, kept");
-    let (_, foreign) = keda.finish().await;
-    assert!(
-        foreign.is_empty(),
-        "KEDA's HPA is gone while paused; written by {foreign:?}"
-    );
+    let _ = keda.finish().await;
+}
+
+/// A ScaledObject paused mid-surge while KEDA's operator lags (held here):
+/// KEDA's HPA stays at our raised minimum and the HPA controller holds the
+/// Deployment there. The pause counts only once that HPA is gone: the
+/// ScaledObject goes back, the Deployment keeps its surge and markers while
+/// the HPA stays, and goes back to exactly its baseline once the operator
+/// deletes it. Lowered at once, the HPA would lift it back with no markers
+/// left: stranded for good.
+#[tokio::test]
+async fn a_pause_keda_has_not_acted_on_holds_the_surge_until_its_hpa_is_gone() {
+    let _nodes = nodes_lock().await;
+    let (ns, so_api) = keda_namespace("e2e-kedalate", "kl", 2).await;
+    let keda = KedaOperator::start(&ns, "kl");
+    let deps: Api<Deployment> = ns.api();
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    let node = "kwok-node-1";
+    deps.create(
+        &PostParams::default(),
+        &with_max_surge(deployment("kl", 2, Some(node)), Some(IntOrString::Int(2))),
+    )
+    .await
+    .expect("create Deployment");
+    wait_ready(&ns, "kl", 2).await;
+    owned_pdb_blocking(&ns, "kl", 2).await;
+    let drain = tokio::spawn(drain(node, "app=kl", &[]));
+    let raised = wait_for(
+        "KEDA's HPA at our raised minimum",
+        Duration::from_secs(60),
+        || async {
+            let min = hpas
+                .get_opt("keda-hpa-kl")
+                .await
+                .ok()??
+                .spec?
+                .min_replicas?;
+            (min > 2).then_some(min)
+        },
+    )
+    .await;
+    // The operator stops following; then the pause.
+    keda.pause(true);
+    kubectl_ok(&[
+        "annotate",
+        "scaledobject",
+        "-n",
+        &ns.name,
+        "kl",
+        "autoscaling.keda.sh/paused=true",
+    ]);
+    let d = drain.await.expect("drain task");
+    uncordon(node);
+    assert!(d.ok, "drain:\n{}", d.output);
+    wait_so_restored(&so_api, "kl", 2).await;
+    // Past the cooldown and SETTLE, and longer than the HPA controller's
+    // sync (15 s): the Deployment keeps its markers the whole time.
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        let (r, s, _) = replicas(&ns, "kl").await;
+        assert!(
+            s.is_some(),
+            "the Deployment lost its markers at {r} replicas while KEDA's HPA stood at {raised}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The operator catches up: it deletes its HPA (paused).
+    keda.pause(false);
+    wait_for(
+        "KEDA's HPA deleted by the pause",
+        Duration::from_secs(30),
+        || async { matches!(hpas.get_opt("keda-hpa-kl").await, Ok(None)).then_some(()) },
+    )
+    .await;
+    wait_replicas(&ns, "kl", 2, false, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (r, s, _) = replicas(&ns, "kl").await;
+    assert_eq!((r, s), (2, None), "the exact baseline, kept");
+    let _ = keda.finish().await;
 }
 
 /// Drain taints are signals like a cordon (karpenter.sh/disrupted here).
