@@ -9,7 +9,8 @@
 //! [`SurgeApi`], with the real JSON patches (so every `test` guard counts).
 //!
 //! A history is a random sequence of cordons, drains, PDB edits, scope and
-//! opt-out changes, autoscalers added and removed, users scaling, writes that
+//! opt-out changes, autoscalers added and removed, ScaledObjects paused and
+//! resumed (KEDA's operator deleting its HPA at once or late), users scaling, writes that
 //! fail, time out after being applied, or race with a user, restarts, pods
 //! that crash-loop, nodes too full for the surge pods to schedule and nodes
 //! deleted with their pods left bound to them (no pod GC).
@@ -65,6 +66,7 @@ const NS: &str = "shop";
 const NODES: [&str; 3] = ["n0", "n1", "n2"];
 const DEPS: [&str; 2] = ["web", "api"];
 const COOLDOWN: Duration = Duration::from_secs(20);
+const PAUSED: &str = "autoscaling.keda.sh/paused";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
@@ -132,6 +134,25 @@ enum Op {
     /// A Deployment deleted and made again at its user's value: its markers,
     /// pods and owned PDB go with the old object (a new UID).
     Remake(usize),
+    /// The user pauses (true) or resumes (false) the ScaledObject
+    /// (`autoscaling.keda.sh/paused`); KEDA's operator acts on it at once,
+    /// or lags (second field) until [`Op::KedaCatchUp`].
+    SoPause(bool, bool),
+    /// KEDA's operator catches up: its HPA deleted while the ScaledObject
+    /// is paused, made again (from it) while not.
+    KedaCatchUp,
+}
+
+/// KEDA's HPA over `web`, as its operator keeps it.
+#[derive(Debug, Clone)]
+enum KedaHpa {
+    /// Made from the ScaledObject at once (its minimum, at least 1, and its
+    /// annotations, our markers among them).
+    Following,
+    /// The operator lags: the HPA as it last made it.
+    Frozen(HorizontalPodAutoscaler),
+    /// Deleted: the ScaledObject is paused.
+    Gone,
 }
 
 #[derive(Debug, Clone)]
@@ -200,6 +221,8 @@ struct State {
     made_again: bool,
     /// Since `web` was last made again (None before it ever was).
     remade: Option<Remade>,
+    /// KEDA's HPA (there only with a ScaledObject).
+    keda_hpa: KedaHpa,
 }
 
 /// What happened to `web` since it was last made again ([`Op::Remake`]).
@@ -390,6 +413,7 @@ impl State {
             blind_clamp: None,
             made_again: false,
             remade: None,
+            keda_hpa: KedaHpa::Following,
         };
         for (name, r) in [("web", web_replicas), ("api", api_replicas)] {
             s.deployments
@@ -403,6 +427,35 @@ impl State {
 
     fn dep_value(&self, name: &str) -> i32 {
         self.deployments.get(name).map_or(0, replicas_of)
+    }
+
+    /// KEDA's HPA over `web` now, if any.
+    fn kedas_hpa(&self) -> Option<HorizontalPodAutoscaler> {
+        let so = self.so.as_ref()?;
+        match &self.keda_hpa {
+            KedaHpa::Following => {
+                let mut h = crate::surge::view::kedas_hpa(NS, "web", so_min(so).max(1), 20);
+                h.metadata.annotations = so.metadata.annotations.clone();
+                Some(h)
+            }
+            KedaHpa::Frozen(h) => Some(h.clone()),
+            KedaHpa::Gone => None,
+        }
+    }
+
+    fn so_paused(&self) -> bool {
+        self.so
+            .as_ref()
+            .is_some_and(crate::surge::view::scaled_object_paused)
+    }
+
+    /// KEDA's operator acts on the ScaledObject as it stands.
+    fn keda_catch_up(&mut self) {
+        self.keda_hpa = if self.so_paused() {
+            KedaHpa::Gone
+        } else {
+            KedaHpa::Following
+        };
     }
 
     /// Whether a lift of `web`, made again, may go unrecorded (the known
@@ -596,8 +649,10 @@ impl State {
                 self.pdbs.remove(dep);
                 continue;
             }
+            // A paused ScaledObject whose HPA KEDA deleted sets no floor.
+            let idle = self.so_paused() && self.kedas_hpa().is_none();
             let floor = match (&self.so, &self.hpa) {
-                (Some(so), _) if dep == "web" => {
+                (Some(so), _) if dep == "web" && !idle => {
                     Markers::baseline_or(so.metadata.annotations.as_ref(), so_min(so))
                 }
                 _ => crate::pdb::min_available_for(d, self.hpa.as_ref().filter(|_| dep == "web")),
@@ -677,7 +732,8 @@ impl State {
     /// kept: nothing left tells a lift to our raised minimum from one to
     /// the user's own (found by `make model-long`; docs/how-it-works.md).
     fn autoscaler_removed(&mut self, remembered: Option<Markers>, adopting: bool) {
-        if self.hpa.is_some() || self.so.is_some() {
+        // A paused ScaledObject whose HPA is gone lifts nothing: as if removed.
+        if self.hpa.is_some() || self.kedas_hpa().is_some() {
             return;
         }
         let Some(d) = self.deployments.get("web") else {
@@ -729,7 +785,7 @@ impl State {
         let v = replicas_of(d);
         // Only a clamp made while `web` waited (one a pass could see is
         // recorded, and must come back).
-        let frozen = self.keda_blind && self.so.is_some() && self.blind_clamp == Some(v);
+        let frozen = self.keda_blind && self.kedas_hpa().is_some() && self.blind_clamp == Some(v);
         let clamped = Markers::from_annotations(d.metadata.annotations.as_ref())
             .is_some_and(|m| m.clamped_at(v, true, [hpa_max(h)].into_iter()));
         if frozen && clamped {
@@ -754,17 +810,21 @@ impl State {
     /// The minimum `web`'s autoscaler lifts it to now, and its user's
     /// minimum (at least 1: KEDA's HPA lifts to 1 at least).
     fn autoscaler_mins(&self) -> Option<(i32, i32)> {
-        let (min, user_min) = match (&self.hpa, &self.so) {
+        // KEDA lifts through its HPA: at its minimum while it follows the
+        // ScaledObject, at the one it froze while its operator lags, not at
+        // all once deleted (paused).
+        let kedas = self.kedas_hpa();
+        let (min, user_min) = match (&self.hpa, kedas.as_ref()) {
             (Some(h), None) => (hpa_min(h), self.user.get(&(ObjKind::Hpa, "web".into()))),
-            (None, Some(so)) => (
-                so_min(so).max(1),
+            (None, Some(k)) => (
+                hpa_min(k).max(1),
                 self.user.get(&(ObjKind::ScaledObject, "web".into())),
             ),
             // KEDA and an HPA at once: neither scales on metrics, but the
             // HPA controller still lifts the Deployment to each HPA's
             // minimum (the bounds come before the ambiguous selector).
-            (Some(h), Some(so)) => {
-                let min = hpa_min(h).max(so_min(so).max(1));
+            (Some(h), Some(k)) => {
+                let min = hpa_min(h).max(hpa_min(k).max(1));
                 let users = [ObjKind::Hpa, ObjKind::ScaledObject]
                     .map(|k| self.user.get(&(k, "web".into())).copied());
                 let user_min = users.into_iter().flatten().max().unwrap_or(min);
@@ -794,7 +854,7 @@ impl State {
             if let Some(d) = self.deployments.get_mut("web") {
                 set_replicas(d, max, AUTOSCALER_MANAGER, Some("scale"));
             }
-            if self.keda_blind && self.so.is_some() {
+            if self.keda_blind && self.kedas_hpa().is_some() {
                 self.blind_clamp = Some(max);
             }
             let want = self
@@ -1051,11 +1111,7 @@ impl State {
             [(names::ENABLE.to_string(), self.ns_enabled.to_string())].into();
         // KEDA's HPA, as its operator keeps it: made from the ScaledObject,
         // annotations and all (our markers included), never ours to write.
-        let kedas_hpa = self.so.as_ref().map(|so| {
-            let mut h = crate::surge::view::kedas_hpa(NS, "web", so_min(so).max(1), 20);
-            h.metadata.annotations = so.metadata.annotations.clone();
-            h
-        });
+        let kedas_hpa = self.kedas_hpa();
         ClusterView {
             deployments: self.deployments.values().cloned().map(Arc::new).collect(),
             hpas: self
@@ -1644,6 +1700,7 @@ impl Run {
                     so.metadata.managed_fields =
                         Some(vec![field_entry(Field::MinReplicaCount, "kubectl-create", None)]);
                     s.so = Some(so);
+                    s.keda_hpa = KedaHpa::Following;
                     s.user.insert((ObjKind::ScaledObject, "web".into()), min);
                 }
             }),
@@ -1652,6 +1709,7 @@ impl Run {
                 let adopting = self.core.adoption_pending(NS, "web");
                 self.with(|s| {
                 s.so = None;
+                s.keda_hpa = KedaHpa::Following;
                 s.user.remove(&(ObjKind::ScaledObject, "web".into()));
                 s.autoscaler_removed(remembered, adopting);
                 })
@@ -1711,6 +1769,36 @@ impl Run {
             }),
             Op::Capacity(n) => self.with(|s| s.capacity = usize::from(n)),
             Op::Remake(d) => self.with(|s| s.remake(DEPS[d % 2])),
+            Op::SoPause(on, lag) => {
+                let remembered = self.core.lift_pending(NS, "web");
+                let adopting = self.core.adoption_pending(NS, "web");
+                self.with(|s| {
+                    let Some(so) = s.so.as_mut() else { return };
+                    let mut a = so.metadata.annotations.take().unwrap_or_default();
+                    if on {
+                        a.insert(PAUSED.into(), "true".into());
+                    } else {
+                        a.remove(PAUSED);
+                    }
+                    so.metadata.annotations = Some(a);
+                    if lag {
+                        if let (KedaHpa::Following, Some(h)) = (&s.keda_hpa, s.kedas_hpa()) {
+                            s.keda_hpa = KedaHpa::Frozen(h);
+                        }
+                    } else {
+                        s.keda_catch_up();
+                    }
+                    s.autoscaler_removed(remembered, adopting);
+                })
+            }
+            Op::KedaCatchUp => {
+                let remembered = self.core.lift_pending(NS, "web");
+                let adopting = self.core.adoption_pending(NS, "web");
+                self.with(|s| {
+                    s.keda_catch_up();
+                    s.autoscaler_removed(remembered, adopting);
+                })
+            }
         }
     }
 
@@ -1764,6 +1852,7 @@ impl Run {
             }
             s.faults.clear();
             s.keda_blind = false;
+            s.keda_catch_up();
         });
         let mut quiet = 0;
         for _ in 0..200 {
@@ -1822,10 +1911,12 @@ impl Run {
                 // (reverted to its user's minimum) as it would lift it.
                 // With both (a conflict), each HPA lifts it to its minimum,
                 // KEDA's at the ScaledObject's: the higher one.
-                let floor = match (&s.hpa, &s.so) {
+                // Not a paused ScaledObject's (KEDA deleted its HPA).
+                let kedas = s.kedas_hpa();
+                let floor = match (&s.hpa, kedas.as_ref()) {
                     (Some(h), None) => Some(hpa_min(h)),
-                    (None, Some(so)) => Some(so_min(so).max(1)),
-                    (Some(h), Some(so)) => Some(hpa_min(h).max(so_min(so).max(1))),
+                    (None, Some(k)) => Some(hpa_min(k).max(1)),
+                    (Some(h), Some(k)) => Some(hpa_min(h).max(hpa_min(k).max(1))),
                     (None, None) => None,
                 };
                 // And taken down to a standalone HPA's maxReplicas when above
@@ -1910,6 +2001,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..2).prop_map(Op::CrashLoop),
         1 => (0u8..4).prop_map(Op::Capacity),
         1 => (0usize..2).prop_map(Op::Remake),
+        1 => (any::<bool>(), any::<bool>()).prop_map(|(on, lag)| Op::SoPause(on, lag)),
+        1 => Just(Op::KedaCatchUp),
     ]
 }
 
@@ -1967,6 +2060,41 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 #[test]
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
+        (
+            // A KEDA surge, then the ScaledObject paused while KEDA's
+            // operator lags: its HPA stays at our raised minimum and lifts
+            // `web`. Read as paused at once, the Deployment was lowered with
+            // its markers and lifted back with none: stranded (session 50,
+            // found by review; this history by the model with the pause
+            // read alone).
+            1,
+            1,
+            "25%",
+            vec![
+                Op::SoAdd(1),
+                Op::Evict(0),
+                Op::SoPause(true, true),
+                Op::Tick(18),
+            ],
+        ),
+        (
+            // Paused at once, then resumed while KEDA lags (no HPA yet) and
+            // the drain goes on: the surge goes through the ScaledObject
+            // again and back to the baseline.
+            1,
+            1,
+            "25%",
+            vec![
+                Op::SoAdd(2),
+                Op::SoPause(true, false),
+                Op::UserScale(0, 1),
+                Op::Drain(0),
+                Op::SoPause(false, true),
+                Op::Drain(1),
+                Op::Tick(25),
+                Op::KedaCatchUp,
+            ],
+        ),
         (
             // A KEDA surge, an HPA added (a conflict), the user's scale lifted
             // to our number before a pass saw it (the known limit), then the
