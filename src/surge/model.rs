@@ -150,7 +150,7 @@ enum KedaHpa {
     /// annotations, our markers among them).
     Following,
     /// The operator lags: the HPA as it last made it.
-    Frozen(HorizontalPodAutoscaler),
+    Frozen(Box<HorizontalPodAutoscaler>),
     /// Deleted: the ScaledObject is paused.
     Gone,
 }
@@ -438,7 +438,7 @@ impl State {
                 h.metadata.annotations = so.metadata.annotations.clone();
                 Some(h)
             }
-            KedaHpa::Frozen(h) => Some(h.clone()),
+            KedaHpa::Frozen(h) => Some((**h).clone()),
             KedaHpa::Gone => None,
         }
     }
@@ -1783,7 +1783,7 @@ impl Run {
                     so.metadata.annotations = Some(a);
                     if lag {
                         if let (KedaHpa::Following, Some(h)) = (&s.keda_hpa, s.kedas_hpa()) {
-                            s.keda_hpa = KedaHpa::Frozen(h);
+                            s.keda_hpa = KedaHpa::Frozen(Box::new(h));
                         }
                     } else {
                         s.keda_catch_up();
