@@ -248,9 +248,13 @@ async fn our_pdb_steps_aside_and_drain_completes() {
 
 /// (c) A user PDB switched from minAvailable to maxUnavailable: the
 /// EvictionAutoScaler's status no longer carries the old minimum, and it is
-/// not written again while nothing changes.
+/// not written again while nothing changes. Under the nodes' lock: a drain
+/// test's cordon beside it surged `flip` (its pods land anywhere), a change
+/// the record rightly follows (session 50's suite: a surge and its revert
+/// inside the 5 s window).
 #[tokio::test]
 async fn status_field_we_stop_setting_is_cleared() {
+    let _nodes = nodes_lock().await;
     let ns = TestNs::new("e2e-clear").await;
     let pdbs: Api<PodDisruptionBudget> = ns.api();
     pdbs.create(
