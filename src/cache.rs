@@ -658,13 +658,26 @@ fn strip_meta_keeping_owners<K: crate::surge::writer::SurgeTarget>(k: &mut K) {
 }
 
 /// What of a ScaledObject the decisions read: its spec (target, minimum,
-/// maximum), annotations (our markers) and the owners of its minimum. KEDA
-/// writes its status (conditions, health, resource names) and every scaler's
-/// managedFields, none of which we read.
+/// maximum), annotations (our markers and KEDA's pause), the owners of its
+/// minimum, and of its status only `pausedReplicaCount` (a `paused-replicas`
+/// pause counts once KEDA recorded it: `surge::view::scaled_object_paused`).
+/// KEDA writes the rest of its status (conditions, health, resource names)
+/// and every scaler's managedFields, none of which we read.
 fn strip_scaled_object(so: &mut DynamicObject) {
     strip_meta_keeping_owners(so);
     if let Some(o) = so.data.as_object_mut() {
+        let paused = o
+            .get("status")
+            .and_then(|s| s.get("pausedReplicaCount"))
+            .filter(|v| !v.is_null())
+            .cloned();
         o.remove("status");
+        if let Some(v) = paused {
+            o.insert(
+                "status".into(),
+                serde_json::json!({ "pausedReplicaCount": v }),
+            );
+        }
     }
 }
 
@@ -2169,6 +2182,15 @@ mod tests {
         strip_scaled_object(&mut cached);
         assert_eq!(cached.data["spec"], so.data["spec"]);
         assert!(cached.data.get("status").is_none());
+        // KEDA's record of a `paused-replicas` pause stays (and only it):
+        // without it the pause never counted (found by an e2e test).
+        let mut recorded = so.clone();
+        recorded.data["status"]["pausedReplicaCount"] = serde_json::json!(1);
+        strip_scaled_object(&mut recorded);
+        assert_eq!(
+            recorded.data["status"],
+            serde_json::json!({"pausedReplicaCount": 1})
+        );
         let ann = cached.metadata.annotations.clone().unwrap();
         assert_eq!(ann.keys().collect::<Vec<_>>(), ["keep"]);
         assert_eq!(cached.metadata.resource_version.as_deref(), Some("7"));

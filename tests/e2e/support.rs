@@ -28,7 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client, Config};
@@ -1757,9 +1757,13 @@ pub async fn create_scaled_object(ns: &TestNs, name: &str, min: i64) -> Api<Dyna
 /// controllers/keda/hpa.go): `keda-hpa-<name>`, controlled by the
 /// ScaledObject, made from it with its annotations copied and its minimum
 /// (at least 1), updated whenever they differ; deleted while the
-/// ScaledObject is paused by `autoscaling.keda.sh/paused` (KEDA stops its
-/// scale loop and deletes its HPA, controllers/keda/scaledobject_controller.go;
-/// `paused-replicas`, which also holds the replicas, is not modelled). Records every field manager
+/// ScaledObject is paused by `autoscaling.keda.sh/paused` or
+/// `paused-replicas` (KEDA stops its scale loop and deletes its HPA,
+/// controllers/keda/scaledobject_controller.go). With `paused-replicas: N`
+/// it scales the Deployment to N (the scale subresource) and records N in
+/// the status, and scales it to N again at each later change of the
+/// ScaledObject's spec that finds it elsewhere
+/// (`checkIfTargetResourceReachPausedCount`). Records every field manager
 /// other than its own that wrote the HPA (not its status, which the HPA
 /// controller writes): writes of someone else, such as ours.
 pub struct KedaOperator {
@@ -1777,6 +1781,7 @@ impl KedaOperator {
         let held = paused.clone();
         let so_api = so_api(ns);
         let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+        let deps: Api<Deployment> = ns.api();
         let (name, hpa_name) = (name.to_string(), format!("keda-hpa-{name}"));
         let flag = stop.clone();
         let task = tokio::spawn(async move {
@@ -1784,7 +1789,13 @@ impl KedaOperator {
                 field_manager: Some(KEDA_MANAGER.into()),
                 ..Default::default()
             };
+            let patch_params = PatchParams {
+                field_manager: Some(KEDA_MANAGER.into()),
+                ..Default::default()
+            };
             let (mut writes, mut foreign) = (0usize, Vec::new());
+            // The ScaledObject's generation KEDA last reconciled.
+            let mut last_generation: Option<Option<i64>> = None;
             while !flag.load(std::sync::atomic::Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 if held.load(std::sync::atomic::Ordering::SeqCst) {
@@ -1802,7 +1813,36 @@ impl KedaOperator {
                     .is_some_and(|v| {
                         !matches!(v.as_str(), "0" | "f" | "F" | "false" | "FALSE" | "False")
                     });
-                if paused {
+                let paused_replicas = so
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("autoscaling.keda.sh/paused-replicas"))
+                    .and_then(|v| v.parse::<i32>().ok());
+                let generation = so.metadata.generation;
+                let reconciled = last_generation.replace(generation) != Some(generation);
+                if let Some(n) = paused_replicas {
+                    let recorded = so.data["status"]["pausedReplicaCount"].as_i64();
+                    let replicas = deps.get(&name).await.ok().and_then(|d| d.spec?.replicas);
+                    let at_count = replicas == Some(n);
+                    if (recorded != Some(i64::from(n)) || reconciled) && !at_count {
+                        let scale = serde_json::json!({"spec": {"replicas": n}});
+                        if deps
+                            .patch_scale(&name, &patch_params, &Patch::Merge(&scale))
+                            .await
+                            .is_ok()
+                        {
+                            writes += 1;
+                        }
+                    }
+                    if recorded != Some(i64::from(n)) {
+                        let status = serde_json::json!({"status": {"pausedReplicaCount": n}});
+                        let _ = so_api
+                            .patch_status(&name, &patch_params, &Patch::Merge(&status))
+                            .await;
+                    }
+                }
+                if paused || paused_replicas.is_some() {
                     if matches!(hpas.get_opt(&hpa_name).await, Ok(Some(_)))
                         && hpas
                             .delete(&hpa_name, &DeleteParams::default())

@@ -972,6 +972,91 @@ async fn under_a_paused_scaled_object_the_surge_goes_back_to_the_exact_baseline(
     let _ = keda.finish().await;
 }
 
+/// `autoscaling.keda.sh/paused-replicas: 1` on a ScaledObject at minimum
+/// 3: KEDA scales the Deployment to 1, records the count in the status,
+/// deletes its HPA, and scales it to 1 again whenever a change of the
+/// ScaledObject's spec finds it elsewhere. Our PDB follows the 1 replica, a
+/// drain surges the Deployment alone (1 to 2, the minimum untouched), and
+/// it goes back to exactly 1. Before (the cache dropped the status, so this
+/// pause never counted): the PDB stayed at 3 and the surge went 1 to 4 with
+/// the minimum raised to 4 (peaks (4, 4)), a spec change KEDA reconciles.
+#[tokio::test]
+async fn under_paused_replicas_the_deployment_alone_is_surged_and_goes_back() {
+    let _nodes = nodes_lock().await;
+    let (ns, so_api) = keda_namespace("e2e-kedapr", "kr", 3).await;
+    let keda = KedaOperator::start(&ns, "kr");
+    let deps: Api<Deployment> = ns.api();
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    deps.create(
+        &PostParams::default(),
+        &deployment("kr", 3, Some("kwok-node-2")),
+    )
+    .await
+    .expect("create Deployment");
+    wait_ready(&ns, "kr", 3).await;
+    wait_for("KEDA's HPA", Duration::from_secs(30), || async {
+        hpas.get_opt("keda-hpa-kr").await.ok()?.map(|_| ())
+    })
+    .await;
+    kubectl_ok(&[
+        "annotate",
+        "scaledobject",
+        "-n",
+        &ns.name,
+        "kr",
+        "autoscaling.keda.sh/paused-replicas=1",
+    ]);
+    wait_for(
+        "KEDA's pause applied: its HPA gone, the count recorded",
+        Duration::from_secs(30),
+        || async {
+            let gone = matches!(hpas.get_opt("keda-hpa-kr").await, Ok(None));
+            let so = so_api.get("kr").await.ok()?;
+            (gone && so.data["status"]["pausedReplicaCount"].as_i64() == Some(1)).then_some(())
+        },
+    )
+    .await;
+    let pods = wait_ready(&ns, "kr", 1).await;
+    wait_pdb(&ns, "kr", "our PDB following the replicas", |p| {
+        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(1))
+    })
+    .await;
+    owned_pdb_blocking(&ns, "kr", 1).await;
+    let node = nodes_of(&pods)[0].clone();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (deps, so_api, done) = (deps.clone(), so_api.clone(), done.clone());
+        tokio::spawn(async move {
+            let (mut replicas, mut min) = (0, 0);
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(d) = deps.get("kr").await {
+                    replicas = replicas.max(d.spec.and_then(|s| s.replicas).unwrap_or(0));
+                }
+                if let Ok(so) = so_api.get("kr").await {
+                    min = min.max(so.data["spec"]["minReplicaCount"].as_i64().unwrap_or(0));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (replicas, min)
+        })
+    };
+    let d = drain(&node, "app=kr", &["--timeout=60s"]).await;
+    uncordon(&node);
+    assert!(d.ok, "drain:\n{}", d.output);
+    wait_replicas(&ns, "kr", 1, false, Duration::from_secs(60)).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let peaks = sampler.await.expect("sampler");
+    assert_eq!(
+        peaks,
+        (2, 3),
+        "the Deployment surged from 1 by the one pod displaced; the minimum not raised"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (r, s, _) = replicas(&ns, "kr").await;
+    assert_eq!((r, s), (1, None), "the exact baseline, kept");
+    let _ = keda.finish().await;
+}
+
 /// A ScaledObject paused mid-surge while KEDA's operator lags (held here):
 /// KEDA's HPA stays at our raised minimum and the HPA controller holds the
 /// Deployment there. The pause counts only once that HPA is gone: the
