@@ -1763,7 +1763,10 @@ pub async fn create_scaled_object(ns: &TestNs, name: &str, min: i64) -> Api<Dyna
 /// it scales the Deployment to N (the scale subresource) and records N in
 /// the status, and scales it to N again at each later change of the
 /// ScaledObject's spec that finds it elsewhere
-/// (`checkIfTargetResourceReachPausedCount`). Records every field manager
+/// (`checkIfTargetResourceReachPausedCount`); the record goes with the
+/// annotation. Simpler than KEDA: it deletes its HPA at once, where KEDA
+/// first sets it to a minimum and maximum of N, deletes it later, and may
+/// make it again at N (kedacore/keda#7663). Records every field manager
 /// other than its own that wrote the HPA (not its status, which the HPA
 /// controller writes): writes of someone else, such as ours.
 pub struct KedaOperator {
@@ -1841,6 +1844,13 @@ impl KedaOperator {
                             .patch_status(&name, &patch_params, &Patch::Merge(&status))
                             .await;
                     }
+                }
+                if paused_replicas.is_none() && !so.data["status"]["pausedReplicaCount"].is_null() {
+                    // KEDA's removePausedStatus.
+                    let status = serde_json::json!({"status": {"pausedReplicaCount": null}});
+                    let _ = so_api
+                        .patch_status(&name, &patch_params, &Patch::Merge(&status))
+                        .await;
                 }
                 if paused || paused_replicas.is_some() {
                     if matches!(hpas.get_opt(&hpa_name).await, Ok(Some(_)))
