@@ -882,6 +882,93 @@ async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
     assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
 }
 
+/// A namespace with ScaledObject `name` at minimum 3, KEDA's stand-in, and
+/// Deployment `name` of 3 Ready pods preferring `node`, our PDB at 3 and
+/// KEDA's HPA made; then `annotation` set on the ScaledObject (a pause).
+async fn keda_deployment_paused(
+    prefix: &str,
+    name: &str,
+    node: &str,
+    annotation: &str,
+) -> (
+    TestNs,
+    Api<kube::core::DynamicObject>,
+    KedaOperator,
+    Api<HorizontalPodAutoscaler>,
+) {
+    let (ns, so_api) = keda_namespace(prefix, name, 3).await;
+    let keda = KedaOperator::start(&ns, name);
+    let deps: Api<Deployment> = ns.api();
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    deps.create(&PostParams::default(), &deployment(name, 3, Some(node)))
+        .await
+        .expect("create Deployment");
+    wait_ready(&ns, name, 3).await;
+    wait_pdb(&ns, name, "our PDB at the ScaledObject's minimum", |p| {
+        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(3))
+    })
+    .await;
+    let kedas = format!("keda-hpa-{name}");
+    wait_for("KEDA's HPA", Duration::from_secs(30), || async {
+        hpas.get_opt(&kedas).await.ok()?.map(|_| ())
+    })
+    .await;
+    kubectl_ok(&["annotate", "scaledobject", "-n", &ns.name, name, annotation]);
+    (ns, so_api, keda, hpas)
+}
+
+/// Deployment `name` (one pod, its ScaledObject paused at minimum 3): our
+/// PDB follows its 1 replica; its node drained, it surges to 2 with the
+/// ScaledObject's minimum untouched (the peaks sampled while the drain
+/// runs), and comes back to exactly 1 without markers.
+async fn drain_one_and_back_to_one(
+    ns: &TestNs,
+    so_api: &Api<kube::core::DynamicObject>,
+    name: &str,
+) {
+    let deps: Api<Deployment> = ns.api();
+    let pods = wait_ready(ns, name, 1).await;
+    wait_pdb(ns, name, "our PDB following the replicas", |p| {
+        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(1))
+    })
+    .await;
+    owned_pdb_blocking(ns, name, 1).await;
+    let node = nodes_of(&pods)[0].clone();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (deps, so_api, done, name) = (deps, so_api.clone(), done.clone(), name.to_string());
+        tokio::spawn(async move {
+            let (mut replicas, mut min) = (0, 0);
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(d) = deps.get(&name).await {
+                    replicas = replicas.max(d.spec.and_then(|s| s.replicas).unwrap_or(0));
+                }
+                if let Ok(so) = so_api.get(&name).await {
+                    min = min.max(so.data["spec"]["minReplicaCount"].as_i64().unwrap_or(0));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (replicas, min)
+        })
+    };
+    let d = drain(&node, &format!("app={name}"), &["--timeout=60s"]).await;
+    uncordon(&node);
+    assert!(d.ok, "drain:\n{}", d.output);
+    wait_replicas(ns, name, 1, false, Duration::from_secs(60)).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let peaks = sampler.await.expect("sampler");
+    assert_eq!(
+        peaks,
+        (2, 3),
+        "the Deployment surged from its 1 replica by the one pod displaced; \
+         the paused ScaledObject's minimum not raised"
+    );
+    // And it stays there: nothing of ours lifts it back (KEDA is paused).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (r, s, _) = replicas(ns, name).await;
+    assert_eq!((r, s), (1, None), "the exact baseline, kept");
+}
+
 /// A ScaledObject paused (`autoscaling.keda.sh/paused`: KEDA deletes its
 /// HPA and scales nothing) at minimum 3, its Deployment scaled to 1 by hand
 /// (default maxSurge, 25%), then drained. Nothing holds the Deployment at
@@ -893,33 +980,13 @@ async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
 #[tokio::test]
 async fn under_a_paused_scaled_object_the_surge_goes_back_to_the_exact_baseline() {
     let _nodes = nodes_lock().await;
-    let (ns, so_api) = keda_namespace("e2e-kedapause", "kp", 3).await;
-    let keda = KedaOperator::start(&ns, "kp");
-    let deps: Api<Deployment> = ns.api();
-    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-    deps.create(
-        &PostParams::default(),
-        &deployment("kp", 3, Some("kwok-node-0")),
-    )
-    .await
-    .expect("create Deployment");
-    wait_ready(&ns, "kp", 3).await;
-    wait_pdb(&ns, "kp", "our PDB at the ScaledObject's minimum", |p| {
-        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(3))
-    })
-    .await;
-    wait_for("KEDA's HPA", Duration::from_secs(30), || async {
-        hpas.get_opt("keda-hpa-kp").await.ok()?.map(|_| ())
-    })
-    .await;
-    kubectl_ok(&[
-        "annotate",
-        "scaledobject",
-        "-n",
-        &ns.name,
+    let (ns, so_api, keda, hpas) = keda_deployment_paused(
+        "e2e-kedapause",
         "kp",
+        "kwok-node-0",
         "autoscaling.keda.sh/paused=true",
-    ]);
+    )
+    .await;
     wait_for(
         "KEDA's HPA deleted by the pause",
         Duration::from_secs(30),
@@ -927,48 +994,7 @@ async fn under_a_paused_scaled_object_the_surge_goes_back_to_the_exact_baseline(
     )
     .await;
     kubectl_ok(&["scale", "deployment", "-n", &ns.name, "kp", "--replicas=1"]);
-    let pods = wait_ready(&ns, "kp", 1).await;
-    wait_pdb(&ns, "kp", "our PDB following the replicas", |p| {
-        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(1))
-    })
-    .await;
-    owned_pdb_blocking(&ns, "kp", 1).await;
-    let node = nodes_of(&pods)[0].clone();
-    // The peaks of the Deployment's replicas and of the ScaledObject's
-    // minimum while the drain runs.
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let (deps, so_api, done) = (deps.clone(), so_api.clone(), done.clone());
-        tokio::spawn(async move {
-            let (mut replicas, mut min) = (0, 0);
-            while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                if let Ok(d) = deps.get("kp").await {
-                    replicas = replicas.max(d.spec.and_then(|s| s.replicas).unwrap_or(0));
-                }
-                if let Ok(so) = so_api.get("kp").await {
-                    min = min.max(so.data["spec"]["minReplicaCount"].as_i64().unwrap_or(0));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            (replicas, min)
-        })
-    };
-    let d = drain(&node, "app=kp", &["--timeout=60s"]).await;
-    uncordon(&node);
-    assert!(d.ok, "drain:\n{}", d.output);
-    wait_replicas(&ns, "kp", 1, false, Duration::from_secs(60)).await;
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
-    let peaks = sampler.await.expect("sampler");
-    assert_eq!(
-        peaks,
-        (2, 3),
-        "the Deployment surged from its 1 replica by the one pod displaced; \
-         the paused ScaledObject's minimum not raised"
-    );
-    // And it stays there: nothing of ours lifts it back (KEDA is paused).
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let (r, s, _) = replicas(&ns, "kp").await;
-    assert_eq!((r, s), (1, None), "the exact baseline, kept");
+    drain_one_and_back_to_one(&ns, &so_api, "kp").await;
     let _ = keda.finish().await;
 }
 
@@ -983,29 +1009,13 @@ async fn under_a_paused_scaled_object_the_surge_goes_back_to_the_exact_baseline(
 #[tokio::test]
 async fn under_paused_replicas_the_deployment_alone_is_surged_and_goes_back() {
     let _nodes = nodes_lock().await;
-    let (ns, so_api) = keda_namespace("e2e-kedapr", "kr", 3).await;
-    let keda = KedaOperator::start(&ns, "kr");
-    let deps: Api<Deployment> = ns.api();
-    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
-    deps.create(
-        &PostParams::default(),
-        &deployment("kr", 3, Some("kwok-node-2")),
-    )
-    .await
-    .expect("create Deployment");
-    wait_ready(&ns, "kr", 3).await;
-    wait_for("KEDA's HPA", Duration::from_secs(30), || async {
-        hpas.get_opt("keda-hpa-kr").await.ok()?.map(|_| ())
-    })
-    .await;
-    kubectl_ok(&[
-        "annotate",
-        "scaledobject",
-        "-n",
-        &ns.name,
+    let (ns, so_api, keda, hpas) = keda_deployment_paused(
+        "e2e-kedapr",
         "kr",
+        "kwok-node-2",
         "autoscaling.keda.sh/paused-replicas=1",
-    ]);
+    )
+    .await;
     wait_for(
         "KEDA's pause applied: its HPA gone, the count recorded",
         Duration::from_secs(30),
@@ -1016,44 +1026,7 @@ async fn under_paused_replicas_the_deployment_alone_is_surged_and_goes_back() {
         },
     )
     .await;
-    let pods = wait_ready(&ns, "kr", 1).await;
-    wait_pdb(&ns, "kr", "our PDB following the replicas", |p| {
-        p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(1))
-    })
-    .await;
-    owned_pdb_blocking(&ns, "kr", 1).await;
-    let node = nodes_of(&pods)[0].clone();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let (deps, so_api, done) = (deps.clone(), so_api.clone(), done.clone());
-        tokio::spawn(async move {
-            let (mut replicas, mut min) = (0, 0);
-            while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                if let Ok(d) = deps.get("kr").await {
-                    replicas = replicas.max(d.spec.and_then(|s| s.replicas).unwrap_or(0));
-                }
-                if let Ok(so) = so_api.get("kr").await {
-                    min = min.max(so.data["spec"]["minReplicaCount"].as_i64().unwrap_or(0));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            (replicas, min)
-        })
-    };
-    let d = drain(&node, "app=kr", &["--timeout=60s"]).await;
-    uncordon(&node);
-    assert!(d.ok, "drain:\n{}", d.output);
-    wait_replicas(&ns, "kr", 1, false, Duration::from_secs(60)).await;
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
-    let peaks = sampler.await.expect("sampler");
-    assert_eq!(
-        peaks,
-        (2, 3),
-        "the Deployment surged from 1 by the one pod displaced; the minimum not raised"
-    );
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let (r, s, _) = replicas(&ns, "kr").await;
-    assert_eq!((r, s), (1, None), "the exact baseline, kept");
+    drain_one_and_back_to_one(&ns, &so_api, "kr").await;
     let _ = keda.finish().await;
 }
 
