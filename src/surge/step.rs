@@ -818,6 +818,14 @@ fn plan_step(
     let dep_s = dep.map(|d| of_deployment(ns, d));
     let hpa_s: Vec<Surgeable> = hpas.iter().map(|h| of_hpa(ns, h)).collect();
     let so_s: Vec<Surgeable> = sos.iter().map(|so| of_scaled_object(ns, so)).collect();
+    // The ScaledObjects KEDA still acts through: not one paused whose HPA
+    // KEDA deleted (`scaled_object_idle`), which lifts nothing.
+    let acting_sos: Vec<&Surgeable> = so_s
+        .iter()
+        .zip(&sos)
+        .filter(|(_, so)| !scaled_object_idle(so, objs.hpas.iter().map(AsRef::as_ref)))
+        .map(|(s, _)| s)
+        .collect();
     let all: Vec<&Surgeable> = dep_s.iter().chain(&hpa_s).chain(&so_s).collect();
 
     // A plain Deployment's surge left by the Go project's older versions:
@@ -881,12 +889,7 @@ fn plan_step(
             .zip(&hpas)
             .filter(|(_, h)| !hpa_is_kedas(h))
             .map(|(o, _)| o.value())
-            .chain(
-                so_s.iter()
-                    .zip(&sos)
-                    .filter(|(_, so)| !scaled_object_idle(so, objs.hpas.iter().map(AsRef::as_ref)))
-                    .map(|(o, _)| o.value()),
-            )
+            .chain(acting_sos.iter().map(|o| o.value()))
             .max(),
         nodes: BTreeSet::new(),
         legacy: None,
@@ -969,18 +972,14 @@ fn plan_step(
         budget_pods(objs, name, dep_selector, pdb.map(|_| pdb_selector));
 
     // The applier now: KEDA, else a standalone HPA, else the Deployment.
-    // Not a paused ScaledObject whose HPA KEDA deleted (`scaled_object_idle`):
+    // Not a paused ScaledObject whose HPA KEDA deleted (`acting_sos`):
     // KEDA scales nothing, so its minimum lifts nothing and is no baseline
     // for the Deployment (a Deployment held at 1 under a minimum of 3 was
     // surged to 4 to let one pod go). Markers a surge left on it before the
     // pause are reverted as another object's, below. While KEDA's HPA is
     // still there it lifts the Deployment, so the ScaledObject stays the
     // applier and the Deployment waits for that HPA (`keda_lags`).
-    let keda = so_s
-        .iter()
-        .zip(&sos)
-        .find(|(_, so)| !scaled_object_idle(so, objs.hpas.iter().map(AsRef::as_ref)))
-        .map(|(s, _)| s);
+    let keda = acting_sos.first().copied();
     let standalone = hpa_s.iter().zip(&hpas).find(|(_, h)| !hpa_is_kedas(h));
     let (applier, primary): (Applier, Option<&Surgeable>) = match (keda, standalone) {
         (Some(_), Some(_)) => (Applier::Conflict, None),
