@@ -1510,13 +1510,8 @@ pub(crate) fn surging(
         .collect()
 }
 
-/// KEDA minimums by target Deployment (the persisted baseline while surged).
-pub fn keda_minimums(cache: &Cache, ns: &str) -> BTreeMap<String, i32> {
-    keda_minimums_of(&cache.scaled_objects_in(ns), &cache.hpas.state())
-}
-
-/// [`keda_minimums`] over these ScaledObjects, beside `hpas` (the
-/// namespace's, or more). A paused one whose HPA KEDA deleted
+/// KEDA minimums by target Deployment (the persisted baseline while
+/// surged), of these ScaledObjects beside `hpas` (the namespace's, or more). A paused one whose HPA KEDA deleted
 /// (`surge::view::scaled_object_idle`) has none: KEDA scales nothing, so
 /// nothing holds the Deployment at that minimum, and a PDB kept there over
 /// fewer replicas (a `kubectl scale` or `paused-replicas` below it, as for

@@ -727,10 +727,12 @@ impl Webhooks {
             return skip("namespace_not_cached", None);
         }
         let name = dep.metadata.name.as_deref().unwrap_or_default();
-        let keda_min = crate::reconcile::keda_minimums(&self.cache, &ns)
-            .get(name)
-            .copied();
-        let floor = pdb::admission_floor(&dep, keda_min, &self.cache.hpas.state());
+        let hpas = self.cache.hpas.state();
+        let keda_min =
+            crate::reconcile::keda_minimums_of(&self.cache.scaled_objects_in(&ns), &hpas)
+                .get(name)
+                .copied();
+        let floor = pdb::admission_floor(&dep, keda_min, &hpas);
         let deployments = self.cache.deployments.state();
         let in_scope = self.cache.namespace_in_scope(&ns);
         // Synced and not stale (above): the namespace's pods are current.
