@@ -17,7 +17,6 @@ use k8s_openapi::api::policy::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::DynamicObject;
-use serde_json::json;
 
 use super::objects::Objects;
 use crate::config::Behaviour;
@@ -180,10 +179,7 @@ pub fn hpa(ns: &str, target: &str, min: i32) -> HorizontalPodAutoscaler {
 }
 
 pub fn scaled_object(ns: &str, target: &str, min: i64) -> DynamicObject {
-    let mut so =
-        DynamicObject::new(&format!("{target}-so"), &crate::cache::keda_resource()).within(ns);
-    so.data = json!({"spec": {"minReplicaCount": min, "scaleTargetRef": {"name": target}}});
-    so
+    crate::surge::view::scaled_object_of(ns, &format!("{target}-so"), target, min)
 }
 
 /// A cluster of nodes n1..n3, namespaces `on` (enabled) and `off` (not).

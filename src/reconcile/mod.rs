@@ -1686,16 +1686,7 @@ mod tests {
     #[test]
     fn a_paused_scaled_object_sets_no_floor() {
         let so = |name: &str, target: &str, min: i64, annotations: &[(&str, &str)]| {
-            let mut so = DynamicObject::new(
-                name,
-                &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-                    "keda.sh",
-                    "v1alpha1",
-                    "ScaledObject",
-                )),
-            )
-            .within("ns");
-            so.data = json!({"spec": {"minReplicaCount": min, "scaleTargetRef": {"name": target}}});
+            let mut so = crate::surge::view::scaled_object_of("ns", name, target, min);
             so.metadata.annotations = Some(
                 annotations
                     .iter()

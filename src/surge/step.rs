@@ -1488,13 +1488,8 @@ mod tests {
         })
     }
     fn scaled_object(min: i64, markers: Option<(i32, i32)>) -> Arc<DynamicObject> {
-        let ar = kube::core::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
-            "scaledobjects",
-        );
-        let mut so = DynamicObject::new("web", &ar).within("ns");
+        let mut so = crate::surge::view::scaled_object_of("ns", "web", "web", min);
         so.metadata.annotations = ann(markers);
-        so.data = json!({"spec": {"minReplicaCount": min, "scaleTargetRef": {"name": "web"}}});
         Arc::new(so)
     }
     fn hpa() -> Arc<HorizontalPodAutoscaler> {

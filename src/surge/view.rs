@@ -277,6 +277,16 @@ pub fn kedas_hpa_lags(hpa_min: i64, so_min: i64) -> bool {
     hpa_min != so_min.max(1)
 }
 
+/// ScaledObject `name` in `ns` over Deployment `target` at minimum `min`. A
+/// fixture of the tests of the worker, the reconciler, the webhook and doctor.
+#[cfg(test)]
+pub fn scaled_object_of(ns: &str, name: &str, target: &str, min: i64) -> DynamicObject {
+    let mut so = DynamicObject::new(name, &crate::cache::keda_resource()).within(ns);
+    so.data =
+        serde_json::json!({"spec": {"minReplicaCount": min, "scaleTargetRef": {"name": target}}});
+    so
+}
+
 /// KEDA's HPA for Deployment `dep` in namespace `ns`, as KEDA's operator
 /// makes it: controlled by the ScaledObject of the same name. A fixture of
 /// the tests of the worker, the reconciler and the model.

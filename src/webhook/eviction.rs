@@ -1250,16 +1250,7 @@ pub(crate) mod tests {
         // A ScaledObject raised by us: room is coming, unless it is paused
         // (KEDA deleted its HPA, nothing lifts the Deployment).
         let so = |paused: bool| {
-            let mut so = kube::core::DynamicObject::new(
-                "web",
-                &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-                    "keda.sh",
-                    "v1alpha1",
-                    "ScaledObject",
-                )),
-            )
-            .within("ns");
-            so.data = serde_json::json!({"spec": {"minReplicaCount": 5, "scaleTargetRef": {"name": "web"}}});
+            let mut so = crate::surge::view::scaled_object_of("ns", "web", "web", 5);
             let mut a: BTreeMap<String, String> = [
                 (names::ORIGINAL_MIN_REPLICAS.to_string(), "2".to_string()),
                 (names::SURGE_REPLICAS.to_string(), "5".to_string()),
