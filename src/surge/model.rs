@@ -3038,6 +3038,40 @@ fn every_step_of_the_stories_survives_a_restart_or_a_failed_write() {
             vec![Op::Cordon(1), Op::Tick(2), Op::NodeGone(1), Op::Tick(3)],
         ),
         (
+            // KEDA's operator lags: its HPA stays at our raised minimum
+            // past the cooldown, until it deletes it as the history quiesces
+            // (an explicit `KedaCatchUp` would let `autoscaler_removed`'s
+            // known limit accept a lift left with no markers).
+            "ScaledObject paused mid-surge, KEDA late",
+            1,
+            1,
+            "25%",
+            vec![
+                Op::SoAdd(1),
+                Op::Evict(0),
+                Op::Tick(1),
+                Op::SoPause(true, true),
+                Op::Tick(25),
+            ],
+        ),
+        (
+            "drained under a paused ScaledObject, resumed mid-surge",
+            2,
+            1,
+            "100%",
+            vec![
+                Op::SoAdd(3),
+                Op::SoPause(true, false),
+                Op::UserScale(0, 1),
+                Op::Tick(1),
+                Op::Drain(0),
+                Op::Tick(2),
+                Op::SoPause(false, false),
+                Op::Tick(2),
+                Op::Uncordon(0),
+            ],
+        ),
+        (
             "Deployment made again under its raised HPA",
             2,
             1,
