@@ -1668,6 +1668,10 @@ async fn time_one_event(ns: &TestNs, n: usize) -> Duration {
 
 /// KEDA's CRD (tests/e2e/keda-crd.yaml, no operator) applied and Established.
 pub fn install_keda_crd() {
+    // One at a time: two tests applying it at once on a fresh cluster both
+    // create, and one fails with AlreadyExists (seen in session 50).
+    static ONE: Mutex<()> = Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     kubectl_ok(&[
         "apply",
         "-f",
