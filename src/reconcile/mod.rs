@@ -1746,7 +1746,19 @@ mod tests {
         ))
         .clone();
         applied.data["status"] = json!({"pausedReplicaCount": 1});
-        assert!(keda_minimums_of(&[Arc::new(applied)], &[]).is_empty());
+        let applied = Arc::new(applied);
+        assert!(keda_minimums_of(std::slice::from_ref(&applied), &[]).is_empty());
+        // KEDA's HPA left standing at a minimum and maximum of the paused
+        // count (what KEDA does once the Deployment is there): the
+        // Deployment is held at 1, so the floor follows its replicas; at
+        // any other bounds that HPA still lifts it to the minimum.
+        let held_hpa = Arc::new(crate::surge::view::kedas_hpa("ns", "held", 1, 1));
+        assert!(keda_minimums_of(std::slice::from_ref(&applied), &[held_hpa]).is_empty());
+        let lifting = Arc::new(crate::surge::view::kedas_hpa("ns", "held", 3, 9));
+        assert_eq!(
+            keda_minimums_of(&[applied], &[lifting]),
+            [("held".to_string(), 3)].into()
+        );
     }
 
     /// What keeps the Go project's `surge-revert` on a deleted record: a

@@ -132,6 +132,11 @@ pub struct Snapshot<'a> {
     /// `maxReplicaCount`): the apiserver refuses a minimum above it, so a
     /// surge never goes past it. `None` for a Deployment.
     pub applier_max: Option<i32>,
+    /// KEDA holds the Deployment at exactly this many replicas (a
+    /// ScaledObject paused with `paused-replicas`, its HPA at a minimum and
+    /// maximum of it: [`crate::surge::view::KedaHold::HeldAt`]): the HPA
+    /// controller takes any surge above it back, whatever the applier.
+    pub keda_held_at: Option<i32>,
     /// Parsed from the applier object's annotations ([`Markers::from_annotations`]).
     pub markers: Option<Markers>,
     /// Displaced pods counted when a user's change was adopted in this
@@ -499,6 +504,8 @@ enum CapSource {
     Override(IntOrPercent),
     /// The autoscaler's maximum is lower than the baseline plus maxSurge.
     AutoscalerMax(i32),
+    /// KEDA holds the Deployment at this count ([`Snapshot::keda_held_at`]).
+    KedaHeld(i32),
 }
 
 /// What the Deployment's own strategy says of surging.
@@ -556,17 +563,25 @@ fn surge_cap(s: &Snapshot, baseline: i32) -> Result<Cap, String> {
             replicas: scaled(o),
             source,
         },
-        (CapSource::AutoscalerMax(_), _) => Cap {
+        (CapSource::AutoscalerMax(_) | CapSource::KedaHeld(_), _) => Cap {
             replicas: 0,
             source,
         },
     };
     // A minimum above the maximum is invalid: the apiserver would refuse the
     // write on every pass.
-    Ok(match s.applier_max {
+    let cap = match s.applier_max {
         Some(max) if max.saturating_sub(baseline).max(0) < cap.replicas => Cap {
             replicas: max.saturating_sub(baseline).max(0),
             source: CapSource::AutoscalerMax(max),
+        },
+        _ => cap,
+    };
+    // Replicas above KEDA's hold last one HPA sync at most.
+    Ok(match s.keda_held_at {
+        Some(held) if held.saturating_sub(baseline).max(0) < cap.replicas => Cap {
+            replicas: held.saturating_sub(baseline).max(0),
+            source: CapSource::KedaHeld(held),
         },
         _ => cap,
     })
@@ -599,6 +614,11 @@ fn impossible_reason(rule: Rule, cap: Cap, baseline: i32, highest: i32) -> Strin
             "the autoscaler's maximum of {max} replicas leaves no room above the baseline of \
              {baseline}, so no surge can raise its minimum"
         ),
+        CapSource::KedaHeld(held) if cap.replicas == 0 => format!(
+            "KEDA holds it at {held} replicas (its ScaledObject is paused with \
+             autoscaling.keda.sh/paused-replicas and KEDA's HPA has a minimum and maximum of \
+             {held}), so no surge can last; lift the pause to let the drain go on"
+        ),
         _ => {
             let budget = match rule {
                 Rule::MinAvailable(v) => format!("minAvailable {v}"),
@@ -611,6 +631,7 @@ fn impossible_reason(rule: Rule, cap: Cap, baseline: i32, highest: i32) -> Strin
                 CapSource::MaxSurge(v) => format!("maxSurge {v}"),
                 CapSource::Recreate | CapSource::ExplicitZero => "maxSurge 0".into(),
                 CapSource::AutoscalerMax(max) => format!("the autoscaler's maximum of {max}"),
+                CapSource::KedaHeld(held) => format!("KEDA's paused-replicas hold at {held}"),
             };
             format!(
                 "even at the largest surge allowed ({limit}: {} above the baseline of {baseline}, \
@@ -663,6 +684,7 @@ mod tests {
             recreate: false,
             applier: Applier::Deployment,
             applier_max: None,
+            keda_held_at: None,
             markers: None,
             adopted_displaced: None,
             adoption_pending: false,
@@ -1890,6 +1912,7 @@ mod tests {
                 recreate: self.recreate,
                 applier: self.applier,
                 applier_max: self.applier_max,
+                keda_held_at: None,
                 markers: self.markers,
                 adopted_displaced: None,
                 adoption_pending: false,
@@ -2130,6 +2153,7 @@ mod invariant_tests {
             recreate: false,
             applier: Applier::Deployment,
             applier_max: None,
+            keda_held_at: None,
             markers: None,
             adopted_displaced: None,
             adoption_pending: false,

@@ -49,7 +49,8 @@ use crate::patch::{annotation_ops, escape, guarded_set, version_guard};
 use crate::pdb::{matching_pdbs, pdbs_over_pods};
 use crate::surge::plan::{self, Action, Applier, PodState, Snapshot};
 use crate::surge::view::{
-    hpa_carrier, hpa_is_kedas, kedas_hpa_lags, scaled_object_carrier, scaled_object_idle, NsObjects,
+    hpa_carrier, hpa_is_kedas, kedas_hpa_lags, scaled_object_carrier, scaled_object_hold, KedaHold,
+    NsObjects,
 };
 use crate::surge::writer::{replicas_writer, writer, Field, ReplicasWriter, SurgeTarget};
 
@@ -819,13 +820,27 @@ fn plan_step(
     let hpa_s: Vec<Surgeable> = hpas.iter().map(|h| of_hpa(ns, h)).collect();
     let so_s: Vec<Surgeable> = sos.iter().map(|so| of_scaled_object(ns, so)).collect();
     // The ScaledObjects KEDA still acts through: not one paused whose HPA
-    // KEDA deleted (`scaled_object_idle`), which lifts nothing.
+    // KEDA deleted, which lifts nothing, nor one KEDA holds at its paused
+    // count, whose minimum moves nothing (`scaled_object_hold`).
+    let holds: Vec<KedaHold> = sos
+        .iter()
+        .map(|so| scaled_object_hold(so, objs.hpas.iter().map(AsRef::as_ref)))
+        .collect();
     let acting_sos: Vec<&Surgeable> = so_s
         .iter()
-        .zip(&sos)
-        .filter(|(_, so)| !scaled_object_idle(so, objs.hpas.iter().map(AsRef::as_ref)))
+        .zip(&holds)
+        .filter(|(_, h)| **h == KedaHold::Acting)
         .map(|(s, _)| s)
         .collect();
+    // One held by KEDA at its paused count: the HPA controller takes any
+    // surge above that back (KEDA's HPA at that maximum), so none is made.
+    let keda_held_at = holds
+        .iter()
+        .filter_map(|h| match h {
+            KedaHold::HeldAt(n) => Some(*n),
+            _ => None,
+        })
+        .min();
     let all: Vec<&Surgeable> = dep_s.iter().chain(&hpa_s).chain(&so_s).collect();
 
     // A plain Deployment's surge left by the Go project's older versions:
@@ -882,8 +897,9 @@ fn plan_step(
         lifting: None,
         // KEDA's HPA left out: a copy its operator makes of the
         // ScaledObject's minimum, late (see `keda_lags`). So is a paused
-        // ScaledObject's once KEDA deleted its HPA: nothing lifts the
-        // Deployment to it, and the revert goes to the exact baseline.
+        // ScaledObject's once KEDA deleted its HPA or holds the Deployment
+        // at its paused count: nothing lifts the Deployment to it, and the
+        // revert goes to the exact baseline.
         autoscaler_min: hpa_s
             .iter()
             .zip(&hpas)
@@ -972,8 +988,8 @@ fn plan_step(
         budget_pods(objs, name, dep_selector, pdb.map(|_| pdb_selector));
 
     // The applier now: KEDA, else a standalone HPA, else the Deployment.
-    // Not a paused ScaledObject whose HPA KEDA deleted (`acting_sos`):
-    // KEDA scales nothing, so its minimum lifts nothing and is no baseline
+    // Not a paused ScaledObject whose HPA KEDA deleted or that KEDA holds
+    // at its paused count (`acting_sos`): its minimum lifts nothing and is no baseline
     // for the Deployment (a Deployment held at 1 under a minimum of 3 was
     // surged to 4 to let one pod go). Markers a surge left on it before the
     // pause are reverted as another object's, below. While KEDA's HPA is
@@ -999,6 +1015,7 @@ fn plan_step(
         recreate: strategy.type_.as_deref() == Some("Recreate"),
         applier,
         applier_max: primary.and_then(|p| p.ceiling),
+        keda_held_at,
         markers: primary.and_then(|p| p.markers()),
         // The note of an adoption on any object of this Deployment: the
         // episode is not surged again through another applier either (an
@@ -1359,8 +1376,9 @@ fn plan_step(
         let written = writes.iter().any(|w| w.target.kind != ObjKind::Deployment);
         // KEDA's operator has not yet copied the ScaledObject's minimum onto
         // its HPA: the HPA controller would lift the Deployment back to the
-        // old one (with no markers left to lower it again).
-        let keda_lags = so_s.first().is_some_and(|so| {
+        // old one (with no markers left to lower it again). Not one KEDA
+        // holds at its paused count: that HPA never follows the minimum.
+        let keda_lags = acting_sos.first().is_some_and(|so| {
             hpa_s.iter().zip(&hpas).any(|(o, h)| {
                 hpa_is_kedas(h) && kedas_hpa_lags(i64::from(o.value()), i64::from(so.value()))
             })
@@ -2400,6 +2418,80 @@ mod tests {
             Some(json!(3)),
             "{:?}",
             down.writes
+        );
+    }
+
+    /// `paused-replicas: 2` applied, and KEDA's HPA left at a minimum and
+    /// maximum of 2 (KEDA leaves it once the Deployment is there): the HPA
+    /// controller takes any surge above 2 back, so none is made and the
+    /// step says why; the ScaledObject's minimum, which moves nothing, is
+    /// not written. A surge carried from before goes back to its exact
+    /// baseline, as under a pause with KEDA's HPA gone.
+    #[test]
+    fn under_paused_replicas_held_by_kedas_hpa_no_surge_is_made() {
+        let held = |min: i64, markers: Option<(i32, i32)>| {
+            let mut so = (*scaled_object(min, markers)).clone();
+            let mut a = so.metadata.annotations.take().unwrap_or_default();
+            a.insert("autoscaling.keda.sh/paused-replicas".into(), "2".into());
+            so.metadata.annotations = Some(a);
+            so.data["status"] = json!({"pausedReplicaCount": 2});
+            Arc::new(so)
+        };
+        let kedas = |min, max| Arc::new(crate::surge::view::kedas_hpa("ns", "web", min, max));
+        let objs = NsObjects {
+            scaled_objects: vec![held(3, None)],
+            ..world_of((*dep(2, None)).clone(), vec![kedas(2, 2)], 2)
+        };
+        let s = run(&objs, &["n1"], &quiet());
+        match &s.action {
+            Action::Impossible { reason } => assert!(
+                reason.contains("KEDA holds it at 2 replicas")
+                    && reason.contains("paused-replicas"),
+                "{reason}"
+            ),
+            a => panic!("{a:?}"),
+        }
+        assert!(s.writes.is_empty(), "{:?}", s.writes);
+        // KEDA's HPA at other bounds lifts the Deployment to the
+        // ScaledObject's minimum: that minimum is the applier, as before.
+        let lifting = NsObjects {
+            hpas: vec![kedas(3, 9)],
+            ..objs.clone()
+        };
+        let s = run(&lifting, &["n1"], &quiet());
+        assert!(
+            matches!(s.action, Action::Surge { baseline: 3, .. }),
+            "{:?}",
+            s.action
+        );
+
+        // The Deployment surged from 2 to 3 (while KEDA's HPA was gone),
+        // the ScaledObject still marked from a surge before the pause, then
+        // KEDA's HPA made at 2 and 2: the drain over, both go back exactly.
+        let surged = NsObjects {
+            scaled_objects: vec![held(4, Some((3, 4)))],
+            ..world_of((*dep(3, Some((2, 3)))).clone(), vec![kedas(2, 2)], 2)
+        };
+        let cooling_down = run(&surged, &["n1"], &cooling());
+        assert!(cooling_down.writes.is_empty(), "{:?}", cooling_down.writes);
+        let back = run(&surged, &[], &quiet());
+        let value = |kind: ObjKind, path: &str| {
+            back.writes
+                .iter()
+                .find(|w| w.target.kind == kind)
+                .and_then(|w| op_value(w, "replace", path))
+        };
+        assert_eq!(
+            value(ObjKind::ScaledObject, "/spec/minReplicaCount"),
+            Some(json!(3)),
+            "{:?}",
+            back.writes
+        );
+        assert_eq!(
+            value(ObjKind::Deployment, "/spec/replicas"),
+            Some(json!(2)),
+            "{:?}",
+            back.writes
         );
     }
 

@@ -241,31 +241,88 @@ pub fn scaled_object_paused(so: &DynamicObject) -> bool {
     }
 }
 
-/// A ScaledObject KEDA holds nothing with: paused by its annotations
-/// ([`scaled_object_paused`]) and its HPA gone. Until KEDA's operator has
-/// deleted that HPA (it may lag, or be down: a drain evicts it too), the
-/// HPA controller still lifts the Deployment to the HPA's minimum, so the
-/// pause counts only then; any HPA of KEDA's in its namespace that it
-/// controls or that targets its Deployment keeps it counted. `hpas`: the
-/// namespace's, or more (matched by namespace).
-pub fn scaled_object_idle<'a>(
+/// What KEDA does with a paused ScaledObject's Deployment now
+/// ([`scaled_object_hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KedaHold {
+    /// Not paused, or paused while KEDA's HPA still lifts the Deployment to
+    /// a minimum: the ScaledObject's minimum acts (the PDB floor, the
+    /// surge's applier).
+    Acting,
+    /// Paused and KEDA's HPA gone: nothing holds the Deployment anywhere.
+    Idle,
+    /// Paused with `paused-replicas` and every HPA of KEDA's over it at a
+    /// minimum and maximum of that count (at least 1): KEDA holds the
+    /// Deployment at exactly this many replicas, whatever minimum is
+    /// written, so no surge lasts.
+    HeldAt(i32),
+}
+
+/// What KEDA does with `so`'s Deployment ([`KedaHold`]). Paused, KEDA's
+/// operator deletes its HPA, but it may lag or be down (a drain evicts it
+/// too), and with `paused-replicas: N` it makes its HPA at a minimum and
+/// maximum of N first and may leave it standing (controllers/keda/hpa.go
+/// `newHPAForScaledObject`, scaledobject_controller.go: once the Deployment
+/// is at N it returns before deleting it; kedacore/keda#7663). Any HPA of
+/// KEDA's in its namespace that it controls or that targets its Deployment
+/// counts. `hpas`: the namespace's, or more (matched by namespace).
+pub fn scaled_object_hold<'a>(
     so: &DynamicObject,
     hpas: impl IntoIterator<Item = &'a HorizontalPodAutoscaler>,
-) -> bool {
+) -> KedaHold {
     if !scaled_object_paused(so) {
-        return false;
+        return KedaHold::Acting;
     }
     let (ns, name, target) = (
         so.metadata.namespace.as_deref(),
         so.metadata.name.as_deref(),
         scaled_object_target(so),
     );
-    !hpas.into_iter().any(|h| {
-        h.metadata.namespace.as_deref() == ns
-            && hpa_is_kedas(h)
-            && (controller_of(&h.metadata).map(|o| o.name.as_str()) == name
-                || (target.is_some() && hpa_target(h) == target))
-    })
+    let kedas: Vec<&HorizontalPodAutoscaler> = hpas
+        .into_iter()
+        .filter(|h| {
+            h.metadata.namespace.as_deref() == ns
+                && hpa_is_kedas(h)
+                && (controller_of(&h.metadata).map(|o| o.name.as_str()) == name
+                    || (target.is_some() && hpa_target(h) == target))
+        })
+        .collect();
+    if kedas.is_empty() {
+        return KedaHold::Idle;
+    }
+    // KEDA's `GetPausedReplicaCount` (an int32) and its HPA's bounds: a
+    // minimum of 0 is invalid on an HPA, so KEDA writes 1.
+    let Some(count) = so
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("autoscaling.keda.sh/paused-replicas"))
+        .and_then(|v| v.parse::<i32>().ok())
+    else {
+        return KedaHold::Acting;
+    };
+    let held = count.max(1);
+    let at_count = |h: &HorizontalPodAutoscaler| {
+        h.spec
+            .as_ref()
+            .is_some_and(|s| s.min_replicas.unwrap_or(1) == held && s.max_replicas == held)
+    };
+    if kedas.iter().all(|h| at_count(h)) {
+        KedaHold::HeldAt(held)
+    } else {
+        KedaHold::Acting
+    }
+}
+
+/// A ScaledObject whose minimum acts on nothing ([`scaled_object_hold`]
+/// not `Acting`): paused with its HPA gone, or held by KEDA at its paused
+/// count. Its minimum is then no PDB floor, no applier and no baseline for
+/// the Deployment: the Deployment's own replicas are.
+pub fn scaled_object_idle<'a>(
+    so: &DynamicObject,
+    hpas: impl IntoIterator<Item = &'a HorizontalPodAutoscaler>,
+) -> bool {
+    scaled_object_hold(so, hpas) != KedaHold::Acting
 }
 
 /// KEDA's HPA has not yet followed its ScaledObject: its minimum is not
@@ -539,6 +596,122 @@ mod tests {
 
     /// A namespace whose objects are cached before the namespace itself
     /// may surge only once it is there (it may carry the opt-out).
+    /// What KEDA does with a ScaledObject's Deployment, from its pause
+    /// annotations and KEDA's HPAs over it.
+    #[test]
+    fn a_paused_scaled_object_is_idle_held_at_its_count_or_still_acting() {
+        let so = |annotations: &[(&str, &str)], paused_count: Option<i64>| {
+            let mut so = scaled_object_of("ns", "web", "web", 3);
+            so.metadata.annotations = Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
+            if let Some(n) = paused_count {
+                so.data["status"] = serde_json::json!({"pausedReplicaCount": n});
+            }
+            so
+        };
+        let replicas = |n: &'static str| [("autoscaling.keda.sh/paused-replicas", n)];
+        let paused = [("autoscaling.keda.sh/paused", "true")];
+        let mut elsewhere = kedas_hpa("ns", "web", 2, 2);
+        elsewhere.metadata.namespace = Some("other".into());
+        let mut standalone = kedas_hpa("ns", "web", 2, 2);
+        standalone.metadata.owner_references = None;
+        let mut by_target = kedas_hpa("ns", "web", 2, 2);
+        by_target
+            .metadata
+            .owner_references
+            .iter_mut()
+            .flatten()
+            .for_each(|o| {
+                o.name = "renamed".into();
+            });
+        for (so, hpas, want, why) in [
+            (
+                so(&[], None),
+                vec![kedas_hpa("ns", "web", 3, 9)],
+                KedaHold::Acting,
+                "not paused",
+            ),
+            (
+                so(&paused, None),
+                vec![],
+                KedaHold::Idle,
+                "paused, HPA gone",
+            ),
+            (
+                so(&paused, None),
+                vec![kedas_hpa("ns", "web", 3, 9)],
+                KedaHold::Acting,
+                "paused, KEDA's HPA not deleted yet",
+            ),
+            (
+                so(&paused, None),
+                vec![kedas_hpa("ns", "web", 2, 2)],
+                KedaHold::Acting,
+                "paused alone makes no hold at a count",
+            ),
+            (
+                so(&replicas("2"), Some(2)),
+                vec![kedas_hpa("ns", "web", 2, 2)],
+                KedaHold::HeldAt(2),
+                "paused-replicas 2, KEDA's HPA at 2 and 2",
+            ),
+            (
+                so(&replicas("0"), Some(0)),
+                vec![kedas_hpa("ns", "web", 1, 1)],
+                KedaHold::HeldAt(1),
+                "paused-replicas 0: KEDA's HPA at 1 (its least minimum)",
+            ),
+            (
+                so(&replicas("2"), Some(2)),
+                vec![kedas_hpa("ns", "web", 3, 9)],
+                KedaHold::Acting,
+                "KEDA's HPA not made at the count yet",
+            ),
+            (
+                so(&replicas("2"), Some(2)),
+                vec![kedas_hpa("ns", "web", 2, 2), kedas_hpa("ns", "web", 3, 9)],
+                KedaHold::Acting,
+                "one of KEDA's HPAs still lifts to 3",
+            ),
+            (
+                so(&replicas("2"), None),
+                vec![kedas_hpa("ns", "web", 2, 2)],
+                KedaHold::Acting,
+                "paused-replicas KEDA has not applied",
+            ),
+            (
+                so(&replicas("two"), Some(2)),
+                vec![kedas_hpa("ns", "web", 2, 2)],
+                KedaHold::Acting,
+                "not a number: KEDA makes no HPA at it",
+            ),
+            (
+                so(&replicas("2"), Some(2)),
+                vec![by_target],
+                KedaHold::HeldAt(2),
+                "KEDA's HPA over its Deployment",
+            ),
+            (
+                so(&replicas("2"), Some(2)),
+                vec![elsewhere, standalone],
+                KedaHold::Idle,
+                "another namespace's, and a standalone HPA, are not KEDA's HPA",
+            ),
+        ] {
+            let got = scaled_object_hold(&so, &hpas);
+            assert_eq!(got, want, "{why}");
+            assert_eq!(
+                scaled_object_idle(&so, &hpas),
+                want != KedaHold::Acting,
+                "{why}"
+            );
+        }
+    }
+
     #[test]
     fn a_namespace_not_cached_yet_may_not_surge() {
         let view = |namespaces: Vec<Arc<Namespace>>| ClusterView {

@@ -1768,9 +1768,11 @@ pub async fn create_scaled_object(ns: &TestNs, name: &str, min: i64) -> Api<Dyna
 /// the status, and scales it to N again at each later change of the
 /// ScaledObject's spec that finds it elsewhere
 /// (`checkIfTargetResourceReachPausedCount`); the record goes with the
-/// annotation. Simpler than KEDA: it deletes its HPA at once, where KEDA
-/// first sets it to a minimum and maximum of N, deletes it later, and may
-/// make it again at N (kedacore/keda#7663). Records every field manager
+/// annotation. Simpler than KEDA ([`KedaOperator::start`]): it deletes its
+/// HPA at once, where KEDA first sets it to a minimum and maximum of N and
+/// may leave it there (kedacore/keda#7663); [`KedaOperator::start_holding`]
+/// does that (with `paused-replicas`, its HPA kept at a minimum and maximum
+/// of N, at least 1; `paused` alone still deletes it). Records every field manager
 /// other than its own that wrote the HPA (not its status, which the HPA
 /// controller writes): writes of someone else, such as ours.
 pub struct KedaOperator {
@@ -1783,6 +1785,16 @@ pub const KEDA_MANAGER: &str = "keda-operator";
 
 impl KedaOperator {
     pub fn start(ns: &TestNs, name: &str) -> KedaOperator {
+        Self::spawn(ns, name, false)
+    }
+
+    /// With `paused-replicas: N`, its HPA kept at a minimum and maximum of N
+    /// (at least 1), as KEDA leaves it once the Deployment is at N.
+    pub fn start_holding(ns: &TestNs, name: &str) -> KedaOperator {
+        Self::spawn(ns, name, true)
+    }
+
+    fn spawn(ns: &TestNs, name: &str, hold: bool) -> KedaOperator {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let held = paused.clone();
@@ -1856,7 +1868,9 @@ impl KedaOperator {
                         .patch_status(&name, &patch_params, &Patch::Merge(&status))
                         .await;
                 }
-                if paused || paused_replicas.is_some() {
+                // KEDA's `newHPAForScaledObject`: at the paused count, both bounds.
+                let hold_at = paused_replicas.filter(|_| hold).map(|n| n.max(1));
+                if (paused || paused_replicas.is_some()) && hold_at.is_none() {
                     if matches!(hpas.get_opt(&hpa_name).await, Ok(Some(_)))
                         && hpas
                             .delete(&hpa_name, &DeleteParams::default())
@@ -1871,12 +1885,19 @@ impl KedaOperator {
                     .as_i64()
                     .unwrap_or(0)
                     .max(1) as i32;
+                let max = hpa(&hpa_name, &name, min)
+                    .spec
+                    .map_or(10, |s| s.max_replicas);
+                let (min, max) = hold_at.map_or((min, max), |n| (n, n));
                 let annotations = so.metadata.annotations.clone();
                 let Ok(current) = hpas.get_opt(&hpa_name).await else {
                     continue;
                 };
                 let Some(mut h) = current else {
                     let mut h = hpa(&hpa_name, &name, min);
+                    if let Some(s) = h.spec.as_mut() {
+                        s.max_replicas = max;
+                    }
                     h.metadata.annotations = annotations;
                     h.metadata.owner_references = Some(vec![OwnerReference {
                         api_version: "keda.sh/v1alpha1".into(),
@@ -1901,10 +1922,15 @@ impl KedaOperator {
                     }
                 }
                 let spec_min = h.spec.as_ref().and_then(|s| s.min_replicas);
-                if spec_min != Some(min) || h.metadata.annotations != annotations {
+                let spec_max = h.spec.as_ref().map(|s| s.max_replicas);
+                if spec_min != Some(min)
+                    || spec_max != Some(max)
+                    || h.metadata.annotations != annotations
+                {
                     h.metadata.annotations = annotations;
                     if let Some(s) = h.spec.as_mut() {
                         s.min_replicas = Some(min);
+                        s.max_replicas = max;
                     }
                     if hpas.replace(&hpa_name, &pp, &h).await.is_ok() {
                         writes += 1;

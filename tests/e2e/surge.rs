@@ -882,14 +882,16 @@ async fn keda_minimum_is_raised_and_restored_and_keda_plus_hpa_is_degraded() {
     assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
 }
 
-/// A namespace with ScaledObject `name` at minimum 3, KEDA's stand-in, and
-/// Deployment `name` of 3 Ready pods preferring `node`, our PDB at 3 and
-/// KEDA's HPA made; then `annotation` set on the ScaledObject (a pause).
+/// A namespace with ScaledObject `name` at minimum 3, KEDA's stand-in
+/// (`holding`: [`KedaOperator::start_holding`]), and Deployment `name` of 3
+/// Ready pods preferring `node`, our PDB at 3 and KEDA's HPA made; then
+/// `annotation` set on the ScaledObject (a pause).
 async fn keda_deployment_paused(
     prefix: &str,
     name: &str,
     node: &str,
     annotation: &str,
+    holding: bool,
 ) -> (
     TestNs,
     Api<kube::core::DynamicObject>,
@@ -897,7 +899,11 @@ async fn keda_deployment_paused(
     Api<HorizontalPodAutoscaler>,
 ) {
     let (ns, so_api) = keda_namespace(prefix, name, 3).await;
-    let keda = KedaOperator::start(&ns, name);
+    let keda = if holding {
+        KedaOperator::start_holding(&ns, name)
+    } else {
+        KedaOperator::start(&ns, name)
+    };
     let deps: Api<Deployment> = ns.api();
     let hpas: Api<HorizontalPodAutoscaler> = ns.api();
     deps.create(&PostParams::default(), &deployment(name, 3, Some(node)))
@@ -985,6 +991,7 @@ async fn under_a_paused_scaled_object_the_surge_goes_back_to_the_exact_baseline(
         "kp",
         "kwok-node-0",
         "autoscaling.keda.sh/paused=true",
+        false,
     )
     .await;
     wait_for(
@@ -1014,6 +1021,7 @@ async fn under_paused_replicas_the_deployment_alone_is_surged_and_goes_back() {
         "kr",
         "kwok-node-2",
         "autoscaling.keda.sh/paused-replicas=1",
+        false,
     )
     .await;
     wait_for(
@@ -1027,6 +1035,101 @@ async fn under_paused_replicas_the_deployment_alone_is_surged_and_goes_back() {
     )
     .await;
     drain_one_and_back_to_one(&ns, &so_api, "kr").await;
+    let _ = keda.finish().await;
+}
+
+/// `autoscaling.keda.sh/paused-replicas: 2` on a ScaledObject at minimum
+/// 3, with KEDA's HPA left at a minimum and maximum of 2 (what KEDA's
+/// operator does once the Deployment is at the count, kedacore/keda#7663):
+/// the HPA controller takes any replica above 2 back, so no surge can help.
+/// Our PDB follows the 2 replicas (it stayed at 3, over 2 pods); a drain is
+/// refused with a 429 that says KEDA holds the Deployment and what to do,
+/// the EvictionAutoScaler is Degraded, and nothing is written (before: the
+/// minimum raised to 4, which moves nothing, and "surging" said forever).
+/// The pause lifted, the drain goes on through a surge of the minimum that
+/// goes back to exactly 3.
+#[tokio::test]
+async fn under_paused_replicas_held_by_kedas_hpa_a_drain_is_told_why_and_goes_on_once_lifted() {
+    let _nodes = nodes_lock().await;
+    let (ns, so_api, keda, hpas) = keda_deployment_paused(
+        "e2e-kedaheld",
+        "kq",
+        "kwok-node-1",
+        "autoscaling.keda.sh/paused-replicas=2",
+        true,
+    )
+    .await;
+    wait_for(
+        "KEDA's pause applied: its HPA at 2 and 2, the count recorded",
+        Duration::from_secs(30),
+        || async {
+            let spec = hpas.get_opt("keda-hpa-kq").await.ok()??.spec?;
+            let so = so_api.get("kq").await.ok()?;
+            (spec.min_replicas == Some(2)
+                && spec.max_replicas == 2
+                && so.data["status"]["pausedReplicaCount"].as_i64() == Some(2))
+            .then_some(())
+        },
+    )
+    .await;
+    let pods = wait_ready(&ns, "kq", 2).await;
+    wait_pdb(
+        &ns,
+        "kq",
+        "our PDB following the 2 replicas KEDA holds",
+        |p| p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(2)),
+    )
+    .await;
+    owned_pdb_blocking(&ns, "kq", 2).await;
+    let node = nodes_of(&pods)[0].clone();
+    let d = drain(&node, "app=kq", &["--timeout=15s"]).await;
+    // Read while the node is still cordoned.
+    let yaml = kubectl_ok(&[
+        "get",
+        "evictionautoscalers",
+        "-n",
+        &ns.name,
+        "kq",
+        "-o",
+        "yaml",
+    ]);
+    uncordon(&node);
+    assert!(!d.ok, "the budget blocks, as without a surge");
+    assert!(
+        d.output.contains("KEDA holds it at 2 replicas") && d.output.contains("lift the pause"),
+        "the 429 says why:\n{}",
+        d.output
+    );
+    assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
+    let (r, s, _) = replicas(&ns, "kq").await;
+    assert_eq!((r, s), (2, None), "no surge of the Deployment");
+    let so = so_api.get("kq").await.expect("ScaledObject");
+    assert_eq!(so.data["spec"]["minReplicaCount"].as_i64(), Some(3));
+    assert!(
+        !so.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(SURGE_MARKER),
+        "no surge of the ScaledObject"
+    );
+
+    // The pause lifted: KEDA's HPA back at the minimum (3), the drain goes on.
+    kubectl_ok(&[
+        "annotate",
+        "scaledobject",
+        "-n",
+        &ns.name,
+        "kq",
+        "autoscaling.keda.sh/paused-replicas-",
+    ]);
+    let pods = wait_ready(&ns, "kq", 3).await;
+    owned_pdb_blocking(&ns, "kq", 3).await;
+    let node = nodes_of(&pods)[0].clone();
+    let d = drain(&node, "app=kq", &["--timeout=90s"]).await;
+    uncordon(&node);
+    assert!(d.ok, "drain:\n{}", d.output);
+    wait_so_restored(&so_api, "kq", 3).await;
+    wait_replicas(&ns, "kq", 3, false, Duration::from_secs(60)).await;
     let _ = keda.finish().await;
 }
 
