@@ -646,9 +646,10 @@ pub async fn run(client: Client, opts: &Options) -> Result<Report, UninstallErro
                     for mut so in list {
                         writer::leave_out_copy(&mut so);
                         let current = so.data["spec"].get("minReplicaCount").cloned();
-                        // Paused, KEDA deleted its HPA: its minimum holds no
-                        // Deployment (no floor, nothing to wait for). Not
-                        // before it is deleted: until then that HPA lifts the
+                        // Paused, KEDA deleted its HPA (or holds the
+                        // Deployment at its paused count): its minimum holds
+                        // no Deployment (no floor, nothing to wait for). Not
+                        // before then: until then that HPA lifts the
                         // Deployment (the wait below holds it then).
                         let target = so_target(&so);
                         let floor_of = target

@@ -369,8 +369,9 @@ fn autoscaler_minimums(objs: &Objects) -> Vec<LintFinding> {
             mins.push((ns_of(h.as_ref()).into(), t.into(), what, min));
         }
     }
-    // A paused ScaledObject whose HPA KEDA deleted holds nothing, and our
-    // PDB follows the replicas then (`reconcile::keda_minimums_of`).
+    // A paused ScaledObject whose HPA KEDA deleted holds nothing at its
+    // minimum, nor one KEDA holds at its paused count, and our PDB follows
+    // the replicas then (`reconcile::keda_minimums_of`).
     for so in objs.scaled_objects.iter().filter(|so| {
         !crate::surge::view::scaled_object_idle(so, objs.hpas.iter().map(AsRef::as_ref))
     }) {

@@ -1517,16 +1517,22 @@ pub(crate) fn surging(
 /// fewer replicas (a `kubectl scale` or `paused-replicas` below it, as for
 /// maintenance) refused every eviction until a surge from the minimum (3
 /// replicas for 1 pod under a minimum of 3). Its Deployment's floor is then
-/// its own replicas, as with no autoscaler.
+/// its own replicas, as with no autoscaler. One KEDA holds at its paused
+/// count N (`KedaHold::HeldAt`) has its minimum up to N: that many pods is
+/// all KEDA keeps, and a minimum below it (1 under a hold at 5, a freeze at
+/// the current scale) keeps letting pods go as before the pause.
 pub fn keda_minimums_of(
     scaled_objects: &[Arc<DynamicObject>],
     hpas: &[Arc<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>],
 ) -> BTreeMap<String, i32> {
     let mut out = BTreeMap::new();
     for so in scaled_objects {
-        if crate::surge::view::scaled_object_idle(so, hpas.iter().map(AsRef::as_ref)) {
-            continue;
-        }
+        use crate::surge::view::{scaled_object_hold, KedaHold};
+        let held_at = match scaled_object_hold(so, hpas.iter().map(AsRef::as_ref)) {
+            KedaHold::Idle => continue,
+            KedaHold::HeldAt(n) => Some(n),
+            KedaHold::Acting => None,
+        };
         let spec = &so.data["spec"];
         let target = &spec["scaleTargetRef"];
         let kind = target["kind"].as_str().unwrap_or("Deployment");
@@ -1538,7 +1544,7 @@ pub fn keda_minimums_of(
         }
         let current = spec["minReplicaCount"].as_i64().unwrap_or(0) as i32;
         let min = Markers::baseline_or(so.metadata.annotations.as_ref(), current);
-        out.insert(name.to_string(), min);
+        out.insert(name.to_string(), held_at.map_or(min, |n| min.min(n)));
     }
     out
 }
@@ -1684,7 +1690,7 @@ mod tests {
     /// HPA is gone: then it has none, and the Deployment's own replicas are
     /// the floor.
     #[test]
-    fn a_paused_scaled_object_sets_no_floor() {
+    fn a_paused_scaled_object_sets_no_floor_or_one_up_to_its_hold() {
         let so = |name: &str, target: &str, min: i64, annotations: &[(&str, &str)]| {
             let mut so = crate::surge::view::scaled_object_of("ns", name, target, min);
             so.metadata.annotations = Some(
@@ -1749,11 +1755,41 @@ mod tests {
         let applied = Arc::new(applied);
         assert!(keda_minimums_of(std::slice::from_ref(&applied), &[]).is_empty());
         // KEDA's HPA left standing at a minimum and maximum of the paused
-        // count (what KEDA does once the Deployment is there): the
-        // Deployment is held at 1, so the floor follows its replicas; at
-        // any other bounds that HPA still lifts it to the minimum.
-        let held_hpa = Arc::new(crate::surge::view::kedas_hpa("ns", "held", 1, 1));
-        assert!(keda_minimums_of(std::slice::from_ref(&applied), &[held_hpa]).is_empty());
+        // count (what KEDA does once the Deployment is there): KEDA keeps 1
+        // pod, so the floor is 1, not the minimum of 3 (over 1 pod, it
+        // refused every eviction); at any other bounds that HPA still lifts
+        // the Deployment to the minimum.
+        let held_hpa = |n: i32| {
+            let mut h = crate::surge::view::kedas_hpa("ns", "held", n, n);
+            // KEDA copies the ScaledObject's annotations, our markers
+            // among them: no floor is read from the HPA.
+            h.metadata.annotations = Some(
+                [
+                    (names::SURGE_REPLICAS.to_string(), "4".to_string()),
+                    (names::ORIGINAL_MIN_REPLICAS.to_string(), "3".to_string()),
+                ]
+                .into(),
+            );
+            Arc::new(h)
+        };
+        assert_eq!(
+            keda_minimums_of(std::slice::from_ref(&applied), &[held_hpa(1)]),
+            [("held".to_string(), 1)].into()
+        );
+        // Frozen at the current scale (minimum 1, paused at 5): the minimum
+        // stays the floor, and pods go as they went before the pause.
+        let mut frozen = (*so(
+            "held",
+            "held",
+            1,
+            &[("autoscaling.keda.sh/paused-replicas", "5")],
+        ))
+        .clone();
+        frozen.data["status"] = json!({"pausedReplicaCount": 5});
+        assert_eq!(
+            keda_minimums_of(&[Arc::new(frozen)], &[held_hpa(5)]),
+            [("held".to_string(), 1)].into()
+        );
         let lifting = Arc::new(crate::surge::view::kedas_hpa("ns", "held", 3, 9));
         assert_eq!(
             keda_minimums_of(&[applied], &[lifting]),

@@ -617,7 +617,8 @@ fn impossible_reason(rule: Rule, cap: Cap, baseline: i32, highest: i32) -> Strin
         CapSource::KedaHeld(held) if cap.replicas == 0 => format!(
             "KEDA holds it at {held} replicas (its ScaledObject is paused with \
              autoscaling.keda.sh/paused-replicas and KEDA's HPA has a minimum and maximum of \
-             {held}), so no surge can last; lift the pause to let the drain go on"
+             {held}), so no surge can add a pod: evictions go on only as the budget allows; \
+             lift the pause to let a surge help"
         ),
         _ => {
             let budget = match rule {

@@ -997,8 +997,11 @@ fn plan_step(
     // applier and the Deployment waits for that HPA (`keda_lags`).
     let keda = acting_sos.first().copied();
     let standalone = hpa_s.iter().zip(&hpas).find(|(_, h)| !hpa_is_kedas(h));
+    // A standalone HPA beside one KEDA holds: two HPAs over the Deployment,
+    // a conflict as with KEDA acting (each still bounds it).
     let (applier, primary): (Applier, Option<&Surgeable>) = match (keda, standalone) {
         (Some(_), Some(_)) => (Applier::Conflict, None),
+        (None, Some(_)) if keda_held_at.is_some() => (Applier::Conflict, None),
         (Some(so), None) => (Applier::Keda { min: so.value() }, Some(so)),
         (None, Some((h, _))) => (Applier::Hpa { min: h.value() }, Some(h)),
         (None, None) => (Applier::Deployment, Some(dep_s)),
@@ -2449,6 +2452,18 @@ mod tests {
                     && reason.contains("paused-replicas"),
                 "{reason}"
             ),
+            a => panic!("{a:?}"),
+        }
+        assert!(s.writes.is_empty(), "{:?}", s.writes);
+        // A standalone HPA beside it: two HPAs over the Deployment, no
+        // single minimum to raise, as with KEDA acting.
+        let beside = NsObjects {
+            hpas: vec![kedas(2, 2), hpa()],
+            ..objs.clone()
+        };
+        let s = run(&beside, &["n1"], &quiet());
+        match &s.action {
+            Action::Impossible { reason } => assert!(reason.contains("both target"), "{reason}"),
             a => panic!("{a:?}"),
         }
         assert!(s.writes.is_empty(), "{:?}", s.writes);

@@ -594,8 +594,6 @@ mod tests {
         assert_eq!(read(names::MANAGER), (Some(ours), None));
     }
 
-    /// A namespace whose objects are cached before the namespace itself
-    /// may surge only once it is there (it may carry the opt-out).
     /// What KEDA does with a ScaledObject's Deployment, from its pause
     /// annotations and KEDA's HPAs over it.
     #[test]
@@ -712,6 +710,8 @@ mod tests {
         }
     }
 
+    /// A namespace whose objects are cached before the namespace itself
+    /// may surge only once it is there (it may carry the opt-out).
     #[test]
     fn a_namespace_not_cached_yet_may_not_surge() {
         let view = |namespaces: Vec<Arc<Namespace>>| ClusterView {

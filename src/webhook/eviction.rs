@@ -751,7 +751,8 @@ pub fn surge_state_under_autoscalers(
         .filter(|h| !crate::surge::view::hpa_is_kedas(h))
         .filter(|h| crate::surge::view::hpa_carrier(h).as_deref() == name)
         .find_map(|h| raised(h.metadata.annotations.as_ref()));
-    // A paused ScaledObject whose HPA KEDA deleted lifts nothing.
+    // A paused ScaledObject whose HPA KEDA deleted lifts nothing, nor one
+    // KEDA holds at its paused count (its minimum moves nothing).
     let so = || {
         sos.iter()
             .filter(|so| crate::surge::view::scaled_object_carrier(so).as_deref() == name)

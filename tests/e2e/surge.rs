@@ -1133,6 +1133,81 @@ async fn under_paused_replicas_held_by_kedas_hpa_a_drain_is_told_why_and_goes_on
     let _ = keda.finish().await;
 }
 
+/// A ScaledObject at minimum 1 frozen at its current scale with
+/// `paused-replicas: 3`, KEDA's HPA kept at 3 and 3: our PDB's floor stays
+/// the minimum (1, up to the hold), so a drain of the node holding its pods
+/// goes through as it did before the pause, with no surge and nothing
+/// written. Read as a floor of 3 (the held HPA's minimum), the hold made
+/// every eviction wait until the pause was lifted.
+#[tokio::test]
+async fn a_scaled_object_frozen_at_its_scale_by_paused_replicas_lets_a_drain_through() {
+    let _nodes = nodes_lock().await;
+    let (ns, so_api) = keda_namespace("e2e-kedafrz", "kz", 1).await;
+    let keda = KedaOperator::start_holding(&ns, "kz");
+    let deps: Api<Deployment> = ns.api();
+    let hpas: Api<HorizontalPodAutoscaler> = ns.api();
+    let node = "kwok-node-2";
+    deps.create(&PostParams::default(), &deployment("kz", 3, Some(node)))
+        .await
+        .expect("create Deployment");
+    wait_ready(&ns, "kz", 3).await;
+    wait_for("KEDA's HPA", Duration::from_secs(30), || async {
+        hpas.get_opt("keda-hpa-kz").await.ok()?.map(|_| ())
+    })
+    .await;
+    kubectl_ok(&[
+        "annotate",
+        "scaledobject",
+        "-n",
+        &ns.name,
+        "kz",
+        "autoscaling.keda.sh/paused-replicas=3",
+    ]);
+    wait_for(
+        "KEDA's pause applied: its HPA at 3 and 3, the count recorded",
+        Duration::from_secs(30),
+        || async {
+            let spec = hpas.get_opt("keda-hpa-kz").await.ok()??.spec?;
+            let so = so_api.get("kz").await.ok()?;
+            (spec.min_replicas == Some(3)
+                && spec.max_replicas == 3
+                && so.data["status"]["pausedReplicaCount"].as_i64() == Some(3))
+            .then_some(())
+        },
+    )
+    .await;
+    // Long enough for the reconciler to have read the hold (it runs on
+    // every change of the HPA and the ScaledObject).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_pdb(
+        &ns,
+        "kz",
+        "our PDB at the minimum of 1, two pods free",
+        |p| {
+            p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(1))
+                && p.status.as_ref().is_some_and(|s| {
+                    s.observed_generation == p.metadata.generation && s.disruptions_allowed == 2
+                })
+        },
+    )
+    .await;
+    let d = drain(node, "app=kz", &["--timeout=60s"]).await;
+    uncordon(node);
+    assert!(d.ok, "drain:\n{}", d.output);
+    let (r, s, _) = replicas(&ns, "kz").await;
+    assert_eq!((r, s), (3, None), "no surge of the Deployment");
+    let so = so_api.get("kz").await.expect("ScaledObject");
+    assert_eq!(so.data["spec"]["minReplicaCount"].as_i64(), Some(1));
+    assert!(
+        !so.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(SURGE_MARKER),
+        "no surge of the ScaledObject"
+    );
+    let _ = keda.finish().await;
+}
+
 /// A ScaledObject paused mid-surge while KEDA's operator lags (held here):
 /// KEDA's HPA stays at our raised minimum and the HPA controller holds the
 /// Deployment there. The pause counts only once that HPA is gone: the
