@@ -67,6 +67,7 @@ const NODES: [&str; 3] = ["n0", "n1", "n2"];
 const DEPS: [&str; 2] = ["web", "api"];
 const COOLDOWN: Duration = Duration::from_secs(20);
 const PAUSED: &str = "autoscaling.keda.sh/paused";
+const PAUSED_REPLICAS: &str = "autoscaling.keda.sh/paused-replicas";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
@@ -141,6 +142,12 @@ enum Op {
     /// KEDA's operator catches up: its HPA deleted while the ScaledObject
     /// is paused, made again (from it) while not.
     KedaCatchUp,
+    /// The user sets (`Some(N)`) or removes `autoscaling.keda.sh/paused-replicas`;
+    /// KEDA's operator applies it at once: `web` scaled to N through the
+    /// scale subresource, the count recorded in the status, and its HPA
+    /// left at a minimum and maximum of N (at least 1), as KEDA leaves it
+    /// once `web` is there (kedacore/keda#7663).
+    SoPauseAt(Option<i32>),
 }
 
 /// KEDA's HPA over `web`, as its operator keeps it.
@@ -153,6 +160,8 @@ enum KedaHpa {
     Frozen(Box<HorizontalPodAutoscaler>),
     /// Deleted: the ScaledObject is paused.
     Gone,
+    /// At a minimum and maximum of this count: paused with `paused-replicas`.
+    Held(i32),
 }
 
 #[derive(Debug, Clone)]
@@ -440,7 +449,32 @@ impl State {
             }
             KedaHpa::Frozen(h) => Some((**h).clone()),
             KedaHpa::Gone => None,
+            KedaHpa::Held(n) => {
+                let mut h = crate::surge::view::kedas_hpa(NS, "web", *n, *n);
+                h.metadata.annotations = so.metadata.annotations.clone();
+                Some(h)
+            }
         }
+    }
+
+    /// The count KEDA holds `web` at (its HPA at that minimum and maximum).
+    fn keda_held_at(&self) -> Option<i32> {
+        match self.keda_hpa {
+            KedaHpa::Held(n) if self.so_paused() => Some(n),
+            _ => None,
+        }
+    }
+
+    /// `paused-replicas` on the ScaledObject, as KEDA parses it.
+    fn paused_replicas(&self) -> Option<i32> {
+        self.so
+            .as_ref()?
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(PAUSED_REPLICAS)?
+            .parse()
+            .ok()
     }
 
     fn so_paused(&self) -> bool {
@@ -451,10 +485,10 @@ impl State {
 
     /// KEDA's operator acts on the ScaledObject as it stands.
     fn keda_catch_up(&mut self) {
-        self.keda_hpa = if self.so_paused() {
-            KedaHpa::Gone
-        } else {
-            KedaHpa::Following
+        self.keda_hpa = match self.paused_replicas() {
+            Some(n) => KedaHpa::Held(n.max(1)),
+            None if self.so_paused() => KedaHpa::Gone,
+            None => KedaHpa::Following,
         };
     }
 
@@ -651,9 +685,12 @@ impl State {
             }
             // A paused ScaledObject whose HPA KEDA deleted sets no floor.
             let idle = self.so_paused() && self.kedas_hpa().is_none();
+            // One KEDA holds at its paused count: its minimum up to that count.
+            let held = self.keda_held_at();
             let floor = match (&self.so, &self.hpa) {
                 (Some(so), _) if dep == "web" && !idle => {
-                    Markers::baseline_or(so.metadata.annotations.as_ref(), so_min(so))
+                    let min = Markers::baseline_or(so.metadata.annotations.as_ref(), so_min(so));
+                    held.map_or(min, |n| min.min(n))
                 }
                 _ => crate::pdb::min_available_for(d, self.hpa.as_ref().filter(|_| dep == "web")),
             };
@@ -823,6 +860,8 @@ impl State {
                 k.metadata.annotations.as_ref(),
                 hpa_min(k),
             )),
+            // Held at the paused count: the user's, whatever the minimum.
+            (KedaHpa::Held(n), Some(_)) => Some(*n),
             _ => self
                 .user
                 .get(&(ObjKind::ScaledObject, "web".into()))
@@ -866,7 +905,15 @@ impl State {
         // Above a standalone HPA's maxReplicas: taken down to it, metrics or
         // not (checked before the minimum, `horizontal.go`). The user's
         // value is bounded so too; our surge's rest goes back after the drain.
-        if let Some(max) = self.hpa.as_ref().map(hpa_max).filter(|&m| cur > m) {
+        // KEDA's HPA too: at a minimum and maximum of its paused count.
+        let bound = [
+            self.hpa.as_ref().map(hpa_max),
+            self.kedas_hpa().as_ref().map(hpa_max),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        if let Some(max) = bound.filter(|&m| cur > m) {
             if let Some(d) = self.deployments.get_mut("web") {
                 set_replicas(d, max, AUTOSCALER_MANAGER, Some("scale"));
             }
@@ -1815,6 +1862,31 @@ impl Run {
                     s.autoscaler_removed(remembered, adopting);
                 })
             }
+            Op::SoPauseAt(count) => {
+                let remembered = self.core.lift_pending(NS, "web");
+                let adopting = self.core.adoption_pending(NS, "web");
+                self.with(|s| {
+                    let Some(so) = s.so.as_mut() else { return };
+                    let mut a = so.metadata.annotations.take().unwrap_or_default();
+                    match count {
+                        Some(n) => {
+                            a.insert(PAUSED_REPLICAS.into(), n.to_string());
+                            so.data["status"] = json!({"pausedReplicaCount": n});
+                        }
+                        None => {
+                            a.remove(PAUSED_REPLICAS);
+                            so.data["status"] = json!({});
+                        }
+                    }
+                    so.metadata.annotations = Some(a);
+                    // KEDA's executor: `web` to the count, someone's value.
+                    if let Some(n) = count {
+                        s.set_by_user(ObjKind::Deployment, "web", n, true);
+                    }
+                    s.keda_catch_up();
+                    s.autoscaler_removed(remembered, adopting);
+                })
+            }
         }
     }
 
@@ -1939,10 +2011,10 @@ impl Run {
                 // it, as the HPA controller takes any value (checked before
                 // the minimum); not where the two fight (a conflict with a
                 // ScaledObject's minimum above that maximum).
-                let cap = s
-                    .hpa
-                    .as_ref()
-                    .map(hpa_max)
+                let cap = [s.hpa.as_ref().map(hpa_max), kedas.as_ref().map(hpa_max)]
+                    .into_iter()
+                    .flatten()
+                    .min()
                     .filter(|&m| floor.is_none_or(|f| f <= m));
                 // Never 0 by us (as for `want` below).
                 let also = s
@@ -2019,6 +2091,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..2).prop_map(Op::Remake),
         1 => (any::<bool>(), any::<bool>()).prop_map(|(on, lag)| Op::SoPause(on, lag)),
         1 => Just(Op::KedaCatchUp),
+        1 => proptest::option::of(0i32..4).prop_map(Op::SoPauseAt),
     ]
 }
 
@@ -2076,6 +2149,31 @@ fn no_surge_is_stranded_and_nothing_not_ours_is_changed() {
 #[test]
 fn regression_histories() {
     let cases: Vec<(i32, i32, &str, Vec<Op>)> = vec![
+        (
+            // `api` surged, scaled by its user to 3, the adoption's write
+            // failed (remembered), then `api` deleted and made again at 3
+            // and surged to 4: the remembered adoption took the new
+            // object's surge for the user's value and kept 4 for good
+            // (session 51, 50,000 histories; an adoption now holds only on
+            // the object, by UID, it was seen on).
+            1,
+            1,
+            "25%",
+            vec![
+                Op::Cordon(1),
+                Op::Cordon(2),
+                Op::Fault(Fault::Fail),
+                Op::Fault(Fault::Fail),
+                Op::Fault(Fault::Fail),
+                Op::UserScale(1, 3),
+                Op::Tick(1),
+                Op::Fault(Fault::LostAnswer),
+                Op::Tick(1),
+                Op::Remake(1),
+                Op::Evict(1),
+                Op::Tick(1),
+            ],
+        ),
         (
             // A KEDA surge, then the ScaledObject paused while KEDA's
             // operator lags: its HPA stays at our raised minimum and lifts
@@ -3067,6 +3165,44 @@ fn every_step_of_the_stories_survives_a_restart_or_a_failed_write() {
                 Op::Drain(0),
                 Op::Tick(2),
                 Op::SoPause(false, false),
+                Op::Tick(2),
+                Op::Uncordon(0),
+            ],
+        ),
+        (
+            // KEDA's HPA kept at the paused count (2): no surge, our PDB at
+            // the minimum up to 2; the pause lifted mid-drain, the
+            // ScaledObject's minimum (3) lifts `web` and is surged.
+            "drained under paused-replicas KEDA holds, the pause lifted mid-drain",
+            2,
+            1,
+            "100%",
+            vec![
+                Op::SoAdd(3),
+                Op::SoPauseAt(Some(2)),
+                Op::Tick(1),
+                Op::Drain(0),
+                Op::Tick(2),
+                Op::SoPauseAt(None),
+                Op::Tick(2),
+                Op::Uncordon(0),
+            ],
+        ),
+        (
+            // A surge of `web` alone under `paused` (KEDA's HPA gone), then
+            // `paused-replicas: 1`: KEDA scales it to 1 and holds it there.
+            "surged under a paused ScaledObject, then held at its count",
+            1,
+            1,
+            "100%",
+            vec![
+                Op::SoAdd(3),
+                Op::SoPause(true, false),
+                Op::UserScale(0, 1),
+                Op::Tick(1),
+                Op::Drain(0),
+                Op::Tick(2),
+                Op::SoPauseAt(Some(1)),
                 Op::Tick(2),
                 Op::Uncordon(0),
             ],

@@ -81,16 +81,20 @@ pub struct Write {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Adoption {
     pub key: ObjKey,
+    /// The UID of the object it was seen on: one deleted and made again
+    /// under the name is another object, with no value of anyone's to adopt
+    /// (the new one's surge, taken for it, was kept for good).
+    pub uid: Option<String>,
     /// The value seen.
     pub seen: Option<i32>,
 }
 
 impl Facts {
-    /// The value seen by a failed adoption on `key` (`Some(None)`: absent).
-    fn pending_on(&self, key: &ObjKey) -> Option<Option<i32>> {
+    /// The value seen by a failed adoption on object `o` (`Some(None)`: absent).
+    fn pending_on(&self, o: &Surgeable) -> Option<Option<i32>> {
         self.adoption_pending
             .as_ref()
-            .filter(|a| &a.key == key)
+            .filter(|a| a.key == o.key && a.uid.as_deref() == o.uid)
             .map(|a| a.seen)
     }
 }
@@ -319,6 +323,7 @@ impl Surgeable<'_> {
     fn adoption(&self) -> Adoption {
         Adoption {
             key: self.key.clone(),
+            uid: self.uid.map(str::to_string),
             seen: self.raw,
         }
     }
@@ -1028,7 +1033,7 @@ fn plan_step(
             .filter(|o| o.markers().is_some())
             .filter_map(|o| markers::adopted_displaced(o.annotations))
             .max(),
-        adoption_pending: primary.is_some_and(|p| facts.pending_on(&p.key).is_some()),
+        adoption_pending: primary.is_some_and(|p| facts.pending_on(p).is_some()),
         set_by_someone: primary.is_some_and(|p| p.writer == ReplicasWriter::Someone),
         may_surge: objs.in_scope,
         pods: own,
@@ -1077,7 +1082,7 @@ fn plan_step(
         None
     };
     let lifted_to = raised.map(|m| m.surged_to);
-    let dep_pending = facts.pending_on(&dep_s.key);
+    let dep_pending = facts.pending_on(dep_s);
     // The Deployment's markers, and how its value stands under them.
     let dep_state = dep_s.markers().map(|m| {
         (
@@ -1318,7 +1323,7 @@ fn plan_step(
         }
         let Some(m) = o.markers() else { continue };
         // A user's change seen here whose adoption did not persist.
-        let seen = facts.pending_on(&o.key);
+        let seen = facts.pending_on(o);
         let pending = seen.is_some();
         if pending && over {
             writes.extend(o.clean());
@@ -2421,6 +2426,56 @@ mod tests {
             Some(json!(3)),
             "{:?}",
             down.writes
+        );
+    }
+
+    /// A failed adoption remembered for a Deployment then deleted and made
+    /// again under its name, and surged: the new object's value is our
+    /// surge, not someone's to adopt (taken for theirs, it was kept for
+    /// good; found by the surge model, 50,000 histories).
+    #[test]
+    fn a_failed_adoption_is_not_carried_to_a_deployment_made_again() {
+        let mut d = (*dep(4, Some((3, 4)))).clone();
+        d.metadata.uid = Some("new".into());
+        let objs = world_of(d, vec![], 3);
+        let facts = |uid: &str| Facts {
+            adoption_pending: Some(Adoption {
+                key: ObjKey {
+                    kind: ObjKind::Deployment,
+                    namespace: "ns".into(),
+                    name: "web".into(),
+                },
+                uid: Some(uid.into()),
+                seen: Some(3),
+            }),
+            ..cooling()
+        };
+        // On the same object: the value in place is adopted, even ours.
+        let same = run(&objs, &["n1"], &facts("new"));
+        assert!(
+            matches!(
+                same.action,
+                Action::AdoptUserChange {
+                    new_baseline: 4,
+                    ..
+                }
+            ),
+            "{:?}",
+            same.action
+        );
+        // Seen on the old object: the surge is ours, held while the drain lasts.
+        let other = run(&objs, &["n1"], &facts("old"));
+        assert!(
+            !matches!(other.action, Action::AdoptUserChange { .. }),
+            "{:?}",
+            other.action
+        );
+        assert_eq!(
+            other.active,
+            Some(Markers {
+                baseline: 3,
+                surged_to: 4
+            })
         );
     }
 
