@@ -695,6 +695,31 @@ mod tests {
                 surge: None,
             },
             Case {
+                name: "KEDA holds the Deployment at its paused count: no surge",
+                world: world(|w| {
+                    w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
+                        .add_pdb(pdb("on", "web-pdb", "web", int(3), None, (0, 3, 3)));
+                    let mut so = scaled_object("on", "web", 3);
+                    so.metadata.annotations = Some(
+                        [(
+                            "autoscaling.keda.sh/paused-replicas".to_string(),
+                            "3".to_string(),
+                        )]
+                        .into(),
+                    );
+                    so.data["status"] = serde_json::json!({"pausedReplicaCount": 3});
+                    w.objs.scaled_objects.push(Arc::new(so));
+                    w.objs
+                        .hpas
+                        .push(Arc::new(crate::surge::view::kedas_hpa("on", "web", 3, 3)));
+                }),
+                pod: "web-0",
+                verdict: Verdict::Blocked,
+                reason: "KEDA holds it at 3 replicas",
+                needs: &[],
+                surge: None,
+            },
+            Case {
                 name: "an unready pod the policy lets go",
                 world: world(|w| {
                     w.add_pod(not_ready(owned(
