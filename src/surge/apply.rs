@@ -345,14 +345,8 @@ impl<A: SurgeApi> Core<A> {
             .is_ok_and(|s| s.running.contains_key(&(ns.to_string(), dep.to_string())))
     }
 
-    /// This replica saw someone's value on a Deployment's object and could
-    /// not persist its adoption.
-    #[cfg(test)]
-    pub(crate) fn adoption_pending(&self, ns: &str, dep: &str) -> bool {
-        self.adoptions.get(ns, dep).is_some()
-    }
-
-    /// The object of that adoption, and the value seen on it.
+    /// The object of an adoption of someone's value this replica could not
+    /// persist, and the value seen on it.
     #[cfg(test)]
     pub(crate) fn adoption_pending_on(&self, ns: &str, dep: &str) -> Option<step::Adoption> {
         self.adoptions.get(ns, dep)

@@ -1584,6 +1584,25 @@ impl Run {
         out
     }
 
+    /// The leader holds a failed adoption on `web`'s object as it is now
+    /// (by UID): a value it may still adopt. One seen on an object deleted
+    /// since (made again under the name) is not.
+    fn adopting(&self) -> bool {
+        let Some(a) = self.core.adoption_pending_on(NS, "web") else {
+            return false;
+        };
+        let g = self.model.0.lock().unwrap_or_else(|p| p.into_inner());
+        let uid = match a.key.kind {
+            ObjKind::Deployment => g
+                .deployments
+                .get("web")
+                .and_then(|d| d.metadata.uid.clone()),
+            ObjKind::Hpa => g.hpa.as_ref().and_then(|h| h.metadata.uid.clone()),
+            ObjKind::ScaledObject => g.so.as_ref().and_then(|so| so.metadata.uid.clone()),
+        };
+        uid == a.uid
+    }
+
     fn advance(&mut self, secs: u64) {
         self.now += Duration::from_secs(secs);
         let d = Duration::from_secs(secs);
@@ -1716,10 +1735,12 @@ impl Run {
             }),
             Op::HpaAdd(min) => self.with(|s| {
                 if s.hpa.is_none() {
+                    s.rv += 1;
                     s.hpa = Some(HorizontalPodAutoscaler {
                         metadata: ObjectMeta {
                             name: Some("web".into()),
                             namespace: Some(NS.into()),
+                            uid: Some(format!("uid-hpa-{}", s.rv)),
                             managed_fields: Some(vec![field_entry(
                                 Field::MinReplicas,
                                 "kubectl-create",
@@ -1744,7 +1765,7 @@ impl Run {
             }),
             Op::HpaRemove => {
                 let remembered = self.core.lift_pending(NS, "web");
-                let adopting = self.core.adoption_pending(NS, "web");
+                let adopting = self.adopting();
                 self.with(|s| {
                 s.clamp_unseen();
                 s.hpa = None;
@@ -1762,6 +1783,8 @@ impl Run {
                     so.data = json!({"spec": {"minReplicaCount": min, "scaleTargetRef": {"name": "web"}}});
                     so.metadata.managed_fields =
                         Some(vec![field_entry(Field::MinReplicaCount, "kubectl-create", None)]);
+                    s.rv += 1;
+                    so.metadata.uid = Some(format!("uid-so-{}", s.rv));
                     s.so = Some(so);
                     s.keda_hpa = KedaHpa::Following;
                     s.user.insert((ObjKind::ScaledObject, "web".into()), min);
@@ -1769,7 +1792,7 @@ impl Run {
             }),
             Op::SoRemove => {
                 let remembered = self.core.lift_pending(NS, "web");
-                let adopting = self.core.adoption_pending(NS, "web");
+                let adopting = self.adopting();
                 self.with(|s| {
                 s.so = None;
                 s.keda_hpa = KedaHpa::Following;
@@ -1834,7 +1857,7 @@ impl Run {
             Op::Remake(d) => self.with(|s| s.remake(DEPS[d % 2])),
             Op::SoPause(on, lag) => {
                 let remembered = self.core.lift_pending(NS, "web");
-                let adopting = self.core.adoption_pending(NS, "web");
+                let adopting = self.adopting();
                 self.with(|s| {
                     let Some(so) = s.so.as_mut() else { return };
                     let mut a = so.metadata.annotations.take().unwrap_or_default();
@@ -1856,7 +1879,7 @@ impl Run {
             }
             Op::KedaCatchUp => {
                 let remembered = self.core.lift_pending(NS, "web");
-                let adopting = self.core.adoption_pending(NS, "web");
+                let adopting = self.adopting();
                 self.with(|s| {
                     s.keda_catch_up();
                     s.autoscaler_removed(remembered, adopting);
@@ -1864,7 +1887,7 @@ impl Run {
             }
             Op::SoPauseAt(count) => {
                 let remembered = self.core.lift_pending(NS, "web");
-                let adopting = self.core.adoption_pending(NS, "web");
+                let adopting = self.adopting();
                 self.with(|s| {
                     let Some(so) = s.so.as_mut() else { return };
                     let mut a = so.metadata.annotations.take().unwrap_or_default();
