@@ -1602,6 +1602,19 @@ mod tests {
             .find(|o| o["op"] == op && o["path"] == path)
             .map(|o| o["value"].clone())
     }
+    /// The ScaledObject's minimum and the Deployment's replicas a step sets.
+    fn so_and_deployment_set_to(s: &Step) -> (Option<Value>, Option<Value>) {
+        let value = |kind: ObjKind, path: &str| {
+            s.writes
+                .iter()
+                .find(|w| w.target.kind == kind)
+                .and_then(|w| op_value(w, "replace", path))
+        };
+        (
+            value(ObjKind::ScaledObject, "/spec/minReplicaCount"),
+            value(ObjKind::Deployment, "/spec/replicas"),
+        )
+    }
 
     /// A user's PDB over a label the pods carry and their template lacks (a
     /// service mesh injects one): the apiserver blocks evictions under it,
@@ -2372,21 +2385,9 @@ mod tests {
             })
         );
         let back = run(&surged, &[], &quiet());
-        let value = |kind: ObjKind, path: &str| {
-            back.writes
-                .iter()
-                .find(|w| w.target.kind == kind)
-                .and_then(|w| op_value(w, "replace", path))
-        };
         assert_eq!(
-            value(ObjKind::ScaledObject, "/spec/minReplicaCount"),
-            Some(json!(3)),
-            "{:?}",
-            back.writes
-        );
-        assert_eq!(
-            value(ObjKind::Deployment, "/spec/replicas"),
-            Some(json!(3)),
+            so_and_deployment_set_to(&back),
+            (Some(json!(3)), Some(json!(3))),
             "{:?}",
             back.writes
         );
@@ -2545,21 +2546,9 @@ mod tests {
         let cooling_down = run(&surged, &["n1"], &cooling());
         assert!(cooling_down.writes.is_empty(), "{:?}", cooling_down.writes);
         let back = run(&surged, &[], &quiet());
-        let value = |kind: ObjKind, path: &str| {
-            back.writes
-                .iter()
-                .find(|w| w.target.kind == kind)
-                .and_then(|w| op_value(w, "replace", path))
-        };
         assert_eq!(
-            value(ObjKind::ScaledObject, "/spec/minReplicaCount"),
-            Some(json!(3)),
-            "{:?}",
-            back.writes
-        );
-        assert_eq!(
-            value(ObjKind::Deployment, "/spec/replicas"),
-            Some(json!(2)),
+            so_and_deployment_set_to(&back),
+            (Some(json!(3)), Some(json!(2))),
             "{:?}",
             back.writes
         );

@@ -1038,6 +1038,43 @@ async fn under_paused_replicas_the_deployment_alone_is_surged_and_goes_back() {
     let _ = keda.finish().await;
 }
 
+/// Waits until KEDA's stand-in applied `paused-replicas: n` to ScaledObject
+/// `name`: its HPA at a minimum and maximum of n, the count in the status.
+async fn wait_held(
+    hpas: &Api<HorizontalPodAutoscaler>,
+    so_api: &Api<kube::core::DynamicObject>,
+    name: &str,
+    n: i32,
+) {
+    let hpa = format!("keda-hpa-{name}");
+    wait_for(
+        &format!("KEDA's pause applied: its HPA at {n} and {n}, the count recorded"),
+        Duration::from_secs(30),
+        || async {
+            let spec = hpas.get_opt(&hpa).await.ok()??.spec?;
+            let so = so_api.get(name).await.ok()?;
+            (spec.min_replicas == Some(n)
+                && spec.max_replicas == n
+                && so.data["status"]["pausedReplicaCount"].as_i64() == Some(i64::from(n)))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+/// ScaledObject `name` at minimum `min`, with no surge marker.
+async fn assert_so_unsurged(so_api: &Api<kube::core::DynamicObject>, name: &str, min: i64) {
+    let so = so_api.get(name).await.expect("ScaledObject");
+    assert_eq!(so.data["spec"]["minReplicaCount"].as_i64(), Some(min));
+    assert!(
+        !so.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(SURGE_MARKER),
+        "no surge of the ScaledObject"
+    );
+}
+
 /// `autoscaling.keda.sh/paused-replicas: 2` on a ScaledObject at minimum
 /// 3, with KEDA's HPA left at a minimum and maximum of 2 (what KEDA's
 /// operator does once the Deployment is at the count, kedacore/keda#7663):
@@ -1059,19 +1096,7 @@ async fn under_paused_replicas_held_by_kedas_hpa_a_drain_is_told_why_and_goes_on
         true,
     )
     .await;
-    wait_for(
-        "KEDA's pause applied: its HPA at 2 and 2, the count recorded",
-        Duration::from_secs(30),
-        || async {
-            let spec = hpas.get_opt("keda-hpa-kq").await.ok()??.spec?;
-            let so = so_api.get("kq").await.ok()?;
-            (spec.min_replicas == Some(2)
-                && spec.max_replicas == 2
-                && so.data["status"]["pausedReplicaCount"].as_i64() == Some(2))
-            .then_some(())
-        },
-    )
-    .await;
+    wait_held(&hpas, &so_api, "kq", 2).await;
     let pods = wait_ready(&ns, "kq", 2).await;
     wait_pdb(
         &ns,
@@ -1103,15 +1128,7 @@ async fn under_paused_replicas_held_by_kedas_hpa_a_drain_is_told_why_and_goes_on
     assert!(yaml.contains("reason: SurgeImpossible"), "{yaml}");
     let (r, s, _) = replicas(&ns, "kq").await;
     assert_eq!((r, s), (2, None), "no surge of the Deployment");
-    let so = so_api.get("kq").await.expect("ScaledObject");
-    assert_eq!(so.data["spec"]["minReplicaCount"].as_i64(), Some(3));
-    assert!(
-        !so.metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key(SURGE_MARKER),
-        "no surge of the ScaledObject"
-    );
+    assert_so_unsurged(&so_api, "kq", 3).await;
 
     // The pause lifted: KEDA's HPA back at the minimum (3), the drain goes on.
     kubectl_ok(&[
@@ -1163,19 +1180,7 @@ async fn a_scaled_object_frozen_at_its_scale_by_paused_replicas_lets_a_drain_thr
         "kz",
         "autoscaling.keda.sh/paused-replicas=3",
     ]);
-    wait_for(
-        "KEDA's pause applied: its HPA at 3 and 3, the count recorded",
-        Duration::from_secs(30),
-        || async {
-            let spec = hpas.get_opt("keda-hpa-kz").await.ok()??.spec?;
-            let so = so_api.get("kz").await.ok()?;
-            (spec.min_replicas == Some(3)
-                && spec.max_replicas == 3
-                && so.data["status"]["pausedReplicaCount"].as_i64() == Some(3))
-            .then_some(())
-        },
-    )
-    .await;
+    wait_held(&hpas, &so_api, "kz", 3).await;
     // Long enough for the reconciler to have read the hold (it runs on
     // every change of the HPA and the ScaledObject).
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -1196,14 +1201,16 @@ async fn a_scaled_object_frozen_at_its_scale_by_paused_replicas_lets_a_drain_thr
     assert!(d.ok, "drain:\n{}", d.output);
     let (r, s, _) = replicas(&ns, "kz").await;
     assert_eq!((r, s), (3, None), "no surge of the Deployment");
-    let so = so_api.get("kz").await.expect("ScaledObject");
-    assert_eq!(so.data["spec"]["minReplicaCount"].as_i64(), Some(1));
-    assert!(
-        !so.metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key(SURGE_MARKER),
-        "no surge of the ScaledObject"
+    assert_so_unsurged(&so_api, "kz", 1).await;
+    let pdb = ns
+        .api::<PodDisruptionBudget>()
+        .get("kz")
+        .await
+        .expect("our PDB");
+    assert_eq!(
+        pdb.spec.and_then(|s| s.min_available),
+        Some(IntOrString::Int(1)),
+        "our PDB still at the minimum after the drain"
     );
     let _ = keda.finish().await;
 }
