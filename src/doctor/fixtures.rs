@@ -182,6 +182,20 @@ pub fn scaled_object(ns: &str, target: &str, min: i64) -> DynamicObject {
     crate::surge::view::scaled_object_of(ns, &format!("{target}-so"), target, min)
 }
 
+/// [`scaled_object`] paused with `paused-replicas: count`, applied by KEDA.
+pub fn held_at(ns: &str, target: &str, min: i64, count: i32) -> DynamicObject {
+    let mut so = scaled_object(ns, target, min);
+    so.metadata.annotations = Some(
+        [(
+            "autoscaling.keda.sh/paused-replicas".to_string(),
+            count.to_string(),
+        )]
+        .into(),
+    );
+    so.data["status"] = serde_json::json!({ "pausedReplicaCount": count });
+    so
+}
+
 /// A cluster of nodes n1..n3, namespaces `on` (enabled) and `off` (not).
 pub struct World {
     pub objs: Objects,

@@ -370,17 +370,22 @@ fn autoscaler_minimums(objs: &Objects) -> Vec<LintFinding> {
         }
     }
     // A paused ScaledObject whose HPA KEDA deleted holds nothing at its
-    // minimum, nor one KEDA holds at its paused count, and our PDB follows
-    // the replicas then (`reconcile::keda_minimums_of`).
-    for so in objs.scaled_objects.iter().filter(|so| {
-        !crate::surge::view::scaled_object_idle(so, objs.hpas.iter().map(AsRef::as_ref))
-    }) {
+    // minimum, and our PDB follows the replicas then; one KEDA holds at its
+    // paused count counts up to that count (`reconcile::keda_minimums_of`).
+    for so in &objs.scaled_objects {
+        use crate::surge::view::{scaled_object_hold, KedaHold};
+        let held = match scaled_object_hold(so, objs.hpas.iter().map(AsRef::as_ref)) {
+            KedaHold::Idle => continue,
+            KedaHold::HeldAt(n) => Some(n),
+            KedaHold::Acting => None,
+        };
         if let Some(t) = scaled_object_target(so) {
             let raw = so.data["spec"]["minReplicaCount"]
                 .as_i64()
                 .and_then(|v| i32::try_from(v).ok())
                 .unwrap_or(0);
             let min = Markers::baseline_or(so.metadata.annotations.as_ref(), raw);
+            let min = held.map_or(min, |n| min.min(n));
             let what = format!("ScaledObject/{}", name_of(so.as_ref()));
             mins.push((ns_of(so.as_ref()).into(), t.into(), what, min));
         }
@@ -686,6 +691,50 @@ mod tests {
                     w.objs.scaled_objects.push(Arc::new(so));
                 }),
                 vec![],
+            ),
+            (
+                "a minimum above the pods under a hold above it (quota, say)",
+                world(|w| {
+                    w.deploy("on", "web", &["n1", "n2"], |_| {})
+                        .add_pdb(ours(pdb("on", "web", "web", int(3), None, (0, 2, 3))));
+                    w.objs
+                        .scaled_objects
+                        .push(Arc::new(held_at("on", "web", 3, 5)));
+                    w.objs
+                        .hpas
+                        .push(Arc::new(crate::surge::view::kedas_hpa("on", "web", 5, 5)));
+                }),
+                vec![
+                    (
+                        Level::Fail,
+                        "min-available-at-or-above-pods",
+                        "minAvailable 3 is at or above the 2 pods",
+                    ),
+                    (
+                        Level::Warn,
+                        "autoscaler-min-above-pods",
+                        "its minimum 3 for Deployment web is above the 2 pods",
+                    ),
+                ],
+            ),
+            (
+                "a minimum above a hold at the pods: our PDB stops at the hold",
+                world(|w| {
+                    w.deploy("on", "web", &["n1", "n2"], |_| {})
+                        .add_pdb(ours(pdb("on", "web", "web", int(2), None, (0, 2, 2))));
+                    w.objs
+                        .scaled_objects
+                        .push(Arc::new(held_at("on", "web", 4, 2)));
+                    w.objs
+                        .hpas
+                        .push(Arc::new(crate::surge::view::kedas_hpa("on", "web", 2, 2)));
+                }),
+                // No word of the minimum (4): the hold's reason instead.
+                vec![(
+                    Level::Fail,
+                    "min-available-at-or-above-pods",
+                    "KEDA holds it at 2 replicas",
+                )],
             ),
             (
                 "an HPA minimum at the pods is fine",

@@ -291,33 +291,46 @@ pub fn scaled_object_hold<'a>(
         return KedaHold::Idle;
     }
     // KEDA's `GetPausedReplicaCount` (an int32) and its HPA's bounds: a
-    // minimum of 0 is invalid on an HPA, so KEDA writes 1.
-    let Some(count) = so
+    // minimum of 0 is invalid on an HPA, so KEDA writes 1. The count asked
+    // now, or the one KEDA last applied (its status): a count changed while
+    // KEDA's operator is down leaves its HPA at the one before, which holds
+    // the Deployment all the same.
+    let asked = so
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get("autoscaling.keda.sh/paused-replicas"))
-        .and_then(|v| v.parse::<i32>().ok())
-    else {
+        .and_then(|v| v.parse::<i32>().ok());
+    let Some(asked) = asked else {
         return KedaHold::Acting;
     };
-    let held = count.max(1);
-    let at_count = |h: &HorizontalPodAutoscaler| {
+    let applied = so.data["status"]["pausedReplicaCount"]
+        .as_i64()
+        .and_then(|v| i32::try_from(v).ok());
+    let bounds = |h: &HorizontalPodAutoscaler| {
         h.spec
             .as_ref()
-            .is_some_and(|s| s.min_replicas.unwrap_or(1) == held && s.max_replicas == held)
+            .map(|s| (s.min_replicas.unwrap_or(1), s.max_replicas))
     };
-    if kedas.iter().all(|h| at_count(h)) {
-        KedaHold::HeldAt(held)
+    let Some((min, max)) = bounds(kedas[0]) else {
+        return KedaHold::Acting;
+    };
+    let a_count = |n: i32| n.max(1) == min;
+    if min == max
+        && (a_count(asked) || applied.is_some_and(a_count))
+        && kedas.iter().all(|h| bounds(h) == Some((min, max)))
+    {
+        KedaHold::HeldAt(min)
     } else {
         KedaHold::Acting
     }
 }
 
-/// A ScaledObject whose minimum acts on nothing ([`scaled_object_hold`]
-/// not `Acting`): paused with its HPA gone, or held by KEDA at its paused
-/// count. Its minimum is then no PDB floor, no applier and no baseline for
-/// the Deployment: the Deployment's own replicas are.
+/// A ScaledObject whose minimum lifts nothing ([`scaled_object_hold`] not
+/// `Acting`): paused with its HPA gone, or held by KEDA at its paused
+/// count. Its minimum is then no applier and no baseline for the
+/// Deployment; as a PDB floor it counts not at all once idle, and only up
+/// to the count while held (`reconcile::keda_minimums_of`).
 pub fn scaled_object_idle<'a>(
     so: &DynamicObject,
     hpas: impl IntoIterator<Item = &'a HorizontalPodAutoscaler>,
@@ -680,6 +693,24 @@ mod tests {
                 vec![kedas_hpa("ns", "web", 2, 2)],
                 KedaHold::Acting,
                 "paused-replicas KEDA has not applied",
+            ),
+            (
+                so(&replicas("5"), Some(2)),
+                vec![kedas_hpa("ns", "web", 2, 2)],
+                KedaHold::HeldAt(2),
+                "the count changed to 5 while KEDA's operator is down: still held at 2",
+            ),
+            (
+                so(&replicas("5"), Some(2)),
+                vec![kedas_hpa("ns", "web", 3, 3)],
+                KedaHold::Acting,
+                "KEDA's HPA at neither count",
+            ),
+            (
+                so(&replicas("2"), Some(2)),
+                vec![kedas_hpa("ns", "web", 2, 2), kedas_hpa("ns", "web", 5, 5)],
+                KedaHold::Acting,
+                "two HPAs of KEDA's at different counts",
             ),
             (
                 so(&replicas("two"), Some(2)),
