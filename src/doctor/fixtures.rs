@@ -184,16 +184,7 @@ pub fn scaled_object(ns: &str, target: &str, min: i64) -> DynamicObject {
 
 /// [`scaled_object`] paused with `paused-replicas: count`, applied by KEDA.
 pub fn held_at(ns: &str, target: &str, min: i64, count: i32) -> DynamicObject {
-    let mut so = scaled_object(ns, target, min);
-    so.metadata.annotations = Some(
-        [(
-            "autoscaling.keda.sh/paused-replicas".to_string(),
-            count.to_string(),
-        )]
-        .into(),
-    );
-    so.data["status"] = serde_json::json!({ "pausedReplicaCount": count });
-    so
+    crate::surge::view::paused_at(scaled_object(ns, target, min), count)
 }
 
 /// A cluster of nodes n1..n3, namespaces `on` (enabled) and `off` (not).

@@ -369,23 +369,12 @@ fn autoscaler_minimums(objs: &Objects) -> Vec<LintFinding> {
             mins.push((ns_of(h.as_ref()).into(), t.into(), what, min));
         }
     }
-    // A paused ScaledObject whose HPA KEDA deleted holds nothing at its
-    // minimum, and our PDB follows the replicas then; one KEDA holds at its
-    // paused count counts up to that count (`reconcile::keda_minimums_of`).
+    // As our PDB reads it (`surge::view::scaled_object_floor`): none once
+    // KEDA deleted a paused ScaledObject's HPA, up to the count it holds.
     for so in &objs.scaled_objects {
-        use crate::surge::view::{scaled_object_hold, KedaHold};
-        let held = match scaled_object_hold(so, objs.hpas.iter().map(AsRef::as_ref)) {
-            KedaHold::Idle => continue,
-            KedaHold::HeldAt(n) => Some(n),
-            KedaHold::Acting => None,
-        };
-        if let Some(t) = scaled_object_target(so) {
-            let raw = so.data["spec"]["minReplicaCount"]
-                .as_i64()
-                .and_then(|v| i32::try_from(v).ok())
-                .unwrap_or(0);
-            let min = Markers::baseline_or(so.metadata.annotations.as_ref(), raw);
-            let min = held.map_or(min, |n| min.min(n));
+        let floor =
+            crate::surge::view::scaled_object_floor(so, objs.hpas.iter().map(AsRef::as_ref));
+        if let (Some(t), Some(min)) = (scaled_object_target(so), floor) {
             let what = format!("ScaledObject/{}", name_of(so.as_ref()));
             mins.push((ns_of(so.as_ref()).into(), t.into(), what, min));
         }

@@ -699,16 +699,9 @@ mod tests {
                 world: world(|w| {
                     w.deploy("on", "web", &["n1", "n2", "n3"], |_| {})
                         .add_pdb(pdb("on", "web-pdb", "web", int(3), None, (0, 3, 3)));
-                    let mut so = scaled_object("on", "web", 3);
-                    so.metadata.annotations = Some(
-                        [(
-                            "autoscaling.keda.sh/paused-replicas".to_string(),
-                            "3".to_string(),
-                        )]
-                        .into(),
-                    );
-                    so.data["status"] = serde_json::json!({"pausedReplicaCount": 3});
-                    w.objs.scaled_objects.push(Arc::new(so));
+                    w.objs
+                        .scaled_objects
+                        .push(Arc::new(held_at("on", "web", 3, 3)));
                     w.objs
                         .hpas
                         .push(Arc::new(crate::surge::view::kedas_hpa("on", "web", 3, 3)));

@@ -1511,8 +1511,9 @@ pub(crate) fn surging(
 }
 
 /// KEDA minimums by target Deployment (the persisted baseline while
-/// surged), of these ScaledObjects beside `hpas` (the namespace's, or more). A paused one whose HPA KEDA deleted
-/// (`surge::view::scaled_object_idle`) has none: KEDA scales nothing, so
+/// surged), of these ScaledObjects beside `hpas` (the namespace's, or more):
+/// `surge::view::scaled_object_floor`. A paused one whose HPA KEDA deleted
+/// has none: KEDA scales nothing, so
 /// nothing holds the Deployment at that minimum, and a PDB kept there over
 /// fewer replicas (a `kubectl scale` or `paused-replicas` below it, as for
 /// maintenance) refused every eviction until a surge from the minimum (3
@@ -1527,24 +1528,14 @@ pub fn keda_minimums_of(
 ) -> BTreeMap<String, i32> {
     let mut out = BTreeMap::new();
     for so in scaled_objects {
-        use crate::surge::view::{scaled_object_hold, KedaHold};
-        let held_at = match scaled_object_hold(so, hpas.iter().map(AsRef::as_ref)) {
-            KedaHold::Idle => continue,
-            KedaHold::HeldAt(n) => Some(n),
-            KedaHold::Acting => None,
-        };
-        let spec = &so.data["spec"];
-        let target = &spec["scaleTargetRef"];
-        let kind = target["kind"].as_str().unwrap_or("Deployment");
-        let Some(name) = target["name"].as_str() else {
+        let Some(name) = crate::surge::view::scaled_object_target(so) else {
             continue;
         };
-        if !kind.eq_ignore_ascii_case("deployment") {
-            continue;
+        if let Some(floor) =
+            crate::surge::view::scaled_object_floor(so, hpas.iter().map(AsRef::as_ref))
+        {
+            out.insert(name.to_string(), floor);
         }
-        let current = spec["minReplicaCount"].as_i64().unwrap_or(0) as i32;
-        let min = Markers::baseline_or(so.metadata.annotations.as_ref(), current);
-        out.insert(name.to_string(), held_at.map_or(min, |n| min.min(n)));
     }
     out
 }
@@ -1744,15 +1735,10 @@ mod tests {
         assert!(
             !keda_minimums_of(&sos, &[Arc::new(elsewhere), kedas_hpa("web")]).contains_key("late")
         );
-        let mut applied = (*so(
-            "held",
-            "held",
-            3,
-            &[("autoscaling.keda.sh/paused-replicas", "1")],
-        ))
-        .clone();
-        applied.data["status"] = json!({"pausedReplicaCount": 1});
-        let applied = Arc::new(applied);
+        let applied = Arc::new(crate::surge::view::paused_at(
+            crate::surge::view::scaled_object_of("ns", "held", "held", 3),
+            1,
+        ));
         assert!(keda_minimums_of(std::slice::from_ref(&applied), &[]).is_empty());
         // KEDA's HPA left standing at a minimum and maximum of the paused
         // count (what KEDA does once the Deployment is there): KEDA keeps 1
@@ -1778,14 +1764,10 @@ mod tests {
         );
         // Frozen at the current scale (minimum 1, paused at 5): the minimum
         // stays the floor, and pods go as they went before the pause.
-        let mut frozen = (*so(
-            "held",
-            "held",
-            1,
-            &[("autoscaling.keda.sh/paused-replicas", "5")],
-        ))
-        .clone();
-        frozen.data["status"] = json!({"pausedReplicaCount": 5});
+        let frozen = crate::surge::view::paused_at(
+            crate::surge::view::scaled_object_of("ns", "held", "held", 1),
+            5,
+        );
         assert_eq!(
             keda_minimums_of(&[Arc::new(frozen)], &[held_hpa(5)]),
             [("held".to_string(), 1)].into()

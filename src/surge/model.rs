@@ -467,14 +467,7 @@ impl State {
 
     /// `paused-replicas` on the ScaledObject, as KEDA parses it.
     fn paused_replicas(&self) -> Option<i32> {
-        self.so
-            .as_ref()?
-            .metadata
-            .annotations
-            .as_ref()?
-            .get(PAUSED_REPLICAS)?
-            .parse()
-            .ok()
+        crate::surge::view::paused_replicas(self.so.as_ref()?)
     }
 
     fn so_paused(&self) -> bool {

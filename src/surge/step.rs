@@ -2489,12 +2489,8 @@ mod tests {
     #[test]
     fn under_paused_replicas_held_by_kedas_hpa_no_surge_is_made() {
         let held = |min: i64, markers: Option<(i32, i32)>| {
-            let mut so = (*scaled_object(min, markers)).clone();
-            let mut a = so.metadata.annotations.take().unwrap_or_default();
-            a.insert("autoscaling.keda.sh/paused-replicas".into(), "2".into());
-            so.metadata.annotations = Some(a);
-            so.data["status"] = json!({"pausedReplicaCount": 2});
-            Arc::new(so)
+            let so = (*scaled_object(min, markers)).clone();
+            Arc::new(crate::surge::view::paused_at(so, 2))
         };
         let kedas = |min, max| Arc::new(crate::surge::view::kedas_hpa("ns", "web", min, max));
         let objs = NsObjects {

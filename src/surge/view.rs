@@ -295,13 +295,7 @@ pub fn scaled_object_hold<'a>(
     // now, or the one KEDA last applied (its status): a count changed while
     // KEDA's operator is down leaves its HPA at the one before, which holds
     // the Deployment all the same.
-    let asked = so
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("autoscaling.keda.sh/paused-replicas"))
-        .and_then(|v| v.parse::<i32>().ok());
-    let Some(asked) = asked else {
+    let Some(asked) = paused_replicas(so) else {
         return KedaHold::Acting;
     };
     let applied = so.data["status"]["pausedReplicaCount"]
@@ -326,11 +320,44 @@ pub fn scaled_object_hold<'a>(
     }
 }
 
+/// `autoscaling.keda.sh/paused-replicas` as KEDA's `GetPausedReplicaCount`
+/// reads it (an int32); `None` when absent or not a number.
+pub fn paused_replicas(so: &DynamicObject) -> Option<i32> {
+    so.metadata
+        .annotations
+        .as_ref()?
+        .get("autoscaling.keda.sh/paused-replicas")?
+        .parse()
+        .ok()
+}
+
+/// The PDB floor ScaledObject `so` sets for its Deployment: its minimum
+/// (the recorded baseline while surged), up to the count KEDA holds the
+/// Deployment at; none once idle, when the Deployment's own replicas are
+/// ([`scaled_object_hold`]). A minimum that is no int32 (KEDA's schema
+/// refuses one) counts as 0.
+pub fn scaled_object_floor<'a>(
+    so: &DynamicObject,
+    hpas: impl IntoIterator<Item = &'a HorizontalPodAutoscaler>,
+) -> Option<i32> {
+    let held = match scaled_object_hold(so, hpas) {
+        KedaHold::Idle => return None,
+        KedaHold::HeldAt(n) => Some(n),
+        KedaHold::Acting => None,
+    };
+    let raw = so.data["spec"]["minReplicaCount"]
+        .as_i64()
+        .and_then(|v| i32::try_from(v).ok())
+        .unwrap_or(0);
+    let min = Markers::baseline_or(so.metadata.annotations.as_ref(), raw);
+    Some(held.map_or(min, |n| min.min(n)))
+}
+
 /// A ScaledObject whose minimum lifts nothing ([`scaled_object_hold`] not
 /// `Acting`): paused with its HPA gone, or held by KEDA at its paused
 /// count. Its minimum is then no applier and no baseline for the
 /// Deployment; as a PDB floor it counts not at all once idle, and only up
-/// to the count while held (`reconcile::keda_minimums_of`).
+/// to the count while held ([`scaled_object_floor`]).
 pub fn scaled_object_idle<'a>(
     so: &DynamicObject,
     hpas: impl IntoIterator<Item = &'a HorizontalPodAutoscaler>,
@@ -354,6 +381,21 @@ pub fn scaled_object_of(ns: &str, name: &str, target: &str, min: i64) -> Dynamic
     let mut so = DynamicObject::new(name, &crate::cache::keda_resource()).within(ns);
     so.data =
         serde_json::json!({"spec": {"minReplicaCount": min, "scaleTargetRef": {"name": target}}});
+    so
+}
+
+/// `so` paused with `autoscaling.keda.sh/paused-replicas: count`, applied by
+/// KEDA (the count in its status). A fixture of the tests.
+#[cfg(test)]
+pub fn paused_at(mut so: DynamicObject, count: i32) -> DynamicObject {
+    so.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            "autoscaling.keda.sh/paused-replicas".to_string(),
+            count.to_string(),
+        );
+    so.data["status"] = serde_json::json!({ "pausedReplicaCount": count });
     so
 }
 
