@@ -631,10 +631,13 @@ pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
 }
 
 /// Drop what no decision reads, so the caches stay small.
+/// An object of ours that a manifest declares without `ownedBy` first loses
+/// it ([`crate::declared`]): the evidence goes with the managedFields.
 pub fn strip_meta(meta: &mut ObjectMeta) {
+    crate::declared::strip_declared(meta);
     meta.managed_fields = None;
     if let Some(a) = meta.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+        a.remove(crate::declared::LAST_APPLIED);
     }
 }
 
@@ -2054,12 +2057,16 @@ async fn follow_scaled_objects(
     }
 }
 
-/// Is this PDB one of ours (annotation `ownedBy: EvictionAutoScaler`)?
+/// Is this PDB (or EvictionAutoScaler) one of ours: annotation `ownedBy:
+/// EvictionAutoScaler`, and no manifest that leaves it out declares it
+/// ([`crate::declared`]; the caches' copies carry no such evidence, and no
+/// `ownedBy` when there was).
 pub fn owned_by_us(meta: &ObjectMeta) -> bool {
     meta.annotations
         .as_ref()
         .and_then(|a| a.get(names::OWNED_BY))
         .is_some_and(|v| v == names::OWNED_BY_VALUE)
+        && crate::declared::declared_by(meta).is_none()
 }
 
 #[cfg(test)]

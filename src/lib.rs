@@ -8,6 +8,7 @@ pub mod certs;
 pub mod client;
 pub mod config;
 pub mod crd;
+pub mod declared;
 pub mod dirty;
 pub mod doctor;
 pub mod events;

@@ -1096,8 +1096,37 @@ impl Reconciler {
                 ) else {
                     return Ok(());
                 };
-                pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
-                tracing::info!(namespace = ns, %pdb, "PDB handed to its user: owner reference dropped");
+                let released = pdbs.patch(&pdb, &pp, &json_patch(ops)?).await?;
+                // The PDB as written tells a manifest's hand-over from
+                // `ownedBy` removed by hand.
+                let (why, back) = match crate::declared::declared_by(&released.metadata) {
+                    Some(by) => (
+                        format!(
+                            "a manifest applied by {by} declares it without our ownedBy annotation"
+                        ),
+                        "in its manifest",
+                    ),
+                    None => (
+                        "its ownedBy annotation was removed".to_string(),
+                        "added back",
+                    ),
+                };
+                tracing::info!(namespace = ns, %pdb, %deployment, %why, "PDB handed to its user: owner reference dropped");
+                let note = format!(
+                    "PodDisruptionBudget {pdb} is no longer kept by eviction-autoscaler: {why}. \
+                     Our owner reference to Deployment {deployment} is dropped and it is not written \
+                     again; ownedBy: EvictionAutoScaler {back} hands it back"
+                );
+                let theirs = ObjectReference {
+                    api_version: Some("policy/v1".into()),
+                    kind: Some("PodDisruptionBudget".into()),
+                    namespace: Some(ns.into()),
+                    name: Some(pdb),
+                    uid: released.metadata.uid.clone(),
+                    ..Default::default()
+                };
+                self.events
+                    .emit(&theirs, EventType::Normal, "PDBHandedOver", note);
             }
             Action::SetSelector { pdb, uid, from, to } => {
                 let mut ops = ours_guard_uid(uid.as_deref());

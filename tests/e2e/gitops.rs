@@ -452,3 +452,171 @@ async fn a_copy_of_our_running_surge_synced_by_a_tool_becomes_the_tools() {
     }
     wait_impossible_cleared(&ns, "gm").await;
 }
+
+/// A manifest with Deployment `name` and a PDB of the same name, as YAML:
+/// kustomize and Flux apply a PodDisruptionBudget after the Deployment, so
+/// our admission-time PDB of that name is there first.
+fn app_with_pdb(name: &str, replicas: i32, min_available: i32) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+      - name: app
+        image: registry.local/app:1
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {name}
+spec:
+  minAvailable: {min_available}
+  selector:
+    matchLabels: {{app: {name}}}
+"
+    )
+}
+
+/// `kubectl apply -f` of `yaml` in `ns`, with `extra` flags.
+fn apply_manifest(ns: &TestNs, name: &str, yaml: &str, extra: &[&str]) {
+    let file = std::env::temp_dir().join(format!("e2e-{}-{name}.yaml", ns.name));
+    std::fs::write(&file, yaml).expect("write the manifest");
+    let path = path_str(&file);
+    let mut args = vec!["apply", "-n", &ns.name, "-f", &path];
+    args.extend_from_slice(extra);
+    kubectl_ok(&args);
+}
+
+/// PDB `name` is the manifest's: its minimum as applied, no controller
+/// reference of ours (deleting the Deployment would take it), and it stays
+/// so while the Deployment scales (our PDB would follow the replicas) and
+/// the manifest is applied again: nothing of ours writes it (its
+/// generation). The only PDB there: ours did not come back beside it.
+async fn assert_the_manifests(ns: &TestNs, name: &str, min: i32, sync: impl Fn()) {
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = ns.api();
+    let ours_ref = |p: &k8s_openapi::api::policy::v1::PodDisruptionBudget| {
+        p.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Deployment" && o.controller == Some(true))
+    };
+    let settled = wait_pdb(ns, name, "the manifest's PDB, without our reference", |p| {
+        !ours_ref(p)
+            && p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(min))
+    })
+    .await;
+    let sampler = PdbSampler::start(ns, name);
+    let deps: Api<Deployment> = ns.api();
+    deps.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"replicas": 4}})),
+    )
+    .await
+    .expect("scale to 4");
+    wait_ready(ns, name, 4).await;
+    sync();
+    // Several passes of the reconciler (it follows a scale within a second).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        sampler.finish().await,
+        [min].into(),
+        "PDB {name}'s minAvailable"
+    );
+    let now = pdbs.get(name).await.expect("the PDB");
+    assert!(
+        !ours_ref(&now),
+        "no reference of ours came back: {:?}",
+        now.metadata.owner_references
+    );
+    assert_eq!(
+        now.metadata.generation, settled.metadata.generation,
+        "nothing wrote its spec"
+    );
+    let all = pdbs
+        .list(&Default::default())
+        .await
+        .expect("list PDBs")
+        .items;
+    assert_eq!(
+        all.len(),
+        1,
+        "one PDB over the pods: {:?}",
+        all.iter().map(|p| &p.metadata.name).collect::<Vec<_>>()
+    );
+}
+
+/// kustomize's order (`kubectl apply -k`, or one file with the Deployment
+/// first): the Deployment's admission makes our PDB `web`, then the
+/// manifest's PDB `web` is applied over it (`kubectl apply` patches what it
+/// finds). The manifest's budget is kept: before, ours was kept in sync, its
+/// `minAvailable` set back to the replicas at once and at every re-apply.
+#[tokio::test]
+async fn a_manifests_pdb_applied_over_ours_is_the_manifests() {
+    let ns = TestNs::new("e2e-gitops-csa").await;
+    let yaml = app_with_pdb("web", 3, 2);
+    apply_manifest(&ns, "web", &yaml, &[]);
+    wait_ready(&ns, "web", 3).await;
+    assert_the_manifests(&ns, "web", 2, || apply_manifest(&ns, "web", &yaml, &[])).await;
+}
+
+/// Flux (server-side apply, forcing conflicts) adds a PDB of the
+/// Deployment's name to a running app, over our PDB with its controller
+/// reference: the apply takes the fields, our reference is dropped, the
+/// PDB is the manifest's from then on, and an Event says so.
+#[tokio::test]
+async fn a_pdb_a_tool_adds_over_ours_is_handed_to_it() {
+    let ns = TestNs::new("e2e-gitops-ssa").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("api", 3, None))
+        .await
+        .expect("create api");
+    wait_ready(&ns, "api", 3).await;
+    wait_pdb(&ns, "api", "our PDB with our reference", |p| {
+        carries_owned_by(p)
+            && p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.name == "api" && o.controller == Some(true))
+    })
+    .await;
+    let yaml = app_with_pdb("api", 3, 1);
+    let ssa = [
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=kustomize-controller",
+    ];
+    apply_manifest(&ns, "api", &yaml, &ssa);
+    assert_the_manifests(&ns, "api", 1, || apply_manifest(&ns, "api", &yaml, &ssa)).await;
+    wait_for(
+        "an Event saying the manifest took PDB api",
+        Duration::from_secs(15),
+        || async {
+            let log = event_log(&ns.name);
+            (log.contains("PDBHandedOver")
+                && log.contains("a manifest applied by kustomize-controller declares it"))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+fn carries_owned_by(p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) -> bool {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("ownedBy"))
+        .is_some_and(|v| v == "EvictionAutoScaler")
+}
