@@ -18,54 +18,93 @@
 //! over as when `ownedBy` is removed: our controller reference goes, and the
 //! PDB is never written again. A manifest that carries `ownedBy` hands it to
 //! us (a copy of ours kept in Git), as adding `ownedBy` back does.
+//!
+//! The write guards test `ownedBy` on the live object, which a manifest
+//! leaves there: a plan read before the apply may still land one write (our
+//! controller reference), and the next pass takes it back. Its
+//! `minAvailable` write tests the value read, so it fails on the manifest's.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
 
 use crate::names;
 
 /// The annotation a client-side apply (`kubectl apply`) keeps its manifest in.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// The field manager of a client-side apply's patch.
+const CLIENT_SIDE_APPLY: &str = "kubectl-client-side-apply";
+
+/// `ownedBy` ([`names::OWNED_BY`]) in a managedFields entry's fieldsV1.
+const OWNED_BY_FIELD: &str = "f:ownedBy";
+
 /// Who declares this object in a manifest that leaves out our `ownedBy`:
-/// the server-side apply's field manager, or `kubectl apply` for the
-/// last-applied configuration. None for an object no manifest declares, or
-/// one whose manifest carries `ownedBy: EvictionAutoScaler`.
+/// the server-side apply's field manager, or `kubectl apply` for a
+/// last-applied configuration with a spec. None for an object no manifest
+/// declares, one whose manifest carries `ownedBy: EvictionAutoScaler`, or
+/// one to which someone else (not us) gave `ownedBy` since that manifest
+/// was applied (`kubectl annotate` of a PDB once applied: the Go project's
+/// hand-over, behaviour.md section 3): the last word wins.
 pub fn declared_by(meta: &ObjectMeta) -> Option<String> {
+    let entries = meta.managed_fields.as_deref().unwrap_or_default();
+    // The manifest that leaves ownedBy out, and when it was last applied
+    // (None: not known).
+    let mut declared: Option<(String, Option<&Time>)> = None;
     if let Some(applied) = meta.annotations.as_ref().and_then(|a| a.get(LAST_APPLIED)) {
         // Unreadable: someone applied it all the same, and a hand-over only
         // stops our writes.
-        let ours = serde_json::from_str::<serde_json::Value>(applied)
-            .ok()
-            .and_then(|v| {
-                v.pointer(&format!(
-                    "/metadata/annotations/{}",
-                    crate::patch::escape(names::OWNED_BY)
-                ))
-                .and_then(|o| o.as_str().map(|o| o == names::OWNED_BY_VALUE))
-            })
-            .unwrap_or(false);
-        if !ours {
-            return Some("kubectl apply".to_string());
+        let v = serde_json::from_str::<serde_json::Value>(applied).ok();
+        let with_spec = v
+            .as_ref()
+            .and_then(|v| v.as_object())
+            .is_none_or(|o| o.contains_key("spec"));
+        let carries_ours = v
+            .as_ref()
+            .and_then(|v| v.get("metadata")?.get("annotations")?.get(names::OWNED_BY))
+            .is_some_and(|o| o == names::OWNED_BY_VALUE);
+        if with_spec && !carries_ours {
+            let at = entries
+                .iter()
+                .filter(|e| e.manager.as_deref() == Some(CLIENT_SIDE_APPLY))
+                .filter_map(|e| e.time.as_ref())
+                .max();
+            declared = Some(("kubectl apply".to_string(), at));
         }
     }
-    let owned_by = format!("f:{}", names::OWNED_BY);
-    meta.managed_fields
-        .iter()
-        .flatten()
-        .filter(|e| e.operation.as_deref() == Some("Apply"))
-        .filter(|e| e.manager.as_deref().is_some_and(|m| m != names::MANAGER))
-        .find(|e| {
-            e.fields_v1.as_ref().is_some_and(|f| {
-                let declares_spec = f.0.get("f:spec").is_some();
-                let carries_ours =
-                    f.0.get("f:metadata")
-                        .and_then(|m| m.get("f:annotations"))
-                        .and_then(|a| a.get(owned_by.as_str()))
-                        .is_some();
-                declares_spec && !carries_ours
-            })
-        })
-        .and_then(|e| e.manager.clone())
+    for e in entries {
+        let applies = e.operation.as_deref() == Some("Apply")
+            && e.manager.as_deref().is_some_and(|m| m != names::MANAGER);
+        if applies && declares_spec(e) && !owns_owned_by(e) {
+            let later = match &declared {
+                None => true,
+                Some((_, at)) => e.time.as_ref() > *at,
+            };
+            if later {
+                declared = Some((e.manager.clone().unwrap_or_default(), e.time.as_ref()));
+            }
+        }
+    }
+    let (by, at) = declared?;
+    let given_since = entries.iter().any(|e| {
+        e.manager.as_deref() != Some(names::MANAGER)
+            && owns_owned_by(e)
+            && (at.is_none() || e.time.as_ref() >= at)
+    });
+    (!given_since).then_some(by)
+}
+
+fn declares_spec(e: &ManagedFieldsEntry) -> bool {
+    e.fields_v1
+        .as_ref()
+        .is_some_and(|f| f.0.get("f:spec").is_some())
+}
+
+fn owns_owned_by(e: &ManagedFieldsEntry) -> bool {
+    e.fields_v1.as_ref().is_some_and(|f| {
+        f.0.get("f:metadata")
+            .and_then(|m| m.get("f:annotations"))
+            .and_then(|a| a.get(OWNED_BY_FIELD))
+            .is_some()
+    })
 }
 
 /// For the caches: an object with our `ownedBy` that a manifest declares
@@ -149,7 +188,11 @@ mod tests {
         // `kubectl apply` (client side): the manifest in the annotation.
         let m = applied(json!({"metadata": {"name": "web"}, "spec": {"minAvailable": 2}}));
         assert_eq!(declared_by(&m).as_deref(), Some("kubectl apply"));
-        let unreadable = applied(json!("{"));
+        let mut unreadable = ours();
+        unreadable
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(LAST_APPLIED.into(), "{".into());
         assert!(declared_by(&unreadable).is_some());
     }
 
@@ -186,8 +229,63 @@ mod tests {
         let m = applied(json!({"metadata": {"annotations": {"ownedBy": "EvictionAutoScaler"}}}));
         assert_eq!(declared_by(&m), None);
         // Another value is not ours.
-        let m = applied(json!({"metadata": {"annotations": {"ownedBy": "someone"}}}));
+        let m = applied(json!({"metadata": {"annotations": {"ownedBy": "someone"}}, "spec": {}}));
         assert!(declared_by(&m).is_some());
+    }
+
+    fn at(mut e: ManagedFieldsEntry, secs: i64) -> ManagedFieldsEntry {
+        e.time = Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + secs).unwrap(),
+        ));
+        e
+    }
+
+    fn annotate(manager: &str) -> ManagedFieldsEntry {
+        entry(
+            manager,
+            "Update",
+            json!({"f:metadata": {"f:annotations": {OWNED_BY_FIELD: {}}}}),
+        )
+    }
+
+    #[test]
+    fn the_last_word_wins() {
+        assert_eq!(OWNED_BY_FIELD, format!("f:{}", names::OWNED_BY));
+        // A PDB made with `kubectl apply`, then handed to us with `kubectl
+        // annotate` (the Go project's way): ours.
+        let mut m = applied(json!({"metadata": {"name": "web"}, "spec": {"minAvailable": 2}}));
+        m.managed_fields = Some(vec![
+            at(entry(CLIENT_SIDE_APPLY, "Update", SPEC()), 0),
+            at(annotate("kubectl-annotate"), 60),
+        ]);
+        assert_eq!(declared_by(&m), None);
+        // Applied again since, without it: the manifest's.
+        m.managed_fields = Some(vec![
+            at(annotate("kubectl-annotate"), 60),
+            at(entry(CLIENT_SIDE_APPLY, "Update", SPEC()), 120),
+        ]);
+        assert_eq!(declared_by(&m).as_deref(), Some("kubectl apply"));
+        // A tool's server-side apply after the annotation, and before it.
+        let m = with_entries(vec![
+            at(annotate("kubectl-annotate"), 60),
+            at(entry("kustomize-controller", "Apply", SPEC()), 120),
+        ]);
+        assert_eq!(declared_by(&m).as_deref(), Some("kustomize-controller"));
+        let m = with_entries(vec![
+            at(entry("kustomize-controller", "Apply", SPEC()), 0),
+            at(annotate("kubectl-annotate"), 60),
+        ]);
+        assert_eq!(declared_by(&m), None);
+        // Our own ownership of the annotation, however recent, is no word of
+        // the user's: the manifest still declares it.
+        let m = with_entries(vec![
+            at(entry("kustomize-controller", "Apply", SPEC()), 60),
+            at(annotate(names::MANAGER), 120),
+        ]);
+        assert_eq!(declared_by(&m).as_deref(), Some("kustomize-controller"));
+        // A client-side apply of labels only declares no budget.
+        let m = applied(json!({"metadata": {"labels": {"team": "a"}}}));
+        assert_eq!(declared_by(&m), None);
     }
 
     #[test]

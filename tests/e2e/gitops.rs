@@ -487,14 +487,14 @@ spec:
     )
 }
 
-/// `kubectl apply -f` of `yaml` in `ns`, with `extra` flags.
-fn apply_manifest(ns: &TestNs, name: &str, yaml: &str, extra: &[&str]) {
+/// `kubectl apply -f` of `yaml` in `ns`, with `extra` flags; its output.
+fn apply_manifest(ns: &TestNs, name: &str, yaml: &str, extra: &[&str]) -> String {
     let file = std::env::temp_dir().join(format!("e2e-{}-{name}.yaml", ns.name));
     std::fs::write(&file, yaml).expect("write the manifest");
     let path = path_str(&file);
     let mut args = vec!["apply", "-n", &ns.name, "-f", &path];
     args.extend_from_slice(extra);
-    kubectl_ok(&args);
+    kubectl_ok(&args)
 }
 
 /// PDB `name` is the manifest's: its minimum as applied, no controller
@@ -566,9 +566,18 @@ async fn assert_the_manifests(ns: &TestNs, name: &str, min: i32, sync: impl Fn()
 async fn a_manifests_pdb_applied_over_ours_is_the_manifests() {
     let ns = TestNs::new("e2e-gitops-csa").await;
     let yaml = app_with_pdb("web", 3, 2);
-    apply_manifest(&ns, "web", &yaml, &[]);
+    let out = apply_manifest(&ns, "web", &yaml, &[]);
+    // Ours was there first (made at the Deployment's admission): kubectl
+    // patched it rather than created it.
+    assert!(
+        out.contains("poddisruptionbudget.policy/web configured"),
+        "the manifest's PDB landed on ours: {out}"
+    );
     wait_ready(&ns, "web", 3).await;
-    assert_the_manifests(&ns, "web", 2, || apply_manifest(&ns, "web", &yaml, &[])).await;
+    assert_the_manifests(&ns, "web", 2, || {
+        apply_manifest(&ns, "web", &yaml, &[]);
+    })
+    .await;
 }
 
 /// Flux (server-side apply, forcing conflicts) adds a PDB of the
@@ -599,7 +608,10 @@ async fn a_pdb_a_tool_adds_over_ours_is_handed_to_it() {
         "--field-manager=kustomize-controller",
     ];
     apply_manifest(&ns, "api", &yaml, &ssa);
-    assert_the_manifests(&ns, "api", 1, || apply_manifest(&ns, "api", &yaml, &ssa)).await;
+    assert_the_manifests(&ns, "api", 1, || {
+        apply_manifest(&ns, "api", &yaml, &ssa);
+    })
+    .await;
     wait_for(
         "an Event saying the manifest took PDB api",
         Duration::from_secs(15),

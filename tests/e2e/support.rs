@@ -205,15 +205,35 @@ pub fn kubectl_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
+/// With `E2E_WAITS=1`, each wait's time goes to `$CLUSTER_DIR/waits.txt`
+/// (test, seconds, what): where a test's time goes, to make the suites
+/// shorter.
+pub fn note_wait(what: &str, since: Instant) {
+    use std::io::Write;
+    if std::env::var_os("E2E_WAITS").is_none() {
+        return;
+    }
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(cluster_dir().join("waits.txt"))
+    {
+        let _ = writeln!(f, "{test}\t{:.1}\t{what}", since.elapsed().as_secs_f64());
+    }
+}
+
 /// Polls `f` until it returns Some, or fails the test after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
     loop {
         if let Some(v) = f().await {
+            note_wait(what, started);
             return v;
         }
         assert!(
@@ -303,7 +323,9 @@ fn reset_nodes() {
 /// The drain tests' lock on the nodes: they start schedulable and untainted,
 /// and healthy, so one test that hurt the cluster fails alone and says so.
 pub async fn nodes_lock() -> NodesGuard {
+    let asked = Instant::now();
     let g = NODES.lock().await;
+    note_wait("the nodes lock", asked);
     reset_nodes();
     wait_nodes_healthy(Duration::from_secs(150)).await;
     NodesGuard { _g: g }
@@ -594,11 +616,15 @@ where
     // whose status write conflicted with growing backoff; on a loaded CI run
     // its first status took more than 60 s once.
     let api: Api<PodDisruptionBudget> = ns.api();
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(120);
     loop {
         let last = api.get_opt(name).await.ok().flatten();
         match last {
-            Some(p) if f(&p) => return p,
+            Some(p) if f(&p) => {
+                note_wait(what, started);
+                return p;
+            }
             _ if Instant::now() >= deadline => panic!(
                 "timed out after 120s waiting for {what}; PDB {name} last seen with status {:?}",
                 last.and_then(|p| p.status)
@@ -1195,7 +1221,9 @@ pub async fn surged_and_a_copy(ns: &TestNs, name: &str, node: &str) -> (i32, Dep
 /// than another cooldown (5 s in e2e): the revert happened once and stuck.
 pub async fn assert_settled_at(ns: &TestNs, name: &str, baseline: i32, timeout: Duration) {
     wait_deployment(ns, name, baseline, false, timeout).await;
+    let stays = Instant::now();
     tokio::time::sleep(Duration::from_secs(7)).await;
+    note_wait("baseline kept 7 s", stays);
     assert_eq!(
         deployment_state(ns, name).await,
         (baseline, Some(false)),
@@ -1381,6 +1409,7 @@ pub async fn drain_node(node: &str, selector: &str, extra: &[&str]) -> DrainRun 
     })
     .await
     .expect("drain task");
+    note_wait("kubectl drain", started);
     DrainRun {
         ok: out.status.success(),
         output: format!(
