@@ -210,12 +210,16 @@ pub fn hpa_for<'a>(
     hpas: &'a [Arc<HorizontalPodAutoscaler>],
 ) -> Option<&'a Arc<HorizontalPodAutoscaler>> {
     let name = dep.metadata.name.as_deref()?;
-    hpas.iter().find(|h| {
-        h.metadata.namespace == dep.metadata.namespace
-            && h.spec.as_ref().is_some_and(|s| {
-                s.scale_target_ref.kind == "Deployment" && s.scale_target_ref.name == name
-            })
-    })
+    // Of two (a misconfiguration the HPA controller refuses to act on), the
+    // first by name: the caches' order changes with the process.
+    hpas.iter()
+        .filter(|h| {
+            h.metadata.namespace == dep.metadata.namespace
+                && h.spec.as_ref().is_some_and(|s| {
+                    s.scale_target_ref.kind == "Deployment" && s.scale_target_ref.name == name
+                })
+        })
+        .min_by_key(|h| h.metadata.name.as_deref())
 }
 
 /// Replicas not counting our own surge: the persisted baseline when a surge

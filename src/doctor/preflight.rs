@@ -690,7 +690,7 @@ mod tests {
                 }),
                 pod: "web-0",
                 verdict: Verdict::Blocked,
-                reason: "a KEDA ScaledObject and an HPA both target this Deployment",
+                reason: "a KEDA ScaledObject and an HPA (or two HPAs) both target this Deployment",
                 needs: &[],
                 surge: None,
             },

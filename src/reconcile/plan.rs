@@ -881,7 +881,8 @@ fn plan_kept(s: &NamespaceSnapshot) -> Vec<Action> {
             .get(dep_name.as_str())
             .into_iter()
             .flatten()
-            .find(|h| h.metadata.namespace == dep.metadata.namespace)
+            .filter(|h| h.metadata.namespace == dep.metadata.namespace)
+            .min_by_key(|h| h.metadata.name.as_deref())
             .copied();
         let floor = if waits { None } else { floor_for(dep, hpa, s) };
         let overlap = pdb::overlapping(dep, &templates, &compiled)

@@ -96,7 +96,8 @@ pub enum Applier {
     Hpa { min: i32 },
     /// A KEDA ScaledObject's `minReplicaCount` (its current value).
     Keda { min: i32 },
-    /// KEDA and a standalone HPA on one Deployment: no surge.
+    /// KEDA and a standalone HPA on one Deployment, or two standalone HPAs:
+    /// no surge.
     Conflict,
 }
 
@@ -222,8 +223,8 @@ pub enum Wait {
     NoDisruptionAllowed,
 }
 
-const CONFLICT: &str = "a KEDA ScaledObject and an HPA both target this Deployment, \
-    so there is no single minimum to raise; remove one of them";
+const CONFLICT: &str = "a KEDA ScaledObject and an HPA (or two HPAs) both target this \
+    Deployment, so there is no single minimum to raise; remove one of them";
 
 /// Decide what to do for one Deployment now.
 pub fn plan(s: &Snapshot) -> Action {
@@ -1293,7 +1294,7 @@ mod tests {
                     drain(s, "n0");
                     s.applier = Applier::Conflict;
                 },
-                Want::Impossible("KEDA ScaledObject and an HPA both target"),
+                Want::Impossible("KEDA ScaledObject and an HPA (or two HPAs) both target"),
             ),
             row(
                 "KEDA and HPA, nothing displaced",

@@ -1001,10 +1001,15 @@ fn plan_step(
     // still there it lifts the Deployment, so the ScaledObject stays the
     // applier and the Deployment waits for that HPA (`keda_lags`).
     let keda = acting_sos.first().copied();
-    let standalone = hpa_s.iter().zip(&hpas).find(|(_, h)| !hpa_is_kedas(h));
-    // A standalone HPA beside one KEDA holds: two HPAs over the Deployment,
-    // a conflict as with KEDA acting (each still bounds it).
+    let mut standalones = hpa_s.iter().zip(&hpas).filter(|(_, h)| !hpa_is_kedas(h));
+    let standalone = standalones.next();
+    // Two standalone HPAs: the HPA controller scales neither on metrics
+    // (AmbiguousSelector), and which minimum to raise would hang on the
+    // cache's order. A conflict, as a standalone HPA beside one KEDA holds:
+    // each still bounds the Deployment.
+    let second_hpa = standalones.next().is_some();
     let (applier, primary): (Applier, Option<&Surgeable>) = match (keda, standalone) {
+        _ if second_hpa => (Applier::Conflict, None),
         (Some(_), Some(_)) => (Applier::Conflict, None),
         (None, Some(_)) if keda_held_at.is_some() => (Applier::Conflict, None),
         (Some(so), None) => (Applier::Keda { min: so.value() }, Some(so)),
@@ -2477,6 +2482,45 @@ mod tests {
                 baseline: 3,
                 surged_to: 4
             })
+        );
+    }
+
+    /// Two standalone HPAs over one Deployment (the HPA controller scales
+    /// neither on metrics): which minimum to raise would hang on the
+    /// caches' order, so no surge is made and the step says why; a surge
+    /// carried on one of them from before the second came goes back.
+    #[test]
+    fn two_standalone_hpas_are_a_conflict() {
+        let second = |markers: Option<(i32, i32)>| {
+            let mut h = (*hpa()).clone();
+            h.metadata.name = Some("web-hpa-2".into());
+            h.metadata.annotations = ann(markers);
+            if let (Some((_, to)), Some(sp)) = (markers, h.spec.as_mut()) {
+                sp.min_replicas = Some(to);
+            }
+            Arc::new(h)
+        };
+        let objs = world_of((*dep(3, None)).clone(), vec![hpa(), second(None)], 3);
+        let s = run(&objs, &["n1"], &quiet());
+        match &s.action {
+            Action::Impossible { reason } => {
+                assert!(reason.contains("or two HPAs) both target"), "{reason}")
+            }
+            a => panic!("{a:?}"),
+        }
+        assert!(s.writes.is_empty(), "{:?}", s.writes);
+        // The surge raised web-hpa-2 and recorded the Deployment's lift.
+        let carried = world_of(
+            (*dep(4, Some((3, 4)))).clone(),
+            vec![hpa(), second(Some((3, 4)))],
+            3,
+        );
+        let s = run(&carried, &[], &stood_at(4));
+        assert!(s.reverted, "{s:?}");
+        assert!(
+            s.writes.iter().any(|w| w.target.name == "web-hpa-2"),
+            "{:?}",
+            s.writes
         );
     }
 
