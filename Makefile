@@ -37,8 +37,10 @@ model-long:
 
 ## End-to-end tests against a running local cluster (make cluster-up).
 ## They fail, never skip, when it is not there. tests/run-suites.sh runs the
-## suites (each under a deadline, all of them even after a failure) and
-## ends with a digest of the failures; SUITES="chaos" picks some.
+## suites (each under a deadline, all of them even after a failure) in two
+## lanes, the second on a cluster of its own ($(CLUSTER_DIR)-b) that it
+## brings up and down, and ends with a digest of the failures; SUITES="chaos"
+## runs some on $(CLUSTER_DIR) alone.
 e2e: build tools
 	@rm -f $(CLUSTER_DIR)/figures.txt
 	CHAOS_KILLS=$${CHAOS_KILLS:-3} CARGO="$(CARGO)" tests/run-suites.sh
@@ -144,6 +146,7 @@ fuzz-cmin:
 
 clean:
 	-tests/cluster/down.sh
+	-CLUSTER_DIR=$(CLUSTER_DIR)-b tests/cluster/down.sh
 	$(CARGO) clean
 
 ## At-scale figures on a running local control plane (make cluster-up first):
