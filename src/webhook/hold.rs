@@ -14,8 +14,10 @@
 //!   whose room is taken ([`HoldFor::Taken`], below), not a dry run, of a
 //!   Deployment's pod in scope: the evicted pods' replacements make room;
 //! - at most [`MAX_HELD`] requests at once (beyond, the 429 at once);
-//! - the deadline counts from the request's arrival, so the whole answer
-//!   stays within the hold plus one live read (1.5 s at most);
+//! - the deadline counts from the request's admission (its body read), so
+//!   the answer stays within the hold plus one live read (1.5 s at most)
+//!   after it; the server's request time limit bounds the whole, a slow body
+//!   included (past it: a 503, which `failurePolicy: Ignore` allows);
 //! - any Allow the caches give during the hold is answered (the budget made
 //!   room, the pod went away, a cache went stale: each is an allow without
 //!   the hold too).
