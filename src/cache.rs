@@ -2062,11 +2062,15 @@ async fn follow_scaled_objects(
 /// ([`crate::declared`]; the caches' copies carry no such evidence, and no
 /// `ownedBy` when there was).
 pub fn owned_by_us(meta: &ObjectMeta) -> bool {
+    carries_owned_by(meta) && crate::declared::declared_by(meta).is_none()
+}
+
+/// Carries `ownedBy: EvictionAutoScaler`, whoever wrote it.
+pub fn carries_owned_by(meta: &ObjectMeta) -> bool {
     meta.annotations
         .as_ref()
         .and_then(|a| a.get(names::OWNED_BY))
         .is_some_and(|v| v == names::OWNED_BY_VALUE)
-        && crate::declared::declared_by(meta).is_none()
 }
 
 #[cfg(test)]

@@ -112,12 +112,7 @@ fn owns_owned_by(e: &ManagedFieldsEntry) -> bool {
 /// the caches takes it for someone else's. Before the managedFields and the
 /// last-applied configuration are dropped.
 pub fn strip_declared(meta: &mut ObjectMeta) {
-    let ours = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(names::OWNED_BY))
-        .is_some_and(|v| v == names::OWNED_BY_VALUE);
-    if !ours {
+    if !crate::cache::carries_owned_by(meta) {
         return;
     }
     if let Some(by) = declared_by(meta) {

@@ -1117,16 +1117,12 @@ impl Reconciler {
                      Our owner reference to Deployment {deployment} is dropped and it is not written \
                      again; ownedBy: EvictionAutoScaler {back} hands it back"
                 );
-                let theirs = ObjectReference {
-                    api_version: Some("policy/v1".into()),
-                    kind: Some("PodDisruptionBudget".into()),
-                    namespace: Some(ns.into()),
-                    name: Some(pdb),
-                    uid: released.metadata.uid.clone(),
-                    ..Default::default()
-                };
-                self.events
-                    .emit(&theirs, EventType::Normal, "PDBHandedOver", note);
+                self.events.emit(
+                    &pdb_ref(ns, pdb, released.metadata.uid.clone()),
+                    EventType::Normal,
+                    "PDBHandedOver",
+                    note,
+                );
             }
             Action::SetSelector { pdb, uid, from, to } => {
                 let mut ops = ours_guard_uid(uid.as_deref());
@@ -1219,16 +1215,12 @@ impl Reconciler {
                     self.events
                         .emit(&r, EventType::Normal, "PDBSteppedAside", note.clone());
                 }
-                let ours = ObjectReference {
-                    api_version: Some("policy/v1".into()),
-                    kind: Some("PodDisruptionBudget".into()),
-                    namespace: Some(ns.into()),
-                    name: Some(pdb),
-                    uid,
-                    ..Default::default()
-                };
-                self.events
-                    .emit(&ours, EventType::Normal, "PDBSteppedAside", note);
+                self.events.emit(
+                    &pdb_ref(ns, pdb, uid),
+                    EventType::Normal,
+                    "PDBSteppedAside",
+                    note,
+                );
             }
             Action::DeleteEas { name, uid } => {
                 // Gone, replaced under the name, or taken over: nothing of
@@ -1402,6 +1394,18 @@ impl Reconciler {
 /// with them fails as a whole otherwise, and the next pass re-plans.
 fn ours_guard(p: &PodDisruptionBudget) -> Vec<serde_json::Value> {
     ours_guard_uid(p.metadata.uid.as_deref())
+}
+
+/// PDB `name` in `ns`, for an Event.
+fn pdb_ref(ns: &str, name: String, uid: Option<String>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("policy/v1".into()),
+        kind: Some("PodDisruptionBudget".into()),
+        namespace: Some(ns.into()),
+        name: Some(name),
+        uid,
+        ..Default::default()
+    }
 }
 
 /// [`ours_guard`] for the PDB of this UID.

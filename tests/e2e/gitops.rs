@@ -504,15 +504,8 @@ fn apply_manifest(ns: &TestNs, name: &str, yaml: &str, extra: &[&str]) -> String
 /// generation). The only PDB there: ours did not come back beside it.
 async fn assert_the_manifests(ns: &TestNs, name: &str, min: i32, sync: impl Fn()) {
     let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = ns.api();
-    let ours_ref = |p: &k8s_openapi::api::policy::v1::PodDisruptionBudget| {
-        p.metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == "Deployment" && o.controller == Some(true))
-    };
     let settled = wait_pdb(ns, name, "the manifest's PDB, without our reference", |p| {
-        !ours_ref(p)
+        !controlled_by(p, name)
             && p.spec.as_ref().and_then(|s| s.min_available.clone()) == Some(IntOrString::Int(min))
     })
     .await;
@@ -536,7 +529,7 @@ async fn assert_the_manifests(ns: &TestNs, name: &str, min: i32, sync: impl Fn()
     );
     let now = pdbs.get(name).await.expect("the PDB");
     assert!(
-        !ours_ref(&now),
+        !controlled_by(&now, name),
         "no reference of ours came back: {:?}",
         now.metadata.owner_references
     );
@@ -593,12 +586,7 @@ async fn a_pdb_a_tool_adds_over_ours_is_handed_to_it() {
         .expect("create api");
     wait_ready(&ns, "api", 3).await;
     wait_pdb(&ns, "api", "our PDB with our reference", |p| {
-        carries_owned_by(p)
-            && p.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.name == "api" && o.controller == Some(true))
+        is_owned(p) && controlled_by(p, "api")
     })
     .await;
     let yaml = app_with_pdb("api", 3, 1);
@@ -623,12 +611,4 @@ async fn a_pdb_a_tool_adds_over_ours_is_handed_to_it() {
         },
     )
     .await;
-}
-
-fn carries_owned_by(p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) -> bool {
-    p.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("ownedBy"))
-        .is_some_and(|v| v == "EvictionAutoScaler")
 }

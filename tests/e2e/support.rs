@@ -1259,6 +1259,15 @@ pub async fn wait_pdb_blocking(ns: &TestNs, name: &str, healthy: i32) -> PodDisr
     .await
 }
 
+/// Whether Deployment `deployment` is the PDB's controller (our reference).
+pub fn controlled_by(p: &PodDisruptionBudget, deployment: &str) -> bool {
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Deployment" && o.name == deployment && o.controller == Some(true))
+}
+
 /// Whether the PDB carries `ownedBy: EvictionAutoScaler` (one of ours).
 pub fn is_owned(p: &PodDisruptionBudget) -> bool {
     p.metadata
