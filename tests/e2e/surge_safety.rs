@@ -149,6 +149,61 @@ async fn wait_nothing_of_ours(ns: &TestNs, what: &str) {
     .await;
 }
 
+/// 1b. A manifest's PDB of the Deployment's name is applied over ours
+///     mid-surge (Flux: a forced server-side apply), at another minimum: the
+///     PDB is the manifest's from then on (our reference dropped, its
+///     minimum never set back), and the surge, sized on ours, still goes
+///     back to exactly its baseline once the drain is over.
+#[tokio::test]
+async fn a_manifests_pdb_applied_over_ours_mid_surge_stays_and_the_surge_reverts() {
+    let _nodes = nodes_lock().await;
+    let ns = TestNs::new("e2e-ss-declared").await;
+    let node = "kwok-node-0";
+    let watch = surged_on(&ns, "web", node).await;
+    wait_pdb(&ns, "web", "our PDB with our reference", |p| {
+        is_owned(p) && controlled_by(p, "web")
+    })
+    .await;
+    let manifest: PodDisruptionBudget = serde_json::from_value(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .expect("the manifest's PDB");
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    let mut pp = PatchParams::apply("kustomize-controller");
+    pp.force = true;
+    pdbs.patch("web", &pp, &Patch::Apply(&manifest))
+        .await
+        .expect("the tool's apply");
+    let d = drain_node(node, "app=web", &[]).await;
+    uncordon(node);
+    assert!(d.ok, "drain mid-surge must complete:\n{}", d.output);
+    assert_settled_at(&ns, "web", 3, REVERT_TIMEOUT).await;
+    let p = pdbs.get("web").await.expect("PDB web");
+    assert!(
+        !controlled_by(&p, "web"),
+        "our reference dropped: {:?}",
+        p.metadata.owner_references
+    );
+    assert_eq!(
+        p.spec.and_then(|s| s.min_available),
+        Some(IntOrString::Int(2)),
+        "the manifest's minimum kept through the surge and its revert"
+    );
+    let fewest = watch.finish().await;
+    assert!(
+        fewest >= 2,
+        "Ready pods went down to {fewest}, under the manifest's 2"
+    );
+    assert_eq!(
+        event_total(&ns.name, "SurgeReverted"),
+        1,
+        "one revert:\n{}",
+        event_log(&ns.name)
+    );
+}
+
 /// 1. The user's PDB is deleted while the surge it caused is active. `web`
 ///    is the case in the brief (the reconciler then creates our PDB in its
 ///    place); `own` has also opted out of our PDB, so no PDB is left at all.
