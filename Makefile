@@ -101,6 +101,7 @@ cluster-up:
 ## Stops everything `make cluster-up`, `make deploy-local` and `make demo` started.
 cluster-down:
 	tests/cluster/down.sh
+	-CLUSTER_DIR=$(CLUSTER_DIR)-b tests/cluster/down.sh
 
 deploy-local: build
 	tests/e2e/deploy-local.sh start
